@@ -1,0 +1,3 @@
+from butler.cli import main
+
+raise SystemExit(main())

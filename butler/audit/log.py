@@ -1,0 +1,490 @@
+"""Append-only, hash-chained audit trail in SQLite.
+
+Every record carries the SHA-256 of its own canonical JSON encoding (which includes the
+previous record's hash), and a one-row ``audit_head`` table remembers the last seq and hash
+so that truncation is detected too. See docs/audit.md for what this does and does not prove.
+
+All methods are synchronous and thread-safe; the daemon calls them from a worker thread.
+Callers pass identities (agent ids, task ids), never tokens: nothing here accepts a secret.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+__all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
+
+GENESIS_HASH: Final = "0" * 64
+
+_COLUMNS: Final = (
+    "seq, at, kind, caller, task_id, chain, budget_before, budget_after, "
+    "decision, code, trace_id, detail, prev_hash, hash"
+)
+_PAGE: Final = 256
+
+_SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS audit (
+        seq           INTEGER PRIMARY KEY,
+        at            TEXT NOT NULL,
+        kind          TEXT NOT NULL,
+        caller        TEXT NOT NULL,
+        task_id       TEXT,
+        chain         TEXT NOT NULL,
+        budget_before TEXT,
+        budget_after  TEXT,
+        decision      TEXT NOT NULL,
+        code          TEXT,
+        trace_id      TEXT,
+        detail        TEXT NOT NULL,
+        prev_hash     TEXT NOT NULL,
+        hash          TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS audit_head (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        seq  INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    )
+    """,
+)
+
+
+class AuditError(Exception):
+    """The stored log is malformed (tampered with), so it cannot be read or extended."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    seq: int
+    at: str
+    kind: str
+    caller: str
+    task_id: str | None
+    chain: tuple[str, ...]
+    budget_before: Decimal | None
+    budget_after: Decimal | None
+    decision: str
+    code: str | None
+    trace_id: str | None
+    detail: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        out = self._payload()
+        out["detail"] = json.loads(_canonical(self.detail))  # a copy the caller may mutate
+        out["hash"] = self.hash
+        return out
+
+    def compute_hash(self) -> str:
+        """The hash this record should carry given its other fields."""
+        return hashlib.sha256(_canonical(self._payload()).encode("utf-8")).hexdigest()
+
+    def _payload(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "kind": self.kind,
+            "caller": self.caller,
+            "task_id": self.task_id,
+            "chain": list(self.chain),
+            "budget_before": _dec_text(self.budget_before),
+            "budget_after": _dec_text(self.budget_after),
+            "decision": self.decision,
+            "code": self.code,
+            "trace_id": self.trace_id,
+            "detail": self.detail,
+            "prev_hash": self.prev_hash,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    ok: bool
+    checked: int
+    first_bad_seq: int | None
+    reason: str
+
+
+class AuditLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        if not path.exists():
+            # Create it private before SQLite does; the -wal/-shm files inherit the mode.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        conn = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+        try:
+            # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
+            conn.text_factory = _decode_text
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            # Only a brand-new log gets a genesis head; a missing head on a non-empty log
+            # is evidence of tampering and is left for verify() to report.
+            conn.execute(
+                "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, ? "
+                "WHERE NOT EXISTS (SELECT 1 FROM audit_head) "
+                "AND NOT EXISTS (SELECT 1 FROM audit)",
+                (GENESIS_HASH,),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def append(
+        self,
+        kind: str,
+        *,
+        caller: str,
+        task_id: str | None,
+        chain: Sequence[str],
+        budget_before: Decimal | None,
+        budget_after: Decimal | None,
+        decision: str,
+        code: str | None = None,
+        trace_id: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> AuditRecord:
+        if isinstance(chain, str):
+            raise TypeError("chain must be a sequence of identities, not a single str")
+        fields: dict[str, Any] = {
+            "kind": _text("kind", kind),
+            "caller": _text("caller", caller),
+            "task_id": _opt_text("task_id", task_id),
+            "chain": tuple(_text("chain item", hop) for hop in chain),
+            "budget_before": _budget("budget_before", budget_before),
+            "budget_after": _budget("budget_after", budget_after),
+            "decision": _text("decision", decision),
+            "code": _opt_text("code", code),
+            "trace_id": _opt_text("trace_id", trace_id),
+            "detail": _normalize_detail(detail),
+        }
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Read inside the write transaction, so another process appending to the
+                # same file (or a restart) still continues the one chain.
+                head = self._read_head()
+                if head is None:
+                    raise AuditError("audit_head is missing; run `butler audit verify`")
+                unsealed = AuditRecord(
+                    seq=head[0] + 1,
+                    at=datetime.now(UTC).isoformat(timespec="microseconds"),
+                    prev_hash=head[1],
+                    hash="",
+                    **fields,
+                )
+                record = dataclasses.replace(unsealed, hash=unsealed.compute_hash())
+                conn.execute(
+                    f"INSERT INTO audit ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    _to_row(record),
+                )
+                conn.execute(
+                    "UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1",
+                    (record.seq, record.hash),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return record
+
+    def head(self) -> tuple[int, str]:
+        """(last seq, last hash); keep a copy elsewhere to detect a wholesale rewrite."""
+        with self._lock:
+            head = self._read_head()
+        if head is None:
+            raise AuditError("audit_head is missing")
+        return head
+
+    def tail(self, n: int = 20) -> list[AuditRecord]:
+        """The last ``n`` records, oldest first."""
+        if n <= 0:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM "
+                f"(SELECT {_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+                (n,),
+            ).fetchall()
+        return [_from_row(row) for row in rows]
+
+    def iter_all(self) -> Iterator[AuditRecord]:
+        # Paged so the lock is never held while the caller runs between yields.
+        after: int | None = None
+        while True:
+            with self._lock:
+                if after is None:
+                    cursor = self._conn.execute(
+                        f"SELECT {_COLUMNS} FROM audit ORDER BY seq LIMIT ?", (_PAGE,)
+                    )
+                else:
+                    cursor = self._conn.execute(
+                        f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
+                        (after, _PAGE),
+                    )
+                rows = cursor.fetchall()
+            for row in rows:
+                yield _from_row(row)
+            if len(rows) < _PAGE:
+                return
+            after = rows[-1][0]
+
+    def verify(self, *, anchor: tuple[int, str] | None = None) -> VerifyResult:
+        """Recheck every hash, link and seq, then the stored head.
+
+        ``anchor`` is a ``head()`` exported earlier; if given, the record at that seq must
+        still exist with that hash, which catches a rewrite that also rewrote the head.
+        """
+        with self._lock:
+            self._conn.execute("BEGIN")  # one snapshot for the rows and the head
+            try:
+                return self._verify_locked(anchor)
+            finally:
+                self._conn.execute("COMMIT")
+
+    def _verify_locked(self, anchor: tuple[int, str] | None) -> VerifyResult:
+        checked = 0
+        prev_hash = GENESIS_HASH
+        for row in self._conn.execute(f"SELECT {_COLUMNS} FROM audit ORDER BY seq"):
+            seq = row[0]
+            expected = checked + 1
+            if seq > expected:
+                return _bad(checked, expected, f"missing record: seq {expected} is absent")
+            if seq < expected:
+                return _bad(checked, seq, f"unexpected record: seq {seq} is out of range")
+            try:
+                record = _from_row(row)
+                intact = record.compute_hash() == record.hash
+            except UnicodeError:
+                return _bad(checked, seq, "edited record: contains invalid UTF-8")
+            except (AuditError, ValueError) as exc:
+                return _bad(checked, seq, f"edited record: {exc}")
+            if not intact:
+                return _bad(checked, seq, "edited record: hash does not match contents")
+            if record.prev_hash != prev_hash:
+                return _bad(
+                    checked,
+                    seq,
+                    f"broken link: prev_hash does not match the hash of seq {seq - 1}",
+                )
+            if anchor is not None and seq == anchor[0] and record.hash != anchor[1]:
+                return _bad(checked, seq, "record does not match the exported head")
+            prev_hash = record.hash
+            checked += 1
+        if anchor is not None and anchor[0] > checked:
+            return _bad(checked, checked + 1, f"truncated: exported head is seq {anchor[0]}")
+        head = self._read_head()
+        if head is None:
+            return _bad(checked, None, "audit_head is missing")
+        head_seq, head_hash = head
+        if head_seq > checked:
+            return _bad(
+                checked,
+                checked + 1,
+                f"truncated: head is seq {head_seq} but the last record is seq {checked}",
+            )
+        if head_seq < checked:
+            return _bad(checked, head_seq + 1, f"records after the head (seq {head_seq})")
+        if head_hash != prev_hash:
+            return _bad(checked, head_seq or None, "head hash does not match the last record")
+        return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
+
+    def _read_head(self) -> tuple[int, str] | None:
+        row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        seq, digest = row
+        if not isinstance(seq, int) or not isinstance(digest, str):
+            raise AuditError("audit_head is malformed")
+        return seq, digest
+
+
+def _bad(checked: int, seq: int | None, reason: str) -> VerifyResult:
+    return VerifyResult(ok=False, checked=checked, first_bad_seq=seq, reason=reason)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _detail_default(value: object) -> str:
+    # Amounts are Decimals throughout the daemon; keep them exact as strings, never floats.
+    if isinstance(value, Decimal):
+        return str(value)
+    raise TypeError(f"detail values must be JSON types or Decimal, not {type(value).__name__}")
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _clean(value: str) -> str:
+    # Lone surrogates (e.g. from a peer's JSON "\ud800") cannot be UTF-8 encoded, so
+    # they would make hashing or the INSERT fail; record them as "?" instead.
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return _clean(value)
+
+
+def _opt_text(name: str, value: object) -> str | None:
+    return None if value is None else _text(name, value)
+
+
+def _budget(name: str, value: object) -> Decimal | None:
+    if value is None:
+        return None
+    if not isinstance(value, Decimal):
+        raise TypeError(f"{name} must be a Decimal or None, not {type(value).__name__}")
+    if not value.is_finite():
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _dec_text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _normalize_detail(detail: Mapping[str, Any] | None) -> dict[str, Any]:
+    # Store what JSON round-trips to, so the record returned now equals the one read back.
+    encoded = json.dumps(
+        dict(detail or {}),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_detail_default,
+    )
+    loaded = json.loads(_clean(encoded))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _to_row(record: AuditRecord) -> tuple[Any, ...]:
+    return (
+        record.seq,
+        record.at,
+        record.kind,
+        record.caller,
+        record.task_id,
+        _canonical(list(record.chain)),
+        _dec_text(record.budget_before),
+        _dec_text(record.budget_after),
+        record.decision,
+        record.code,
+        record.trace_id,
+        _canonical(record.detail),
+        record.prev_hash,
+        record.hash,
+    )
+
+
+def _from_row(row: tuple[Any, ...]) -> AuditRecord:
+    """Parse a stored row, rejecting anything append() could not have written.
+
+    Strictness matters: if e.g. "1E+2" were accepted as "1e2" or a JSON column with extra
+    whitespace were normalised, an edit could re-encode to the original hashed bytes.
+    """
+    (seq, at, kind, caller, task_id, chain_text, before, after) = row[:8]
+    (decision, code, trace_id, detail_text, prev_hash, digest) = row[8:]
+    chain = _stored_json("chain", chain_text)
+    if not isinstance(chain, list) or not all(isinstance(hop, str) for hop in chain):
+        raise AuditError("chain is not a JSON list of strings")
+    detail = _stored_json("detail", detail_text)
+    if not isinstance(detail, dict):
+        raise AuditError("detail is not a JSON object")
+    if not isinstance(seq, int):
+        raise AuditError("seq is not an integer")
+    return AuditRecord(
+        seq=seq,
+        at=_stored_str("at", at),
+        kind=_stored_str("kind", kind),
+        caller=_stored_str("caller", caller),
+        task_id=_stored_opt_str("task_id", task_id),
+        chain=tuple(chain),
+        budget_before=_stored_budget("budget_before", before),
+        budget_after=_stored_budget("budget_after", after),
+        decision=_stored_str("decision", decision),
+        code=_stored_opt_str("code", code),
+        trace_id=_stored_opt_str("trace_id", trace_id),
+        detail=detail,
+        prev_hash=_stored_str("prev_hash", prev_hash),
+        hash=_stored_str("hash", digest),
+    )
+
+
+def _stored_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise AuditError(f"{name} is not text")
+    return value
+
+
+def _stored_opt_str(name: str, value: object) -> str | None:
+    return None if value is None else _stored_str(name, value)
+
+
+def _stored_json(name: str, value: object) -> Any:
+    text = _stored_str(name, value)
+    try:
+        loaded = json.loads(text)
+        canonical = _canonical(loaded)
+    except (ValueError, RecursionError) as exc:
+        raise AuditError(f"{name} is not valid JSON") from exc
+    if canonical != text:
+        raise AuditError(f"{name} is not in canonical form")
+    return loaded
+
+
+def _stored_budget(name: str, value: object) -> Decimal | None:
+    if value is None:
+        return None
+    text = _stored_str(name, value)
+    try:
+        amount = Decimal(text)
+    except InvalidOperation as exc:
+        raise AuditError(f"{name} is not a decimal") from exc
+    if not amount.is_finite() or str(amount) != text:
+        raise AuditError(f"{name} is not in canonical form")
+    return amount

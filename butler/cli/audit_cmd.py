@@ -1,0 +1,63 @@
+"""``butler audit tail|verify``: read this instance's hash-chained audit trail."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from butler.audit import AuditLog
+from butler.cli.serve import load_or_exit
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    audit = sub.add_parser("audit", help="show or verify the audit trail")
+    asub = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
+    tail = asub.add_parser("tail", help="print the latest audit records")
+    tail.add_argument("-n", type=int, default=20, help="how many records (default 20)")
+    tail.add_argument("--json", action="store_true")
+    verify = asub.add_parser("verify", help="check the hash chain; exit 1 if tampered")
+    for p, fn in ((tail, _tail), (verify, _verify)):
+        p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
+        p.set_defaults(handler=fn)
+
+
+def _open(args: argparse.Namespace) -> AuditLog | None:
+    config = load_or_exit(args.config)
+    if config is None:
+        return None
+    path = config.data_dir / "audit.db"
+    if not path.exists():
+        print(f"butler: no audit trail at {path}", file=sys.stderr)
+        return None
+    return AuditLog(path)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    log = _open(args)
+    if log is None:
+        return 2
+    with log:
+        for rec in log.tail(args.n):
+            if args.json:
+                print(json.dumps(rec.to_json(), ensure_ascii=False))
+            else:
+                chain = "->".join(rec.chain) or "-"
+                print(f"{rec.seq:>6} {rec.at} {rec.kind:<18} {rec.decision:<10} "
+                      f"{rec.code or '-':<18} caller={rec.caller} chain={chain} "
+                      f"task={rec.task_id or '-'} trace={rec.trace_id or '-'}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    log = _open(args)
+    if log is None:
+        return 2
+    with log:
+        result = log.verify()
+    if result.ok:
+        print(f"audit trail intact: {result.checked} record(s) verified")
+        return 0
+    print(f"audit trail TAMPERED at record {result.first_bad_seq}: {result.reason}")
+    return 1

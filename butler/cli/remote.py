@@ -1,0 +1,180 @@
+"""Commands that talk to a running Butler: card, send, tasks, delegate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from butler.cli.render import print_task, print_task_line
+from internal.protocol.a2a import rest_codec
+from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.errors import ButlerError
+from internal.protocol.a2a.types import TaskRequest
+
+if TYPE_CHECKING:
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def _token_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--token-env", default="BUTLER_TOKEN", metavar="VAR",
+                   help="environment variable holding the bearer token (default BUTLER_TOKEN)")
+    p.add_argument("--token-file", metavar="FILE", help="read the bearer token from FILE")
+    p.add_argument("--json", action="store_true", help="print raw JSON")
+
+
+def add_parsers(sub: SubParsers) -> None:
+    card = sub.add_parser("card", help="fetch and show a peer's agent card")
+    card.add_argument("url")
+    _token_args(card)
+    card.set_defaults(handler=lambda a: _run(a, _card))
+
+    send = sub.add_parser("send", help="submit a task and follow it until it ends")
+    send.add_argument("url")
+    send.add_argument("text")
+    send.add_argument("--capability", action="append", default=[], help="capability needed")
+    send.add_argument("--skill", help="skill id to run")
+    send.add_argument("--input", help="structured input as a JSON object")
+    send.add_argument("--budget", help="USD budget for the whole chain")
+    send.add_argument("--async", dest="is_async", action="store_true",
+                      help="return at once with the task id")
+    _token_args(send)
+    send.set_defaults(handler=lambda a: _run(a, _send))
+
+    tasks = sub.add_parser("tasks", help="list, show, cancel or watch tasks on a Butler")
+    tsub = tasks.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
+    lst = tsub.add_parser("list", help="list tasks (newest first)")
+    lst.add_argument("url")
+    lst.add_argument("--state")
+    lst.add_argument("--limit", type=int, default=20)
+    _token_args(lst)
+    lst.set_defaults(handler=lambda a: _run(a, _list))
+    for name, fn, text in (("get", _get, "show one task"), ("cancel", _cancel, "cancel a task"),
+                           ("watch", _watch, "follow a task's events until it ends")):
+        p = tsub.add_parser(name, help=text)
+        p.add_argument("url")
+        p.add_argument("task_id")
+        _token_args(p)
+        p.set_defaults(handler=lambda a, fn=fn: _run(a, fn))
+
+
+def read_token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        try:
+            return Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise SystemExit(f"butler: cannot read token file: {exc.strerror}") from None
+    token = os.environ.get(args.token_env, "").strip()
+    if not token:
+        raise SystemExit(f"butler: set {args.token_env} to the peer's bearer token "
+                         "(or use --token-file)")
+    return token
+
+
+Action = Callable[[argparse.Namespace, PeerClient], Awaitable[int]]
+
+
+def _run(args: argparse.Namespace, action: Action) -> int:
+    token = read_token(args)
+
+    async def go() -> int:
+        async with aiohttp.ClientSession() as session:
+            client = PeerClient(args.url, token, session=session, timeout=3600)
+            return await action(args, client)
+
+    try:
+        return asyncio.run(go())
+    except ButlerError as err:
+        print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        return 1
+
+
+def _dump(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+async def _card(args: argparse.Namespace, client: PeerClient) -> int:
+    card = await client.card()
+    if args.json:
+        _dump(card)
+        return 0
+    print(f"{card.get('name')} ({card.get('agent_id', '')}) at {card.get('url')}")
+    print(f"  {card.get('description', '')}")
+    print(f"  capabilities: {', '.join(card.get('capabilities', []))}")
+    for skill in card.get("skills", []):
+        print(f"  skill {skill.get('id')}: {skill.get('description', '')} "
+              f"[{', '.join(skill.get('capabilities', []))}] {skill.get('cost_usd')} USD")
+    return 0
+
+
+async def _send(args: argparse.Namespace, client: PeerClient) -> int:
+    data: dict[str, Any] = {}
+    if args.input:
+        try:
+            data = json.loads(args.input)
+        except ValueError as exc:
+            raise SystemExit(f"butler: --input is not JSON: {exc}") from None
+    request = TaskRequest(text=args.text, input=data, skill=args.skill,
+                          capabilities_needed=tuple(args.capability), blocking=False)
+    budget = rest_codec.decode_money(args.budget, "--budget") if args.budget else None
+    task = await client.submit(request, budget=budget)
+    if args.is_async:
+        print(task.id)
+        return 0
+    print(f"task {task.id}: {task.state.value}", file=sys.stderr)
+    async for name, payload in client.events(task.id):
+        if name == "status":
+            print(f"  {payload['state']}: {payload['status'].get('message', '')}",
+                  file=sys.stderr)
+        elif name == "artifact":
+            print(f"  artifact {payload['artifact'].get('name', '')}", file=sys.stderr)
+    final = await client.get(task.id)
+    if args.json:
+        _dump(rest_codec.encode_task(final))
+    else:
+        print_task(final)
+    return 0 if final.state.value == "completed" else 1
+
+
+async def _list(args: argparse.Namespace, client: PeerClient) -> int:
+    data = await client.list_tasks(state=args.state, limit=args.limit)
+    if args.json:
+        _dump(data)
+        return 0
+    for item in data.get("tasks", []):
+        print_task_line(rest_codec.decode_task(item))
+    return 0
+
+
+async def _get(args: argparse.Namespace, client: PeerClient) -> int:
+    task = await client.get(args.task_id)
+    if args.json:
+        _dump(rest_codec.encode_task(task))
+    else:
+        print_task(task)
+    return 0
+
+
+async def _cancel(args: argparse.Namespace, client: PeerClient) -> int:
+    task = await client.cancel(args.task_id)
+    print(f"task {task.id}: {task.state.value}")
+    return 0
+
+
+async def _watch(args: argparse.Namespace, client: PeerClient) -> int:
+    async for name, payload in client.events(args.task_id):
+        if args.json:
+            print(json.dumps({"event": name, "data": payload}, default=str), flush=True)
+        elif name == "status":
+            print(f"{payload['updated_at']} {payload['state']}: "
+                  f"{payload['status'].get('message', '')}", flush=True)
+        else:
+            print(f"artifact: {json.dumps(payload['artifact'], default=str)}", flush=True)
+    return 0

@@ -1,0 +1,95 @@
+"""``butler serve`` and ``butler check-config``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from butler.config import Config, ConfigError, load_config
+from butler.logs import setup_logging
+
+log = logging.getLogger("butler")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the daemon",
+                           description="Serve the authenticated A2A endpoint until SIGTERM or "
+                                       "SIGINT, then finish in-flight requests and exit 0.")
+    serve.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"),
+                       help="config file (default: $BUTLER_CONFIG)")
+    serve.set_defaults(handler=_serve)
+    check = sub.add_parser("check-config", help="validate a config file without starting",
+                           description="Exit 0 if FILE is valid; else print one line naming "
+                                       "the file, the key and the problem, and exit 2.")
+    check.add_argument("file")
+    check.set_defaults(handler=_check)
+
+
+def load_or_exit(path: str | None) -> Config | None:
+    if not path:
+        print("butler: no config file: pass -c FILE or set BUTLER_CONFIG", file=sys.stderr)
+        return None
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        print(f"butler: {err}", file=sys.stderr)
+        return None
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.file)
+    if config is None:
+        return 2
+    problem = serve_problem(config)
+    if problem:
+        print(f"butler: {config.source}: {problem}", file=sys.stderr)
+        return 2
+    print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s))")
+    return 0
+
+
+def serve_problem(config: Config) -> str | None:
+    if not config.a2a.enabled:
+        return "configurations.a2a.enabled: is false (the secure default); set it to true to serve"
+    if not config.a2a.tokens:
+        return "configurations.a2a.token_hashes: is empty, so no one could call this agent"
+    return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config)
+    if config is None:
+        return 2
+    problem = serve_problem(config)
+    if problem:
+        print(f"butler: {config.source}: {problem}", file=sys.stderr)
+        return 2
+    setup_logging(config.logging)
+    return asyncio.run(run_daemon(config))
+
+
+async def run_daemon(config: Config) -> int:
+    from butler.daemon import Daemon
+    from butler.delegation.wiring import make_delegator
+
+    daemon = Daemon(config, delegator_factory=make_delegator)
+    try:
+        await daemon.start()
+    except OSError as exc:
+        log.error("cannot listen on %s:%s: %s", config.a2a.bind_address, config.a2a.port,
+                  exc.strerror or exc)
+        return 1
+    print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: finishing in-flight requests")
+    await daemon.stop()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,46 @@
+"""``butler token new|hash``: make a token for a peer and the hash for the config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from internal.protocol.a2a.auth import hash_token, new_token
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tok = sub.add_parser("token", help="generate bearer tokens and their SHA-256 hashes")
+    tsub = tok.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    new = tsub.add_parser(
+        "new", help="print a new random token and its hash",
+        description="Prints a 32-byte random token (give it to the peer that will call you) "
+                    "and its SHA-256 (paste it into configurations.a2a.token_hashes).")
+    new.add_argument("--json", action="store_true", help="print {token, sha256} as JSON")
+    new.set_defaults(handler=_new)
+    hsh = tsub.add_parser(
+        "hash", help="read a token on stdin and print its SHA-256",
+        description="Reads a token on standard input (trailing newline ignored) and prints "
+                    "its SHA-256 hex, the same as `echo -n TOKEN | sha256sum`.")
+    hsh.set_defaults(handler=_hash)
+
+
+def _new(args: argparse.Namespace) -> int:
+    token = new_token()
+    digest = hash_token(token)
+    if args.json:
+        print(json.dumps({"token": token, "sha256": digest}))
+    else:
+        print(f"token:  {token}   (give this to your peer; keep it secret)")
+        print(f"sha256: {digest}   (paste this into configurations.a2a.token_hashes)")
+    return 0
+
+
+def _hash(args: argparse.Namespace) -> int:
+    data = sys.stdin.buffer.read()
+    token = data.rstrip(b"\r\n")
+    if not token:
+        print("butler token hash: no token on standard input", file=sys.stderr)
+        return 2
+    print(hash_token(token))
+    return 0

@@ -1,0 +1,139 @@
+"""The validated configuration: frozen values, built once in ``main()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+from internal.protocol.a2a.auth import TokenEntry
+
+DEFAULT_PORT = 8081
+DEFAULT_BIND = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1024 * 1024
+    max_json_depth: int = 32
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    keepalive_timeout_seconds: float = 75.0
+    max_connections: int = 256
+    max_inflight: int = 128
+    shutdown_grace_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class A2AConfig:
+    enabled: bool = False
+    port: int = DEFAULT_PORT
+    bind_address: str = DEFAULT_BIND
+    tokens: tuple[TokenEntry, ...] = ()
+
+
+@dataclass(frozen=True)
+class SwarmConfig:
+    enabled: bool = True
+    max_depth: int = 4
+    budget_usd: Decimal = Decimal("5.0")
+    workspace_ttl_hours: float = 24.0
+    max_children_per_task: int = 8
+    max_outbound_concurrency: int = 32
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    self_register: bool = False
+    health_ttl_minutes: float = 5.0
+    url: str = ""
+    token: str = ""
+    cache_seconds: float = 10.0
+    allow_private_networks: bool = True
+    allow_loopback: bool = True
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    allowed_capabilities: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SkillConfig:
+    id: str
+    name: str
+    description: str = ""
+    capabilities: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    cost_usd: Decimal = Decimal("0")
+    timeout_seconds: float = 60.0
+    expose: bool = False
+    tier: str | None = None
+    builtin: str | None = None
+    command: tuple[str, ...] | None = None
+    python: str | None = None
+    max_output_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    name: str
+    url: str
+    token: str = field(repr=False, default="")
+    capabilities: tuple[str, ...] = ()
+    spend_cap_usd: Decimal | None = None
+    cost_usd: Decimal = Decimal("0")
+    connect_timeout_seconds: float = 3.0
+    timeout_seconds: float = 60.0
+    max_response_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TasksConfig:
+    retention_hours: float = 168.0
+    default_timeout_seconds: float = 300.0
+    max_page_size: int = 200
+
+
+@dataclass(frozen=True)
+class TelemetryConfig:
+    exporter: str = "none"
+    service_name: str = ""
+    otlp_endpoint: str = ""
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    level: str = "info"
+    format: str = "text"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    id: str = "butler"
+    name: str = "Butler"
+    description: str = "A Butler A2A delegation agent"
+    url: str = ""
+    version: str = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str
+    agent: AgentConfig
+    data_dir: Path
+    a2a: A2AConfig
+    swarm: SwarmConfig
+    registry: RegistryConfig
+    mcp_server: McpServerConfig
+    limits: Limits
+    tasks: TasksConfig
+    telemetry: TelemetryConfig
+    logging: LoggingConfig
+    skills: tuple[SkillConfig, ...] = ()
+    peers: tuple[PeerConfig, ...] = ()
+
+    @property
+    def public_url(self) -> str:
+        return self.agent.url or f"http://{self.a2a.bind_address}:{self.a2a.port}"

@@ -1,0 +1,163 @@
+"""``a2a.delegate``: send work to a peer, bounded by budget, depth and deadline.
+
+Transport failures move on to the next candidate (at most ``MAX_ATTEMPTS``); a peer's
+refusal or rejection of the request is final and is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+import aiohttp
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
+
+from butler.delegation.peers import Candidate, DiscoverFn, PeerHealth, eligible
+from butler.skills.base import DelegationResult
+from butler.telemetry import inject_headers
+from internal.protocol.a2a import rest_codec
+from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.errors import ButlerError, DelegationFailed, Refusal
+from internal.protocol.a2a.types import CostNode, Task, TaskRequest
+
+log = logging.getLogger("butler.delegation")
+MAX_ATTEMPTS = 3
+POLL_SECONDS = 0.2
+
+
+class PeerDelegator:
+    def __init__(self, *, agent_id: str, static: Sequence[Candidate], tracer: Tracer,
+                 audit: Callable[..., None], max_concurrency: int,
+                 discover: DiscoverFn | None = None) -> None:
+        self.agent_id = agent_id
+        self.static = list(static)
+        self.discover = discover
+        self.health = PeerHealth()
+        self._tracer = tracer
+        self._audit = audit
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60))
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def candidates(self, capabilities: Sequence[str], chain: Sequence[str],
+                         peer: str | None = None) -> list[Candidate]:
+        pool = list(self.static)
+        if self.discover is not None and capabilities and peer is None:
+            try:
+                pool += await self.discover(capabilities)
+            except Exception as exc:
+                log.debug("registry lookup failed: %s", exc)
+        found = eligible(pool, capabilities, (*chain, self.agent_id), peer)
+        return sorted(found, key=self.health.rank_key)
+
+    async def cheapest(self, capabilities: Sequence[str], chain: tuple[str, ...]) -> Decimal | None:
+        found = await self.candidates(capabilities, chain)
+        return min((c.cost_usd for c in found), default=None)
+
+    async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
+                       deadline: float, peer: str | None) -> DelegationResult:
+        found = await self.candidates(request.capabilities_needed, chain[:-1], peer)
+        if not found:
+            wanted = peer or ", ".join(request.capabilities_needed) or "this task"
+            raise DelegationFailed("no_capable_peer", f"no peer available for {wanted}")
+        affordable = [c for c in found if c.cost_usd <= _grant(c, budget)]
+        if not affordable:
+            raise Refusal("budget_exhausted",
+                          f"the cheapest peer costs {found[0].cost_usd} USD, "
+                          f"{budget} USD is left")
+        last: DelegationFailed | None = None
+        for cand in affordable[:MAX_ATTEMPTS]:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return await self._send(cand, request, chain, _grant(cand, budget), deadline)
+            except DelegationFailed as err:
+                if err.code == "no_capable_peer":
+                    raise
+                last = err
+                log.warning("delegation to %s failed (%s); trying the next peer", cand.name,
+                            err.code)
+        if last is not None:
+            raise last
+        raise DelegationFailed("peer_timeout", "no time left to delegate")
+
+    async def _send(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
+                    grant: Decimal, deadline: float) -> DelegationResult:
+        client = PeerClient(cand.url, cand.token, session=self._http(), name=cand.name,
+                            connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+                            max_response_bytes=cand.max_response_bytes)
+        started = time.monotonic()
+        audit: dict[str, Any] = {"caller": self.agent_id, "task_id": request.id, "chain": chain}
+        with self._tracer.start_as_current_span("butler.delegate", attributes={
+            "butler.peer": cand.name, "butler.caller_chain": list(chain),
+            "butler.depth": len(chain), "butler.budget_usd": str(grant),
+        }) as span:
+            headers: dict[str, str] = {}
+            inject_headers(headers)
+            trace_id = format(span.get_span_context().trace_id, "032x")
+            headers[rest_codec.TRACE_HEADER] = trace_id
+            self._audit("delegation_sent", **audit, budget_before=grant, budget_after=None,
+                        decision=cand.name, trace_id=trace_id)
+            async with self._slots:
+                try:
+                    task = await client.submit(replace(request, blocking=True), chain=chain,
+                                               budget=grant, headers=headers,
+                                               timeout=deadline - time.monotonic())
+                    task = await self._follow(client, task, deadline)
+                except ButlerError as err:
+                    span.set_attribute("butler.refusal", err.code)
+                    if isinstance(err, DelegationFailed):
+                        self.health.failed(cand.name)
+                    self._audit("delegation_result", **audit, budget_before=grant,
+                                budget_after=grant, decision="error", code=err.code,
+                                trace_id=trace_id)
+                    raise
+            elapsed = time.monotonic() - started
+            self.health.ok(cand.name, elapsed)
+            spent = min(task.budget.spent_usd if task.budget else Decimal("0"), grant)
+            self._audit("delegation_result", **audit, budget_before=grant,
+                        budget_after=grant - spent, decision=task.state.value,
+                        code=task.error.code if task.error else None, trace_id=trace_id)
+            span.set_attribute("butler.state", task.state.value)
+        cost = task.cost or CostNode(agent=cand.name, skill=task.skill, cost_usd=spent,
+                                     duration_ms=int(elapsed * 1000), status=task.state.value)
+        return DelegationResult(
+            peer=cand.name, task_id=task.id, state=task.state.value, parts=task.parts,
+            artifacts=task.artifacts, spent_usd=spent, cost=cost,
+            error_code=task.error.code if task.error else "",
+            error_message=task.error.message if task.error else "",
+        )
+
+    async def _follow(self, client: PeerClient, task: Task, deadline: float) -> Task:
+        """A blocking answer is normally final; if not, poll until it is or time runs out."""
+        while not (task.state.terminal or task.state.interrupted):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DelegationFailed("peer_timeout", f"{client.name} did not finish in time")
+            await asyncio.sleep(min(POLL_SECONDS, remaining))
+            task = await client.get(task.id, timeout=remaining)
+        return task
+
+
+def _grant(cand: Candidate, budget: Decimal) -> Decimal:
+    return budget if cand.spend_cap_usd is None else min(budget, cand.spend_cap_usd)
+
+
+def current_trace_id() -> str:
+    return format(trace.get_current_span().get_span_context().trace_id, "032x")

@@ -1,0 +1,84 @@
+"""Delegation candidates: static peers from config (and later the registry), ranked."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from butler.config.model import PeerConfig
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    url: str
+    token: str
+    capabilities: tuple[str, ...]
+    cost_usd: Decimal = Decimal("0")
+    spend_cap_usd: Decimal | None = None
+    connect_timeout: float = 3.0
+    timeout: float = 60.0
+    max_response_bytes: int = 4 * 1024 * 1024
+    source: str = "static"
+
+    def __repr__(self) -> str:  # never show the token
+        return f"Candidate({self.name!r}, {self.url!r}, source={self.source!r})"
+
+    def provides(self, capabilities: Sequence[str]) -> bool:
+        return set(capabilities) <= set(self.capabilities)
+
+
+def from_config(peers: Iterable[PeerConfig]) -> list[Candidate]:
+    return [
+        Candidate(name=p.name, url=p.url, token=p.token, capabilities=p.capabilities,
+                  cost_usd=p.cost_usd, spend_cap_usd=p.spend_cap_usd,
+                  connect_timeout=p.connect_timeout_seconds, timeout=p.timeout_seconds,
+                  max_response_bytes=p.max_response_bytes)
+        for p in peers
+    ]
+
+
+DiscoverFn = Callable[[Sequence[str]], Awaitable[list[Candidate]]]
+
+
+class PeerHealth:
+    """Consecutive failures and a moving average of latency, per peer name."""
+
+    def __init__(self) -> None:
+        self._failures: dict[str, int] = {}
+        self._latency: dict[str, float] = {}
+        self._last_failure: dict[str, float] = {}
+
+    def ok(self, name: str, seconds: float) -> None:
+        self._failures[name] = 0
+        prev = self._latency.get(name)
+        self._latency[name] = seconds if prev is None else 0.8 * prev + 0.2 * seconds
+
+    def failed(self, name: str) -> None:
+        self._failures[name] = self._failures.get(name, 0) + 1
+        self._last_failure[name] = time.monotonic()
+
+    def rank_key(self, cand: Candidate) -> tuple[int, Decimal, float]:
+        """Healthy first, then cheaper, then faster. A failing peer is retried after 30s."""
+        failing = self._failures.get(cand.name, 0) > 0 and (
+            time.monotonic() - self._last_failure.get(cand.name, 0.0) < 30.0)
+        return (int(failing), cand.cost_usd, self._latency.get(cand.name, 0.0))
+
+
+def eligible(candidates: Iterable[Candidate], capabilities: Sequence[str],
+             chain: Sequence[str], peer: str | None) -> list[Candidate]:
+    """Candidates for this work: never one already in the chain (that would loop)."""
+    seen: set[str] = set()
+    out = []
+    for cand in candidates:
+        if cand.name in chain or cand.name in seen:
+            continue
+        if peer is not None and peer not in (cand.name, cand.url):
+            continue
+        if peer is None and not cand.provides(capabilities):
+            continue
+        seen.add(cand.name)
+        out.append(cand)
+    return out

@@ -1,0 +1,22 @@
+"""Builds the daemon's delegator from its config."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from butler.delegation.delegator import PeerDelegator
+from butler.delegation.peers import from_config
+
+if TYPE_CHECKING:
+    from butler.daemon import Daemon
+
+
+def make_delegator(daemon: Daemon) -> PeerDelegator:
+    cfg = daemon.config
+    return PeerDelegator(
+        agent_id=cfg.agent.id,
+        static=from_config(cfg.peers),
+        tracer=daemon.tracer_provider.get_tracer("butler"),
+        audit=daemon.engine.deps.audit,
+        max_concurrency=cfg.swarm.max_outbound_concurrency,
+    )

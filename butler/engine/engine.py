@@ -1,0 +1,319 @@
+"""The task engine: every binding's requests end here.
+
+Admission (swarm policy) -> skill or peer chosen -> task committed -> run -> events.
+State changes are checked and applied synchronously, then persisted, so a terminal
+task can never change again (a result that arrives after a cancel is discarded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from butler.engine.clock import iso_before, now_iso
+from butler.engine.events import EventHub
+from butler.engine.run import Delegator, RunDeps, TaskRun
+from butler.engine.store import TaskStore
+from butler.skills.base import FollowUp
+from butler.skills.catalog import Skill, SkillCatalog
+from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
+from butler.telemetry import parent_context
+from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.errors import Refusal, RequestError, StateConflict
+from internal.protocol.a2a.types import (
+    Budget,
+    Envelope,
+    StatusEntry,
+    Task,
+    TaskError,
+    TaskEvent,
+    TaskPage,
+    TaskRequest,
+    TaskState,
+)
+
+log = logging.getLogger("butler.engine")
+
+DELEGATE_SKILL = "a2a.delegate"
+
+
+class TaskEngine:
+    def __init__(self, deps: RunDeps, *, store: TaskStore, catalog: SkillCatalog,
+                 policy: SwarmPolicy, delegator: Delegator | None,
+                 retention_hours: float, default_timeout: float,
+                 card: Callable[[Identity], dict[str, Any]]) -> None:
+        self.card = card
+        self.deps = deps
+        self.store = store
+        self.catalog = catalog
+        self.policy = policy
+        self.delegator = delegator
+        self.hub = EventHub()
+        self._retention = retention_hours * 3600
+        self._default_timeout = default_timeout
+        self._live: dict[str, Task] = {}
+        self._runs: dict[str, TaskRun] = {}
+        self._purger: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> int:
+        """Fail what a crash left unfinished; returns how many tasks that was."""
+        stale = await self.store.open_tasks()
+        for task in stale:
+            await self.store.put(_finish(task, TaskState.FAILED, "interrupted_by_restart",
+                                         "the daemon restarted while this task was running"))
+        if stale:
+            log.warning("marked %d interrupted task(s) failed after restart", len(stale))
+        self._purger = asyncio.create_task(self._purge_loop())
+        return len(stale)
+
+    async def stop(self, grace: float) -> None:
+        if self._purger is not None:
+            self._purger.cancel()
+        runs = [r.handle for r in self._runs.values() if r.handle is not None]
+        if runs:
+            await asyncio.wait(runs, timeout=grace)
+        for task_id in list(self._runs):
+            await self.update(task_id, state=TaskState.FAILED, error=TaskError(
+                "interrupted_by_shutdown", "the daemon shut down before this task finished"))
+        for run in list(self._runs.values()):
+            run.cancel()
+
+    async def _purge_loop(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                purged = await self.store.purge_terminal(iso_before(self._retention))
+                if purged:
+                    log.info("purged %d terminal task(s) past retention", purged)
+            await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
+
+    # -- requests ----------------------------------------------------------------
+
+    async def submit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
+        if request.id is not None:
+            existing = self._live.get(request.id) or await self.store.get(request.id)
+            if existing is not None:
+                if existing.owner != caller.name:
+                    raise StateConflict("idempotency_conflict",
+                                        "a task with this id exists and belongs to another caller")
+                return await self._settled(existing, request.blocking)
+        admitted = self._admit(caller, request, envelope)
+        skill = self._choose_skill(caller, request)
+        parent, trace_id = parent_context(envelope)
+        task = self._new_task(caller, request, admitted, trace_id, skill)
+        if skill is None:
+            task = await self._plan_delegation(task, request, admitted)
+        else:
+            require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
+        await self.store.put(task)
+        self._live[task.id] = task
+        self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
+                        budget_before=admitted.budget_usd, budget_after=None,
+                        decision="accepted", trace_id=task.trace_id)
+        if task.state.terminal:
+            self._live.pop(task.id, None)
+            return task
+        run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), parent)
+        self._runs[task.id] = run
+        run.start()
+        return await self._settled(task, request.blocking)
+
+    def _admit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Admitted:
+        try:
+            return self.policy.admit(envelope, caller)
+        except Exception as err:
+            code = getattr(err, "code", "refused")
+            self.deps.audit("refusal", caller=caller.name, task_id=request.id,
+                            chain=envelope.chain, budget_before=envelope.budget_usd,
+                            budget_after=envelope.budget_usd, decision="refused", code=code,
+                            trace_id=envelope.trace_id)
+            self.deps.count_refusal(code)
+            raise
+
+    def _choose_skill(self, caller: Identity, request: TaskRequest) -> Skill | None:
+        if request.skill is None and not request.capabilities_needed:
+            return self.catalog.default_skill(caller)
+        return self.catalog.select(caller, skill_id=request.skill,
+                                   capabilities=request.capabilities_needed)
+
+    async def _plan_delegation(self, task: Task, request: TaskRequest,
+                               admitted: Admitted) -> Task:
+        """No local skill fits: delegate, or end the task saying why not."""
+        if request.skill is not None and self.catalog.find(request.skill) is None \
+                and not request.capabilities_needed:
+            return _finish(task, TaskState.FAILED, "unknown_skill",
+                           f"no skill {request.skill!r} here")
+        caps = request.capabilities_needed
+        if not caps or self.delegator is None:
+            return _finish(task, TaskState.FAILED, "no_capable_skill",
+                           "no exposed skill here provides what this task needs")
+        price = await self.delegator.cheapest(caps, admitted.chain + (self.policy.agent_id,))
+        if price is None:
+            return _finish(task, TaskState.FAILED, "no_capable_skill",
+                           f"neither this agent nor any known peer provides {', '.join(caps)}")
+        require_affordable(price, admitted.budget_usd, f"delegating {', '.join(caps)}")
+        if not self.policy.can_delegate(admitted.chain):
+            self.deps.count_refusal("depth_exceeded")
+            raise Refusal("depth_exceeded",
+                          f"delegating would exceed max_depth {self.policy.max_depth}")
+        return replace(task, skill=DELEGATE_SKILL)
+
+    def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
+                  trace_id: str, skill: Skill | None) -> Task:
+        now = now_iso()
+        return Task(
+            id=request.id or uuid.uuid4().hex,
+            context_id=request.context_id or uuid.uuid4().hex,
+            owner=caller.name,
+            state=TaskState.SUBMITTED,
+            request=request,
+            created_at=now,
+            updated_at=now,
+            skill=skill.id if skill else "",
+            history=(StatusEntry(TaskState.SUBMITTED, now),),
+            budget=Budget(admitted.budget_usd),
+            chain=admitted.chain,
+            trace_id=trace_id,
+        )
+
+    def _timeout(self, skill: Skill | None, request: TaskRequest) -> float:
+        limit = skill.config.timeout_seconds if skill else self._default_timeout
+        if request.timeout_seconds is not None:
+            limit = min(limit, request.timeout_seconds)
+        return limit
+
+    async def _settled(self, task: Task, blocking: bool) -> Task:
+        if not blocking or task.state.terminal or task.state.interrupted:
+            return task
+        return await self.wait(task.id)
+
+    async def wait(self, task_id: str) -> Task:
+        """Until the task is terminal or waits on its caller."""
+        async with self.hub.subscribe(task_id) as queue:
+            current = self._live.get(task_id) or await self.store.get(task_id)
+            if current is None:
+                raise RequestError("task_not_found", f"no task {task_id}")
+            while not (current.state.terminal or current.state.interrupted):
+                event = await queue.get()
+                if event is None:
+                    break
+                current = event.task
+            return self._live.get(task_id) or current
+
+    async def get(self, caller: Identity, task_id: str) -> Task:
+        task = self._live.get(task_id) or await self.store.get(task_id)
+        if task is None or not (caller.is_admin or task.owner == caller.name):
+            raise RequestError("task_not_found", f"no task {task_id}")
+        return task
+
+    async def list_tasks(self, caller: Identity, *, state: TaskState | None,
+                         context_id: str | None, cursor: str | None, limit: int) -> TaskPage:
+        return await self.store.list_tasks(
+            owner=None if caller.is_admin else caller.name, state=state,
+            context_id=context_id, cursor=cursor, limit=limit)
+
+    async def cancel(self, caller: Identity, task_id: str) -> Task:
+        task = await self.get(caller, task_id)
+        if task.state.terminal:
+            raise StateConflict("task_not_cancelable",
+                                f"task {task_id} is already {task.state.value}")
+        updated = await self.update(task_id, state=TaskState.CANCELED,
+                                    message=f"canceled by {caller.name}")
+        run = self._runs.get(task_id)
+        if run is not None:
+            run.cancel()
+        return updated or await self.get(caller, task_id)
+
+    async def answer(self, caller: Identity, task_id: str, reply: TaskRequest) -> Task:
+        """A follow-up message resuming a task that waits in ``input-required``."""
+        followup = FollowUp(text=reply.text, input=dict(reply.input), parts=reply.parts)
+        blocking = reply.blocking
+        task = await self.get(caller, task_id)
+        run = self._runs.get(task_id)
+        if task.state.terminal:
+            raise StateConflict("task_terminal", f"task {task_id} is {task.state.value}")
+        if task.state is not TaskState.INPUT_REQUIRED or run is None:
+            raise StateConflict("task_not_waiting",
+                                f"task {task_id} is {task.state.value}, not waiting for input")
+        updated = await self.update(task_id, state=TaskState.WORKING, message="input received")
+        run.answer(followup)
+        return await self._settled(updated or task, blocking)
+
+    async def events(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
+        """The task now, then each change, ending after a terminal state."""
+        task = await self.get(caller, task_id)
+        async with self.hub.subscribe(task_id) as queue:
+            task = self._live.get(task_id) or task
+            yield TaskEvent(task, "status")
+            if task.state.terminal:
+                return
+            while True:
+                event = await queue.get()
+                if event is None:
+                    return
+                yield event
+                if event.final:
+                    return
+
+    # -- state changes (called by runs) -------------------------------------------
+
+    async def update(self, task_id: str, *, state: TaskState | None = None,
+                     message: str | None = None, **changes: Any) -> Task | None:
+        """Apply a change unless the task is already terminal; persist; publish."""
+        current = self._live.get(task_id)
+        if current is None or current.state.terminal:
+            return None
+        now = now_iso()
+        if (state is not None and state is not current.state) or message is not None:
+            entry = StatusEntry(state or current.state, now, message or "")
+            changes["history"] = current.history + (entry,)
+        task = replace(current, updated_at=now, **changes)
+        if state is not None:
+            task = replace(task, state=state)
+        if message is not None:
+            task = replace(task, status_message=message)
+        self._live[task_id] = task
+        if task.state.terminal:
+            self._finalise(task)
+        await self.store.put(task)
+        self.hub.publish(TaskEvent(task, "status"))
+        return task
+
+    def _finalise(self, task: Task) -> None:
+        self._live.pop(task.id, None)
+        self._runs.pop(task.id, None)
+        budget = task.budget
+        self.deps.audit("task_finished", caller=task.owner, task_id=task.id, chain=task.chain,
+                        budget_before=budget.start_usd if budget else None,
+                        budget_after=budget.left_usd if budget else None,
+                        decision=task.state.value,
+                        code=task.error.code if task.error else None, trace_id=task.trace_id)
+        self.deps.count_task(task.state.value)
+
+    async def publish_artifact(self, task_id: str, artifact: Any) -> None:
+        current = self._live.get(task_id)
+        if current is None or current.state.terminal:
+            return
+        task = replace(current, artifacts=current.artifacts + (artifact,), updated_at=now_iso())
+        self._live[task_id] = task
+        await self.store.put(task)
+        self.hub.publish(TaskEvent(task, "artifact", artifact))
+
+    def live(self, task_id: str) -> Task | None:
+        return self._live.get(task_id)
+
+
+def _finish(task: Task, state: TaskState, code: str, message: str) -> Task:
+    now = now_iso()
+    return replace(
+        task, state=state, updated_at=now, error=TaskError(code, message),
+        status_message=message, history=task.history + (StatusEntry(state, now, message),),
+        budget=task.budget or Budget(Decimal("0")),
+    )

@@ -1,0 +1,249 @@
+"""One running task: its skill (or a delegation), its budget ledger, its cost tree."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Tracer
+
+from butler.skills.base import (
+    DelegationResult,
+    FollowUp,
+    SkillContext,
+    SkillFailed,
+    SkillRejected,
+    SkillResult,
+    to_result,
+)
+from butler.swarm.admission import Admitted
+from butler.swarm.ledger import BudgetLedger
+from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.errors import ButlerError
+from internal.protocol.a2a.types import (
+    Artifact,
+    Budget,
+    CostNode,
+    Task,
+    TaskError,
+    TaskRequest,
+    TaskState,
+)
+
+if TYPE_CHECKING:
+    from butler.engine.engine import TaskEngine
+    from butler.skills.catalog import Skill
+
+log = logging.getLogger("butler.engine")
+
+
+class Delegator(Protocol):
+    async def cheapest(self, capabilities: Sequence[str], chain: tuple[str, ...]) -> Decimal | None:
+        """The lowest price among peers that could take this, or None if none can."""
+
+    async def delegate(
+        self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
+        deadline: float, peer: str | None,
+    ) -> DelegationResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Workspace(Protocol):
+    def get(self, tree: str, key: str) -> Any: ...
+    def put(self, tree: str, key: str, value: Any) -> None: ...
+
+
+class _NoWorkspace:
+    def get(self, tree: str, key: str) -> Any:
+        return None
+
+    def put(self, tree: str, key: str, value: Any) -> None:
+        raise SkillFailed("workspace_unavailable", "this instance has no workspace")
+
+
+def _no_audit(kind: str, **fields: Any) -> None:
+    return None
+
+
+@dataclass
+class RunDeps:
+    """What runs need from the daemon; defaults make an engine usable in tests."""
+
+    agent_id: str
+    tracer: Tracer = field(default_factory=lambda: trace.get_tracer("butler"))
+    audit: Callable[..., None] = _no_audit
+    count_refusal: Callable[[str], None] = lambda code: None
+    count_task: Callable[[str], None] = lambda state: None
+    workspace: Workspace = field(default_factory=_NoWorkspace)
+    max_children: int = 8
+
+
+class TaskRun:
+    def __init__(self, engine: TaskEngine, task: Task, skill: Skill | None, admitted: Admitted,
+                 caller: Identity, timeout: float, parent: Context) -> None:
+        self.engine = engine
+        self.deps = engine.deps
+        self.task_id = task.id
+        self.task = task
+        self.skill = skill
+        self.caller = caller
+        self.chain = admitted.chain
+        self.ledger = BudgetLedger(admitted.budget_usd)
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.children: list[CostNode] = []
+        self.handle: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[FollowUp] | None = None
+        self._charged = Decimal("0")
+        self._parent = parent
+
+    def start(self) -> None:
+        self.handle = asyncio.create_task(self._main(), name=f"task-{self.task_id}")
+
+    def cancel(self) -> None:
+        if self.handle is not None and not self.handle.done():
+            self.handle.cancel()
+
+    def answer(self, followup: FollowUp) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(followup)
+
+    async def _main(self) -> None:
+        started = time.monotonic()
+        span = self.deps.tracer.start_span("butler.task", context=self._parent, attributes={
+            "butler.task_id": self.task_id, "butler.skill": self.task.skill,
+            "butler.caller_chain": list(self.chain), "butler.depth": len(self.chain),
+            "butler.budget_usd": str(self.ledger.start),
+        })
+        with trace.use_span(span, end_on_exit=True):
+            state, changes = await self._outcome()
+            span.set_attribute("butler.state", state.value)
+            node = CostNode(
+                agent=self.deps.agent_id, skill=self.task.skill, cost_usd=self._charged,
+                duration_ms=int((time.monotonic() - started) * 1000), status=state.value,
+                children=tuple(self.children),
+            )
+            await self.engine.update(
+                self.task_id, state=state, budget=Budget(self.ledger.start, self.ledger.spent),
+                cost=node, **changes,
+            )
+
+    async def _outcome(self) -> tuple[TaskState, dict[str, Any]]:
+        await self.engine.update(self.task_id, state=TaskState.WORKING)
+        try:
+            async with asyncio.timeout(self.timeout):
+                result = await (self._run_skill() if self.skill else self._run_delegation())
+        except asyncio.CancelledError:
+            return TaskState.CANCELED, {}
+        except TimeoutError:
+            return _failed("task_timeout", f"task did not finish within {self.timeout:g}s")
+        except SkillRejected as exc:
+            return TaskState.REJECTED, {"message": str(exc),
+                                        "error": TaskError("rejected", str(exc))}
+        except SkillFailed as exc:
+            return _failed(exc.code, exc.message)
+        except ButlerError as exc:
+            return _failed(exc.code, exc.message)
+        except Exception as exc:
+            log.exception("skill %s raised on task %s", self.task.skill, self.task_id)
+            return _failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
+        return TaskState.COMPLETED, {"parts": result.parts,
+                                     "artifacts": self._artifacts() + result.artifacts}
+
+    def _artifacts(self) -> tuple[Artifact, ...]:
+        live = self.engine.live(self.task_id)
+        return live.artifacts if live is not None else ()
+
+    async def _run_skill(self) -> SkillResult:
+        assert self.skill is not None
+        cost = self.skill.config.cost_usd
+        reserved = self.ledger.reserve(cost, f"skill {self.skill.id}")
+        request = self.task.request
+        ctx = SkillContext(
+            task_id=self.task_id, context_id=self.task.context_id, skill_id=self.skill.id,
+            text=request.text, input=dict(request.input), parts=request.parts,
+            caller=self.caller.name, chain=self.chain, trace_id=self.task.trace_id, _host=self,
+        )
+        with self.deps.tracer.start_as_current_span(
+            "butler.skill", attributes={"butler.skill": self.skill.id}
+        ):
+            try:
+                result = to_result(await self.skill.run(ctx))
+            except BaseException:
+                self.ledger.settle(reserved, Decimal("0"))
+                raise
+        self.ledger.settle(reserved, cost)
+        self._charged = cost
+        return result
+
+    async def _run_delegation(self) -> SkillResult:
+        request = self.task.request
+        result = await self.delegate(capabilities=request.capabilities_needed, task=request.text,
+                                     input=dict(request.input), peer=None)
+        if result.state != TaskState.COMPLETED.value:
+            raise SkillFailed(result.error_code or "peer_error",
+                              f"{result.peer}: {result.error_message or result.state}")
+        return SkillResult(parts=result.parts, artifacts=result.artifacts)
+
+    # -- Host: what SkillContext calls ---------------------------------------------
+
+    async def progress(self, message: str) -> None:
+        await self.engine.update(self.task_id, state=TaskState.WORKING, message=message)
+
+    async def artifact(self, artifact: Artifact) -> None:
+        await self.engine.publish_artifact(self.task_id, artifact)
+
+    async def request_input(self, prompt: str) -> FollowUp:
+        self._waiter = asyncio.get_running_loop().create_future()
+        await self.engine.update(self.task_id, state=TaskState.INPUT_REQUIRED, message=prompt)
+        try:
+            return await self._waiter
+        finally:
+            self._waiter = None
+
+    def budget_left(self) -> Decimal:
+        return self.ledger.left
+
+    async def delegate(self, *, capabilities: Sequence[str], task: str,
+                       input: dict[str, Any] | None, peer: str | None) -> DelegationResult:
+        delegator = self.engine.delegator
+        if delegator is None:
+            raise SkillFailed("no_capable_peer", "this instance has no peers configured")
+        if len(self.children) >= self.deps.max_children:
+            raise SkillFailed("too_many_delegations",
+                              f"a task may delegate at most {self.deps.max_children} times")
+        if not self.engine.policy.can_delegate(self.chain):
+            raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+        grant = self.ledger.reserve(self.ledger.left, "delegation")
+        child_request = TaskRequest(text=task, input=input or {},
+                                    capabilities_needed=tuple(capabilities),
+                                    context_id=self.task.context_id)
+        result: DelegationResult | None = None
+        try:
+            result = await delegator.delegate(
+                request=child_request, chain=self.chain + (self.deps.agent_id,), budget=grant,
+                deadline=self.deadline, peer=peer,
+            )
+        finally:
+            self.ledger.settle(grant, result.spent_usd if result else Decimal("0"))
+        if result.cost is not None:
+            self.children.append(result.cost)
+        return result
+
+    def workspace_get(self, key: str) -> Any:
+        return self.deps.workspace.get(self.task.trace_id, key)
+
+    def workspace_put(self, key: str, value: Any) -> None:
+        self.deps.workspace.put(self.task.trace_id, key, value)
+
+
+def _failed(code: str, message: str) -> tuple[TaskState, dict[str, Any]]:
+    return TaskState.FAILED, {"message": message, "error": TaskError(code, message)}

@@ -1,0 +1,156 @@
+"""What a skill is, and the context it runs with: the plugin API (docs/skills.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, NoReturn, Protocol
+
+from internal.protocol.a2a.types import Artifact, CostNode, Part
+
+
+class SkillFailed(Exception):
+    """Raise from a skill to fail its task with a machine-readable code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class SkillRejected(Exception):
+    """The skill will not do this task (state ``rejected``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """The caller's answer to ``request_input``."""
+
+    text: str
+    input: dict[str, Any]
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SkillResult:
+    parts: tuple[Part, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationResult:
+    """What a peer returned: its parts and artifacts, what it spent, its cost tree."""
+
+    peer: str
+    task_id: str
+    state: str
+    parts: tuple[Part, ...]
+    artifacts: tuple[Artifact, ...]
+    spent_usd: Decimal
+    cost: CostNode | None
+    error_code: str = ""
+    error_message: str = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join(p.text for p in self.parts if p.text is not None)
+
+
+class Host(Protocol):
+    """What the engine gives a running skill; ``SkillContext`` wraps it for skill code."""
+
+    async def progress(self, message: str) -> None: ...
+    async def artifact(self, artifact: Artifact) -> None: ...
+    async def request_input(self, prompt: str) -> FollowUp: ...
+    def budget_left(self) -> Decimal: ...
+    async def delegate(
+        self, *, capabilities: Sequence[str], task: str, input: dict[str, Any] | None,
+        peer: str | None,
+    ) -> DelegationResult: ...
+    def workspace_get(self, key: str) -> Any: ...
+    def workspace_put(self, key: str, value: Any) -> None: ...
+
+
+@dataclass
+class SkillContext:
+    """Everything a skill may read or do. Only this class is the public API."""
+
+    task_id: str
+    context_id: str
+    skill_id: str
+    text: str
+    input: dict[str, Any]
+    parts: tuple[Part, ...]
+    caller: str
+    chain: tuple[str, ...]
+    trace_id: str
+    _host: Host = field(repr=False)
+    _artifact_seq: int = field(default=0, repr=False)
+
+    async def progress(self, message: str) -> None:
+        """Report progress: subscribers see a ``working`` status with this message."""
+        await self._host.progress(message)
+
+    async def emit_artifact(
+        self, parts: Sequence[Part] | str, *, name: str = "", description: str = ""
+    ) -> Artifact:
+        self._artifact_seq += 1
+        items = (Part(text=parts),) if isinstance(parts, str) else tuple(parts)
+        artifact = Artifact(
+            artifact_id=f"{self.task_id}-a{self._artifact_seq}", parts=items, name=name,
+            description=description,
+        )
+        await self._host.artifact(artifact)
+        return artifact
+
+    async def request_input(self, prompt: str) -> FollowUp:
+        """Pause in ``input-required`` until the caller answers; returns the answer."""
+        return await self._host.request_input(prompt)
+
+    def reject(self, reason: str) -> NoReturn:
+        raise SkillRejected(reason)
+
+    def fail(self, code: str, message: str) -> NoReturn:
+        raise SkillFailed(code, message)
+
+    @property
+    def budget_left(self) -> Decimal:
+        return self._host.budget_left()
+
+    async def delegate(
+        self,
+        *,
+        capabilities: Sequence[str] = (),
+        task: str = "",
+        input: dict[str, Any] | None = None,
+        peer: str | None = None,
+    ) -> DelegationResult:
+        """Hand part of the work to a peer; the swarm envelope is carried for you."""
+        return await self._host.delegate(
+            capabilities=capabilities, task=task, input=input, peer=peer
+        )
+
+    def workspace_get(self, key: str) -> Any:
+        return self._host.workspace_get(key)
+
+    def workspace_put(self, key: str, value: Any) -> None:
+        self._host.workspace_put(key, value)
+
+
+SkillOutput = str | dict[str, Any] | list[Part] | tuple[Part, ...] | SkillResult | None
+SkillFunction = Callable[[SkillContext], Awaitable[SkillOutput]]
+
+
+def to_result(output: SkillOutput) -> SkillResult:
+    if output is None:
+        return SkillResult()
+    if isinstance(output, SkillResult):
+        return output
+    if isinstance(output, str):
+        return SkillResult(parts=(Part(text=output),))
+    if isinstance(output, dict):
+        return SkillResult(parts=(Part(data=output),))
+    if all(isinstance(p, Part) for p in output):
+        return SkillResult(parts=tuple(output))
+    raise SkillFailed("invalid_skill_output", "skill returned something that is not a result")

@@ -1,0 +1,103 @@
+"""The command bridge: a CLI tool as a skill (task JSON on stdin, stdout is the result)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Sequence
+
+from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
+from internal.protocol.a2a import jsonwire, rest_codec
+from internal.protocol.a2a.types import Part
+
+STDERR_TAIL = 2000
+
+
+def command_skill(argv: Sequence[str], *, max_output_bytes: int) -> SkillFunction:
+    async def run(ctx: SkillContext) -> SkillOutput:
+        payload = jsonwire.dumps_bytes({
+            "task_id": ctx.task_id, "context_id": ctx.context_id, "skill": ctx.skill_id,
+            "task": ctx.text, "input": ctx.input,
+            "parts": [rest_codec.encode_part(p) for p in ctx.parts],
+            "caller": ctx.caller, "trace_id": ctx.trace_id,
+        })
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as exc:
+            raise SkillFailed("command_failed", f"cannot start {argv[0]}: {exc.strerror}") from None
+        try:
+            stdout, stderr = await _communicate(proc, payload, max_output_bytes)
+        except BaseException:
+            # Cancellation or timeout: the process must not outlive its task.
+            _kill(proc)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(proc.wait())
+            raise
+        if proc.returncode != 0:
+            tail = stderr[-STDERR_TAIL:].decode("utf-8", "replace").strip()
+            raise SkillFailed(
+                "command_failed", f"{argv[0]} exited with {proc.returncode}: {tail}"
+            )
+        return _parse(stdout)
+
+    return run
+
+
+async def _communicate(
+    proc: asyncio.subprocess.Process, payload: bytes, cap: int
+) -> tuple[bytes, bytes]:
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(payload)
+        await proc.stdin.drain()
+    proc.stdin.close()
+
+    async def read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
+        chunks, size = [], 0
+        while chunk := await stream.read(65536):
+            size += len(chunk)
+            if size > limit:
+                raise SkillFailed("output_too_large", f"command wrote more than {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def read_tail(stream: asyncio.StreamReader) -> bytes:
+        tail = b""
+        while chunk := await stream.read(65536):
+            tail = (tail + chunk)[-STDERR_TAIL * 4:]
+        return tail
+
+    out, err = await asyncio.gather(read_capped(proc.stdout, cap), read_tail(proc.stderr))
+    await proc.wait()
+    return out, err
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    import os
+    import signal
+
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _parse(stdout: bytes) -> SkillOutput:
+    """JSON output ``{"parts": [...]}`` or any JSON object becomes data; else text."""
+    text = stdout.decode("utf-8", "replace")
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            return text
+        if isinstance(data, dict) and isinstance(data.get("parts"), list):
+            try:
+                return SkillResult(parts=rest_codec.decode_parts(data["parts"]))
+            except Exception:
+                raise SkillFailed("invalid_skill_output", "command printed invalid parts") from None
+        return SkillResult(parts=(Part(data=data),)) if isinstance(data, dict) else text
+    return text.rstrip("\n")

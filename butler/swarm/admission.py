@@ -1,0 +1,70 @@
+"""Swarm admission: loop, depth, forged callers and budget, decided before any work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.errors import AuthError, Refusal
+from internal.protocol.a2a.types import Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The envelope after admission: the chain this task carries and its budget."""
+
+    chain: tuple[str, ...]
+    budget_usd: Decimal
+
+    @property
+    def depth(self) -> int:
+        return len(self.chain)
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmPolicy:
+    agent_id: str
+    max_depth: int
+    budget_cap_usd: Decimal
+
+    def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
+        chain = envelope.chain
+        if caller.bound:
+            if not chain:
+                # A bound peer is the caller even when it sent no chain.
+                chain = (caller.name,)
+            elif chain[-1] != caller.name:
+                raise AuthError(
+                    "chain_mismatch",
+                    f"token belongs to {caller.name!r} but the chain names {chain[-1]!r} "
+                    "as the caller",
+                )
+        if self.agent_id in chain:
+            raise Refusal(
+                "loop_detected",
+                f"{self.agent_id} is already in the caller chain {' -> '.join(chain)}",
+                details={"caller_chain": list(chain)},
+            )
+        if len(chain) > self.max_depth:
+            raise Refusal(
+                "depth_exceeded",
+                f"chain depth {len(chain)} exceeds max_depth {self.max_depth}",
+                details={"depth": len(chain), "max_depth": self.max_depth},
+            )
+        claimed = envelope.budget_usd
+        budget = self.budget_cap_usd if claimed is None else min(claimed, self.budget_cap_usd)
+        return Admitted(chain=chain, budget_usd=budget)
+
+    def can_delegate(self, chain: tuple[str, ...]) -> bool:
+        """Whether the next hop (chain + us) is within depth: we never send a doomed hop."""
+        return len(chain) + 1 <= self.max_depth
+
+
+def require_affordable(cost: Decimal, budget: Decimal, what: str) -> None:
+    if cost > budget:
+        raise Refusal(
+            "budget_exhausted",
+            f"{what} costs {cost} USD but only {budget} USD is left",
+            details={"cost_usd": str(cost), "budget_left_usd": str(budget)},
+        )

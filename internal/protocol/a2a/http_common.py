@@ -1,0 +1,129 @@
+"""aiohttp plumbing every route shares: JSON bodies, errors as JSON, bearer auth."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+from aiohttp import web
+
+from internal.protocol.a2a import jsonwire
+from internal.protocol.a2a.auth import Identity, TokenVerifier
+from internal.protocol.a2a.errors import ButlerError, RequestError, Unavailable
+
+log = logging.getLogger("butler.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+IDENTITY: str = "butler.identity"
+
+_HTTP_CODES = {
+    400: "invalid_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    431: "header_too_large",
+}
+
+
+def json_response(
+    data: Any, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=jsonwire.dumps_bytes(data),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def error_response(err: ButlerError) -> web.Response:
+    headers: dict[str, str] = {}
+    if err.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="butler"'
+    if err.retry_after is not None:
+        headers["Retry-After"] = str(err.retry_after)
+    return json_response(err.to_json(), status=err.status, headers=headers)
+
+
+def identity_of(request: web.Request) -> Identity:
+    ident = request.get(IDENTITY)
+    if not isinstance(ident, Identity):
+        raise RuntimeError("route reached without authentication")
+    return ident
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ButlerError as err:
+        return error_response(err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "invalid_request" if exc.status < 500 else "overloaded")
+        message = "request body too large" if exc.status == 413 else exc.reason
+        mapped = RequestError(code, message) if exc.status < 500 else Unavailable(code, message)
+        return error_response(mapped)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # The client learns only that it failed; the operator gets the traceback.
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return json_response(
+            {"error": {"code": "internal_error", "message": "internal error"}}, status=500
+        )
+
+
+def auth_middleware(verifier: TokenVerifier, public_paths: Collection[str]) -> Any:
+    public = frozenset(public_paths)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in public:
+            request[IDENTITY] = verifier.identify(request.headers.get("Authorization"))
+        return await handler(request)
+
+    return middleware
+
+
+def inflight_middleware(max_inflight: int) -> Any:
+    """Answers 503 with Retry-After instead of queueing past ``max_inflight``."""
+    state = {"n": 0}
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if state["n"] >= max_inflight:
+            raise Unavailable("overloaded", "too many requests in flight", retry_after=1)
+        state["n"] += 1
+        try:
+            return await handler(request)
+        finally:
+            state["n"] -= 1
+
+    return middleware
+
+
+_JSON_TYPES = ("application/json", "application/octet-stream", "")
+
+
+async def read_json(request: web.Request, *, max_depth: int, body_seconds: float) -> Any:
+    """The request body as JSON; a slow body is cut off after ``body_seconds``."""
+    ctype = request.content_type
+    if request.body_exists and ctype not in _JSON_TYPES and not ctype.endswith("+json"):
+        raise RequestError("unsupported_media_type", f"expected application/json, got {ctype}")
+    try:
+        async with asyncio.timeout(body_seconds):
+            raw = await request.read()
+    except TimeoutError:
+        raise RequestError(
+            "request_timeout", f"request body not received within {body_seconds:g}s"
+        ) from None
+    if not raw.strip():
+        raise RequestError("malformed_json", "request body is empty; expected JSON")
+    return jsonwire.loads(raw, max_depth=max_depth)

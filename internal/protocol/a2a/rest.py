@@ -1,0 +1,111 @@
+"""Butler's /v2 REST binding: a thin adapter from HTTP to the ``TaskService``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from internal.protocol.a2a import jsonwire, rest_codec
+from internal.protocol.a2a.errors import RequestError
+from internal.protocol.a2a.http_common import identity_of, json_response, read_json
+from internal.protocol.a2a.service import TaskService
+from internal.protocol.a2a.types import TaskEvent, TaskState
+
+
+@dataclass(frozen=True)
+class RestLimits:
+    max_json_depth: int
+    body_seconds: float
+    max_page_size: int
+
+
+class RestBinding:
+    def __init__(self, service: TaskService, limits: RestLimits) -> None:
+        self.service = service
+        self.limits = limits
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/v2/card", self.card),
+            web.post("/v2/tasks", self.submit),
+            web.get("/v2/tasks", self.list_tasks),
+            web.get("/v2/tasks/{id}", self.get),
+            web.post("/v2/tasks/{id}/cancel", self.cancel),
+            web.post("/v2/tasks/{id}/input", self.answer),
+            web.get("/v2/tasks/{id}/events", self.events),
+        ]
+
+    async def _body(self, request: web.Request) -> dict[str, object]:
+        body = await read_json(request, max_depth=self.limits.max_json_depth,
+                               body_seconds=self.limits.body_seconds)
+        if not isinstance(body, dict):
+            raise RequestError("invalid_request", "request body must be a JSON object")
+        return body
+
+    async def card(self, request: web.Request) -> web.Response:
+        return json_response(self.service.card(identity_of(request)))
+
+    async def submit(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        task_request = rest_codec.decode_task_request(body)
+        envelope = rest_codec.decode_envelope(body, request.headers)
+        task = await self.service.submit(identity_of(request), task_request, envelope)
+        status = 200 if task_request.blocking else 202
+        return json_response(rest_codec.encode_task(task), status=status,
+                             headers={rest_codec.TRACE_HEADER: task.trace_id})
+
+    async def get(self, request: web.Request) -> web.Response:
+        task = await self.service.get(identity_of(request), request.match_info["id"])
+        return json_response(rest_codec.encode_task(task))
+
+    async def list_tasks(self, request: web.Request) -> web.Response:
+        query = request.query
+        state = None
+        if "state" in query:
+            try:
+                state = TaskState(query["state"])
+            except ValueError:
+                names = ", ".join(s.value for s in TaskState)
+                raise RequestError("invalid_params", f"state must be one of {names}") from None
+        limit_text = query.get("limit", "50")
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= self.limits.max_page_size:
+            raise RequestError("invalid_params",
+                               f"limit must be an integer in 1..{self.limits.max_page_size}")
+        page = await self.service.list_tasks(
+            identity_of(request), state=state, context_id=query.get("context_id"),
+            cursor=query.get("cursor"), limit=int(limit_text))
+        return json_response({"tasks": [rest_codec.encode_task(t) for t in page.tasks],
+                              "next_cursor": page.next_cursor})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        task = await self.service.cancel(identity_of(request), request.match_info["id"])
+        return json_response(rest_codec.encode_task(task))
+
+    async def answer(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        reply = rest_codec.decode_task_request(body)
+        task = await self.service.answer(identity_of(request), request.match_info["id"], reply)
+        return json_response(rest_codec.encode_task(task))
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        stream = self.service.events(identity_of(request), request.match_info["id"])
+        first = await anext(stream)  # raises 404 before any bytes are sent
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        })
+        await response.prepare(request)
+        await response.write(sse_frame(first))
+        async for event in stream:
+            await response.write(sse_frame(event))
+        await response.write_eof()
+        return response
+
+
+def sse_frame(event: TaskEvent) -> bytes:
+    if event.kind == "artifact" and event.artifact is not None:
+        data = {"task_id": event.task.id, "artifact": rest_codec.encode_artifact(event.artifact)}
+    else:
+        data = rest_codec.encode_task(event.task)
+    return f"event: {event.kind}\ndata: {jsonwire.dumps(data)}\n\n".encode()

@@ -1,0 +1,164 @@
+"""Protocol value types: frozen dataclasses shared by every binding and the engine.
+
+Wire shapes live in the codecs (``rest_codec`` for Butler's /v2 REST); these types
+know nothing of JSON field names.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+
+class TaskState(enum.StrEnum):
+    SUBMITTED = "submitted"
+    WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    AUTH_REQUIRED = "auth-required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    REJECTED = "rejected"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def interrupted(self) -> bool:
+        """Waiting on the caller: blocking calls return here too."""
+        return self in (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED)
+
+
+_TERMINAL = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One piece of content: exactly one of text, data or file is set."""
+
+    text: str | None = None
+    data: dict[str, Any] | None = None
+    file: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.text is not None:
+            return "text"
+        return "data" if self.data is not None else "file"
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    artifact_id: str
+    parts: tuple[Part, ...]
+    name: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEntry:
+    state: TaskState
+    at: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskError:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CostNode:
+    """One hop of a delegation tree: what it cost and what its own delegations cost."""
+
+    agent: str
+    skill: str
+    cost_usd: Decimal
+    duration_ms: int
+    status: str
+    children: tuple[CostNode, ...] = ()
+
+    @property
+    def total_usd(self) -> Decimal:
+        return self.cost_usd + sum((c.total_usd for c in self.children), Decimal("0"))
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """The swarm envelope as received: chain oldest first, not including the receiver."""
+
+    chain: tuple[str, ...] = ()
+    budget_usd: Decimal | None = None
+    trace_id: str | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    text: str = ""
+    id: str | None = None
+    context_id: str | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+    parts: tuple[Part, ...] = ()
+    capabilities_needed: tuple[str, ...] = ()
+    skill: str | None = None
+    blocking: bool = True
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    start_usd: Decimal
+    spent_usd: Decimal = Decimal("0")
+
+    @property
+    def left_usd(self) -> Decimal:
+        return self.start_usd - self.spent_usd
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: str
+    context_id: str
+    owner: str
+    state: TaskState
+    request: TaskRequest
+    created_at: str
+    updated_at: str
+    skill: str = ""
+    history: tuple[StatusEntry, ...] = ()
+    parts: tuple[Part, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+    error: TaskError | None = None
+    status_message: str = ""
+    budget: Budget | None = None
+    cost: CostNode | None = None
+    chain: tuple[str, ...] = ()
+    trace_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """A change seen by subscribers: a new status, or a new artifact."""
+
+    task: Task
+    kind: str  # "status" | "artifact"
+    artifact: Artifact | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.kind == "status" and self.task.state.terminal
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    tasks: tuple[Task, ...]
+    next_cursor: str | None
