@@ -17,7 +17,7 @@ log = logging.getLogger("butler.http")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-IDENTITY: str = "butler.identity"
+IDENTITY = web.RequestKey("butler.identity", Identity)
 
 _HTTP_CODES = {
     400: "invalid_request",
@@ -51,9 +51,10 @@ def error_response(err: ButlerError) -> web.Response:
 
 
 def identity_of(request: web.Request) -> Identity:
-    ident = request.get(IDENTITY)
-    if not isinstance(ident, Identity):
-        raise RuntimeError("route reached without authentication")
+    try:
+        ident: Identity = request[IDENTITY]
+    except KeyError:
+        raise RuntimeError("route reached without authentication") from None
     return ident
 
 

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.support import Swarm
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+async def swarm(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Swarm]:
+    """Start real daemons with ``await swarm.start("home", ...)``; all stop at teardown."""
+    s = Swarm(tmp_path, http)
+    try:
+        yield s
+    finally:
+        await s.close()
