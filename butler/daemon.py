@@ -19,6 +19,7 @@ from butler.config.model import Config
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
+from butler.engine.workspace import SqliteWorkspace
 from butler.memory_store import MemoryStore
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
@@ -48,6 +49,7 @@ class Daemon:
     engine: TaskEngine = field(init=False)
     tracer_provider: TracerProvider = field(init=False)
     _closers: list[Callable[[], Any]] = field(default_factory=list, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _server: asyncio.Server | None = field(default=None, init=False)
 
@@ -68,11 +70,14 @@ class Daemon:
                                                      self.span_exporter)
         self._closers.append(self.tracer_provider.shutdown)
         store = SqliteTaskStore(cfg.data_dir / "tasks.db")
+        workspace = SqliteWorkspace(cfg.data_dir / "workspace.db", cfg.swarm.workspace_ttl_hours)
+        self._closers.append(workspace.close)
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer_provider.get_tracer("butler"),
             audit=lambda kind, **f: _safe_audit(audit, kind, **f),
             max_children=cfg.swarm.max_children_per_task,
+            workspace=workspace,
         )
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,
@@ -84,6 +89,7 @@ class Daemon:
         if self.delegator_factory is not None:
             self.engine.delegator = self.delegator_factory(self)
         await self.engine.start()
+        self._tasks.append(asyncio.create_task(_purge_workspace(workspace)))
         app = build_app(cfg, self.engine, catalog)
         self._runner = web.AppRunner(
             app, handle_signals=False, access_log=None,
@@ -100,6 +106,8 @@ class Daemon:
 
     async def stop(self) -> None:
         grace = self.config.limits.shutdown_grace_seconds
+        for task in self._tasks:
+            task.cancel()
         if self._server is not None:
             self._server.close()
         if self._runner is not None:
@@ -112,6 +120,19 @@ class Daemon:
         await self.engine.store.close()
         for close in reversed(self._closers):
             close()
+
+
+async def _purge_workspace(workspace: SqliteWorkspace) -> None:
+    interval = min(3600.0, max(workspace.ttl_seconds / 10, 1.0))
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            purged = await asyncio.to_thread(workspace.purge)
+        except Exception:
+            log.exception("workspace purge failed")
+        else:
+            if purged:
+                log.info("purged %d expired workspace entries", purged)
 
 
 def _safe_audit(audit: AuditLog, kind: str, **fields: Any) -> None:

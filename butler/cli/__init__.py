@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from butler.cli.audit_cmd import add_parsers as add_audit
+from butler.cli.delegate_cmd import add_parsers as add_delegate
 from butler.cli.demo import add_parsers as add_demo
 from butler.cli.remote import add_parsers as add_remote
 from butler.cli.serve import add_parsers as add_serve
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_token(sub)
     add_remote(sub)
     add_audit(sub)
+    add_delegate(sub)
     add_demo(sub)
     _add_registry(sub)
     return parser

@@ -15,6 +15,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
 from butler.skills.base import (
+    DelegationError,
     DelegationResult,
     FollowUp,
     SkillContext,
@@ -229,9 +230,11 @@ class TaskRun:
         result: DelegationResult | None = None
         try:
             result = await delegator.delegate(
-                request=child_request, chain=self.chain + (self.deps.agent_id,), budget=grant,
+                request=child_request, chain=(*self.chain, self.deps.agent_id), budget=grant,
                 deadline=self.deadline, peer=peer,
             )
+        except ButlerError as err:
+            raise DelegationError(err.code, err.message) from None
         finally:
             self.ledger.settle(grant, result.spent_usd if result else Decimal("0"))
         if result.cost is not None:
@@ -242,7 +245,10 @@ class TaskRun:
         return self.deps.workspace.get(self.task.trace_id, key)
 
     def workspace_put(self, key: str, value: Any) -> None:
-        self.deps.workspace.put(self.task.trace_id, key, value)
+        try:
+            self.deps.workspace.put(self.task.trace_id, key, value)
+        except ValueError as exc:
+            raise SkillFailed("workspace_error", str(exc)) from None
 
 
 def _failed(code: str, message: str) -> tuple[TaskState, dict[str, Any]]:

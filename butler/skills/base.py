@@ -19,6 +19,12 @@ class SkillFailed(Exception):
         self.message = message
 
 
+class DelegationError(SkillFailed):
+    """``ctx.delegate`` could not get the work done: refused (``loop_detected``,
+    ``depth_exceeded``, ``budget_exhausted``...) or the peer failed. Uncaught, it fails the
+    task with the same code."""
+
+
 class SkillRejected(Exception):
     """The skill will not do this task (state ``rejected``)."""
 

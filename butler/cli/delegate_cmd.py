@@ -1,0 +1,70 @@
+"""``butler delegate``: send a task to a peer as this instance, and show the hops."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+import aiohttp
+
+from butler.cli.remote import read_token
+from butler.cli.render import print_task
+from butler.cli.serve import load_or_exit
+from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.errors import ButlerError
+from internal.protocol.a2a.rest_codec import decode_money
+from internal.protocol.a2a.types import TaskRequest
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "delegate", help="delegate a task to a peer as this instance",
+        description="Sends TASK to a peer (by its name in the config, or a URL) with this "
+                    "instance's id as the caller chain and its budget, follows it, then prints "
+                    "the result, the hops with their costs and the trace id.")
+    p.add_argument("task")
+    p.add_argument("--peer", required=True, help="peer name from the config, or a URL")
+    p.add_argument("--capability", action="append", default=[], help="capability needed")
+    p.add_argument("--budget", help="USD budget (default: swarm.budget_usd)")
+    p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
+    p.add_argument("--token-env", default="BUTLER_TOKEN",
+                   help="variable holding the token when --peer is a URL not in the config")
+    p.add_argument("--token-file")
+    p.set_defaults(handler=_delegate)
+
+
+def _delegate(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config)
+    if config is None:
+        return 2
+    peer = next((p for p in config.peers if args.peer in (p.name, p.url)), None)
+    url = peer.url if peer else args.peer
+    if peer is None and not url.startswith(("http://", "https://")):
+        print(f"butler: no peer named {args.peer!r} in {config.source}", file=sys.stderr)
+        return 2
+    token = peer.token if peer else read_token(args)
+    budget = decode_money(args.budget, "--budget") if args.budget else config.swarm.budget_usd
+    request = TaskRequest(text=args.task, capabilities_needed=tuple(args.capability),
+                          blocking=False)
+
+    async def go() -> int:
+        async with aiohttp.ClientSession() as session:
+            client = PeerClient(url, token, session=session, name=peer.name if peer else url,
+                                timeout=peer.timeout_seconds if peer else 300)
+            task = await client.submit(request, chain=(config.agent.id,), budget=budget)
+            print(f"delegated to {client.name}: task {task.id}", file=sys.stderr)
+            async for name, data in client.events(task.id):
+                if name == "status":
+                    print(f"  {data['state']} {data['status'].get('message', '')}",
+                          file=sys.stderr)
+            final = await client.get(task.id)
+            print_task(final)
+            return 0 if final.state.value == "completed" else 1
+
+    try:
+        return asyncio.run(go())
+    except ButlerError as err:
+        print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        return 1

@@ -1,0 +1,79 @@
+"""Building several Butlers that know each other: ports, tokens and peers up front."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.support import ECHO, Instance, config_dict, start_instance
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def skill(capability: str, cost: str = "0", **extra: Any) -> dict[str, Any]:
+    return {"id": capability, "builtin": "echo", "capabilities": [capability],
+            "cost_usd": cost, "expose": True, **extra}
+
+
+class Mesh:
+    """Declare agents, their skills and who may call whom, then start them all."""
+
+    def __init__(self, tmp: Path, session: aiohttp.ClientSession) -> None:
+        self.tmp = tmp
+        self.session = session
+        self.specs: dict[str, dict[str, Any]] = {}
+        self.instances: dict[str, Instance] = {}
+
+    def agent(self, agent_id: str, *, skills: list[dict[str, Any]] | None = None,
+              swarm: dict[str, Any] | None = None, daemon_kwargs: dict[str, Any] | None = None,
+              ) -> None:
+        self.specs[agent_id] = {"skills": skills if skills is not None else [ECHO],
+                                "swarm": swarm or {}, "peers": [], "port": free_port(),
+                                "callers": {"operator": {"bound": False}},
+                                "daemon_kwargs": daemon_kwargs or {}}
+
+    def url(self, agent_id: str) -> str:
+        return f"http://127.0.0.1:{self.specs[agent_id]['port']}"
+
+    def link(self, caller: str, callee: str, capabilities: list[str], *, name: str | None = None,
+             url: str | None = None, **peer: Any) -> None:
+        """``caller`` may delegate ``capabilities`` to ``callee`` (peer entry ``name``)."""
+        self.specs[callee]["callers"][caller] = {}
+        self.specs[caller]["peers"].append({
+            "name": name or callee, "url": url or self.url(callee), "capabilities": capabilities,
+            "_token_of": (callee, caller), **peer})
+
+    async def start(self) -> dict[str, Instance]:
+        built: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+        for agent_id, spec in self.specs.items():
+            cfg, tokens = config_dict(self.tmp, agent_id, callers=spec["callers"],
+                                      skills=spec["skills"], swarm=spec["swarm"])
+            cfg["configurations"]["a2a"]["port"] = spec["port"]
+            built[agent_id] = (cfg, tokens)
+        for agent_id, (cfg, _) in built.items():
+            peers = []
+            for peer in self.specs[agent_id]["peers"]:
+                peer = dict(peer)
+                callee, caller = peer.pop("_token_of")
+                token_file = self.tmp / f"{caller}-to-{callee}-{peer['name']}.token"
+                token_file.write_text(built[callee][1][caller])
+                peer["token_file"] = str(token_file)
+                peers.append(peer)
+            cfg["peers"] = peers
+        for agent_id, (cfg, tokens) in built.items():
+            self.instances[agent_id] = await start_instance(
+                self.tmp, self.session, cfg, tokens, **self.specs[agent_id]["daemon_kwargs"])
+        return self.instances
+
+    async def close(self) -> None:
+        for inst in reversed(list(self.instances.values())):
+            await inst.daemon.stop()
+        self.instances.clear()
