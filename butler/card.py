@@ -2,30 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from butler.config.model import Config
 from butler.engine.clock import now_iso
-from butler.skills.catalog import SkillCatalog
+from butler.skills.catalog import SkillCatalog, is_reserved
 from internal.protocol.a2a.auth import Identity
 
 
 def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
                url: str) -> dict[str, Any]:
     skills = catalog.visible(identity)
+    allowed = config.mcp_server.allowed_capabilities
+
+    def advertised(caps: Iterable[str]) -> list[str]:
+        """Never a reserved name, and with ``allowed_capabilities`` set only those."""
+        return [c for c in caps if not is_reserved(c) and (allowed is None or c in allowed)]
+
     return {
         "agent_id": config.agent.id,
         "name": config.agent.name,
         "description": config.agent.description,
         "url": url,
         "version": config.agent.version,
-        "capabilities": catalog.capabilities(identity),
+        "capabilities": advertised(catalog.capabilities(identity)),
         "skills": [
             {
                 "id": s.id,
                 "name": s.config.name,
                 "description": s.config.description,
-                "capabilities": list(s.config.capabilities),
+                "capabilities": advertised(s.config.capabilities),
                 "tags": list(s.config.tags),
                 "examples": list(s.config.examples),
                 "cost_usd": str(s.config.cost_usd),

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_request import BaseRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from butler.audit import AuditLog
 from butler.card import build_card
 from butler.config.model import Config
+from butler.delegation.registry_link import RegistryLink
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
@@ -29,8 +33,10 @@ from internal.protocol.a2a.auth import TokenVerifier
 from internal.protocol.a2a.http_common import (
     auth_middleware,
     error_middleware,
+    error_response,
     inflight_middleware,
     json_response,
+    protocol_error,
 )
 from internal.protocol.a2a.rest import RestBinding, RestLimits
 
@@ -48,6 +54,7 @@ class Daemon:
     port: int = 0
     engine: TaskEngine = field(init=False)
     tracer_provider: TracerProvider = field(init=False)
+    registry_link: RegistryLink = field(init=False)
     _closers: list[Callable[[], Any]] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
@@ -86,28 +93,33 @@ class Daemon:
             default_timeout=cfg.tasks.default_timeout_seconds,
             card=lambda ident: build_card(cfg, catalog, ident, self.url),
         )
+        self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url),
+                                          lambda: self.url)
         if self.delegator_factory is not None:
             self.engine.delegator = self.delegator_factory(self)
         await self.engine.start()
         self._tasks.append(asyncio.create_task(_purge_workspace(workspace)))
         app = build_app(cfg, self.engine, catalog)
+        handler_args = _handler_args(cfg)
         self._runner = web.AppRunner(
-            app, handle_signals=False, access_log=None,
-            keepalive_timeout=cfg.limits.header_timeout_seconds,
+            app, handle_signals=False,
+            shutdown_timeout=cfg.limits.shutdown_grace_seconds, **handler_args,
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        self._server = await _listen(self._runner.server, cfg)
+        self._server = await _listen(self._runner.server, cfg, handler_args)
         self.port = self._server.sockets[0].getsockname()[1]
-        if cfg.a2a.bind_address not in ("127.0.0.1", "::1", "localhost"):
+        if not _is_loopback(cfg.a2a.bind_address):
             log.warning("listening on %s: put TLS in front (a reverse proxy) before exposing "
                         "it beyond this machine", cfg.a2a.bind_address)
         log.info("butler %s listening on %s", cfg.agent.id, self.url)
+        await self.registry_link.start()
 
     async def stop(self) -> None:
         grace = self.config.limits.shutdown_grace_seconds
         for task in self._tasks:
             task.cancel()
+        await self.registry_link.stop()
         if self._server is not None:
             self._server.close()
         if self._runner is not None:
@@ -164,6 +176,27 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog) -> web.App
     return app
 
 
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _handler_args(cfg: Config) -> dict[str, Any]:
+    """Per-connection settings. aiohttp's keep-alive timer starts when a connection opens
+    and again after each response, and closes it if no complete request head arrived:
+    that is the header timeout. After an error reply to a request whose body was not
+    read (413, 408), the rest of the body is drained for at most the body timeout."""
+    return {
+        "access_log": None,
+        "keepalive_timeout": cfg.limits.header_timeout_seconds,
+        "lingering_time": min(10.0, cfg.limits.body_timeout_seconds),
+    }
+
+
 _REFUSE_503 = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -179,16 +212,49 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
-async def _listen(server: web.Server, cfg: Config) -> asyncio.Server:
+class _Connection(web.RequestHandler):
+    """aiohttp's connection handler, counted from creation (not from ``connection_made``,
+    which runs later: a burst of accepts would otherwise all pass the cap) and answering
+    malformed HTTP with a JSON error instead of text quoting the raw request."""
+
+    def __init__(self, server: web.Server, open_now: weakref.WeakSet[_Connection],
+                 **kwargs: Any) -> None:
+        super().__init__(server, **kwargs)
+        self._open_now = open_now
+        open_now.add(self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._open_now.discard(self)
+        super().connection_lost(exc)
+
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started; cannot send an error")
+        if status >= 500:
+            log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+        else:
+            # Never the exception text: aiohttp quotes the offending bytes in it.
+            log.debug("rejected malformed HTTP from %s: %s", request.remote,
+                      type(exc).__name__ if exc is not None else status)
+        response = error_response(protocol_error(status, exc))
+        response.force_close()
+        return response
+
+
+async def _listen(server: web.Server, cfg: Config,
+                  handler_args: dict[str, Any]) -> asyncio.Server:
     """Listen with a cap on open connections: past it, a 503 and close."""
     cap = cfg.limits.max_connections
+    loop = asyncio.get_running_loop()
+    open_now: weakref.WeakSet[_Connection] = weakref.WeakSet()
 
     def factory() -> asyncio.Protocol:
-        if len(server.connections) >= cap:
+        if len(open_now) >= cap:
             return _Refuse()
-        return server()
+        return _Connection(server, open_now, loop=loop, **handler_args)
 
-    loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in cfg.a2a.bind_address else socket.AF_INET
     return await loop.create_server(factory, cfg.a2a.bind_address, cfg.a2a.port,
                                     family=family, reuse_address=True, backlog=cap)

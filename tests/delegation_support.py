@@ -34,11 +34,16 @@ class Mesh:
 
     def agent(self, agent_id: str, *, skills: list[dict[str, Any]] | None = None,
               swarm: dict[str, Any] | None = None, daemon_kwargs: dict[str, Any] | None = None,
-              ) -> None:
+              configurations: dict[str, dict[str, Any]] | None = None,
+              callers: dict[str, dict[str, Any]] | None = None,
+              accept: list[str] | None = None) -> None:
+        """``accept``: extra token hashes (unbound) this agent accepts."""
         self.specs[agent_id] = {"skills": skills if skills is not None else [ECHO],
                                 "swarm": swarm or {}, "peers": [], "port": free_port(),
-                                "callers": {"operator": {"bound": False}},
-                                "daemon_kwargs": daemon_kwargs or {}}
+                                "callers": {"operator": {"bound": False}, **(callers or {})},
+                                "daemon_kwargs": daemon_kwargs or {},
+                                "configurations": configurations or {},
+                                "accept": accept or []}
 
     def url(self, agent_id: str) -> str:
         return f"http://127.0.0.1:{self.specs[agent_id]['port']}"
@@ -51,12 +56,17 @@ class Mesh:
             "name": name or callee, "url": url or self.url(callee), "capabilities": capabilities,
             "_token_of": (callee, caller), **peer})
 
+    def tokens(self, agent_id: str) -> dict[str, str]:
+        return self.instances[agent_id].tokens
+
     async def start(self) -> dict[str, Instance]:
         built: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
         for agent_id, spec in self.specs.items():
             cfg, tokens = config_dict(self.tmp, agent_id, callers=spec["callers"],
-                                      skills=spec["skills"], swarm=spec["swarm"])
+                                      skills=spec["skills"], swarm=spec["swarm"],
+                                      configurations=spec["configurations"])
             cfg["configurations"]["a2a"]["port"] = spec["port"]
+            cfg["configurations"]["a2a"]["token_hashes"] += spec["accept"]
             built[agent_id] = (cfg, tokens)
         for agent_id, (cfg, _) in built.items():
             peers = []

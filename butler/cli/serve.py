@@ -7,10 +7,12 @@ import asyncio
 import logging
 import os
 import signal
+import sqlite3
 import sys
 
 from butler.config import Config, ConfigError, load_config
 from butler.logs import setup_logging
+from butler.skills.plugin import PluginError
 
 log = logging.getLogger("butler")
 
@@ -25,7 +27,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check = sub.add_parser("check-config", help="validate a config file without starting",
                            description="Exit 0 if FILE is valid; else print one line naming "
                                        "the file, the key and the problem, and exit 2.")
-    check.add_argument("file")
+    check.add_argument("file", help="the YAML config file to check")
     check.set_defaults(handler=_check)
 
 
@@ -79,9 +81,12 @@ async def run_daemon(config: Config) -> int:
     daemon = Daemon(config, delegator_factory=make_delegator)
     try:
         await daemon.start()
-    except OSError as exc:
-        log.error("cannot listen on %s:%s: %s", config.a2a.bind_address, config.a2a.port,
-                  exc.strerror or exc)
+    except PluginError as exc:
+        log.error("%s: skills: %s", config.source, exc)
+        return 2
+    except (OSError, sqlite3.Error) as exc:
+        # Binding, or creating data_dir and its databases: the message names which.
+        log.error("cannot start: %s", exc)
         return 1
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
     stop = asyncio.Event()

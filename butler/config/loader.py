@@ -60,13 +60,16 @@ def parse_config(
     _unique(top.get("skills"), [s.id for s in skills], "skill id")
     peers = tuple(_peer(n, base) for n in top["peers"].items()) if "peers" in top else ()
     _unique(top.get("peers"), [p.name for p in peers], "peer name")
+    registry = _registry(confs.get("registry"), base)
+    if registry.self_register and registry.url:
+        _check_registrable(top.get("agent"), confs.get("registry"), agent.id, registry)
     return m.Config(
         source=file,
         agent=agent,
         data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
         a2a=_a2a(confs.get("a2a")),
         swarm=_swarm(confs.get("swarm")),
-        registry=_registry(confs.get("registry"), base),
+        registry=registry,
         mcp_server=_mcp(confs.get("mcp_server")),
         limits=_limits(top.get("server")),
         tasks=_tasks(top.get("tasks")),
@@ -75,6 +78,20 @@ def parse_config(
         skills=skills,
         peers=peers,
     )
+
+
+def _check_registrable(agent_node: Node | None, registry_node: Node | None, agent_id: str,
+                       registry: m.RegistryConfig) -> None:
+    """A registry accepts lowercase names and TTLs of 10 s or more: fail here, not later."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,63}", agent_id):
+        where = agent_node or registry_node
+        assert where is not None
+        where.fail(f"agent.id {agent_id!r} cannot be registered: use 1-64 lowercase letters, "
+                   "digits and . _ -")
+    if registry.health_ttl_minutes * 60 < 10 and registry_node is not None:
+        registry_node.fail("health_ttl_minutes must be at least 10 seconds (0.17) to register")
+    if not registry.token and registry_node is not None:
+        registry_node.fail("self_register with a url needs token_env or token_file")
 
 
 def _unique(node: Node | None, values: list[str], what: str) -> None:
@@ -126,7 +143,9 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         except ValueError:
             if bind != "localhost":
                 k["bind_address"].fail(f"expected an IP address, got {bind!r}")
-    tokens = tuple(_token(n) for n in k["token_hashes"].items()) if "token_hashes" in k else ()
+    tokens = tuple(parse_token_entry(n) for n in k["token_hashes"].items()) \
+        if "token_hashes" in k else ()
+    _unique(k.get("token_hashes"), [t.digest.hex() for t in tokens], "token hash")
     return m.A2AConfig(
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
         port=k["port"].integer(minimum=0, maximum=65535) if "port" in k else d.port,
@@ -135,7 +154,7 @@ def _a2a(node: Node | None) -> m.A2AConfig:
     )
 
 
-def _token(node: Node) -> TokenEntry:
+def parse_token_entry(node: Node) -> TokenEntry:
     if isinstance(node.value, dict):
         k = node.mapping({"sha256", "name", "tier"})
         if "sha256" not in k:
@@ -185,7 +204,7 @@ def _registry(node: Node | None, base: Path) -> m.RegistryConfig:
         return d
     k = node.mapping({
         "self_register", "health_ttl_minutes", "url", "token_env", "token_file", "cache_seconds",
-        "allow_private_networks", "allow_loopback",
+        "allow_private_networks", "allow_loopback", "peer_token_env", "peer_token_file",
     })
     return m.RegistryConfig(
         self_register=k["self_register"].boolean() if "self_register" in k else d.self_register,
@@ -193,6 +212,7 @@ def _registry(node: Node | None, base: Path) -> m.RegistryConfig:
         if "health_ttl_minutes" in k else d.health_ttl_minutes,
         url=_url(k["url"]) if "url" in k else d.url,
         token=_secret(k, base),
+        peer_token=_secret(k, base, "peer_token"),
         cache_seconds=k["cache_seconds"].number(minimum=0) if "cache_seconds" in k
         else d.cache_seconds,
         allow_private_networks=k["allow_private_networks"].boolean()
@@ -310,20 +330,21 @@ def _capability(node: Node) -> str:
     return text
 
 
-def _secret(k: dict[str, Node], base: Path) -> str:
-    """A bearer token from ``token_env`` (a variable's name) or ``token_file`` (a path)."""
-    if "token_env" in k:
-        var = k["token_env"].string()
-        if var not in k["token_env"].env:
-            k["token_env"].fail(f"environment variable {var} is not set")
-        return k["token_env"].env[var].strip()
-    if "token_file" in k:
-        tpath = Path(k["token_file"].string())
+def _secret(k: dict[str, Node], base: Path, prefix: str = "token") -> str:
+    """A bearer token from ``<prefix>_env`` (a variable's name) or ``<prefix>_file``."""
+    env_key, file_key = f"{prefix}_env", f"{prefix}_file"
+    if env_key in k:
+        var = k[env_key].string()
+        if var not in k[env_key].env:
+            k[env_key].fail(f"environment variable {var} is not set")
+        return k[env_key].env[var].strip()
+    if file_key in k:
+        tpath = Path(k[file_key].string())
         tpath = tpath if tpath.is_absolute() else base / tpath
         try:
             return tpath.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
-            k["token_file"].fail(f"cannot read token file: {exc}")
+            k[file_key].fail(f"cannot read token file: {exc}")
     return ""
 
 

@@ -18,7 +18,6 @@ class Limits:
     max_json_depth: int = 32
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
-    keepalive_timeout_seconds: float = 75.0
     max_connections: int = 256
     max_inflight: int = 128
     shutdown_grace_seconds: float = 30.0
@@ -47,7 +46,8 @@ class RegistryConfig:
     self_register: bool = False
     health_ttl_minutes: float = 5.0
     url: str = ""
-    token: str = ""
+    token: str = field(repr=False, default="")
+    peer_token: str = field(repr=False, default="")
     cache_seconds: float = 10.0
     allow_private_networks: bool = True
     allow_loopback: bool = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -103,8 +104,15 @@ class Node:
 
     def number(self, *, minimum: float | None = None) -> float:
         value = self.value
+        if isinstance(value, str) and _ENV_REF.search(value):
+            try:
+                value = float(self._expand(value))
+            except ValueError:
+                self.fail(f"expected a number, got {self._expand(value)!r}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(f"expected a number, got {_kind(value)}")
+        if not math.isfinite(value):
+            self.fail(f"expected a finite number, got {value}")
         if minimum is not None and value < minimum:
             self.fail(f"must be >= {minimum}, got {value}")
         return float(value)
@@ -123,9 +131,15 @@ class Node:
         return amount
 
     def boolean(self) -> bool:
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {_kind(self.value)}")
-        return self.value
+        value = self.value
+        if isinstance(value, str) and _ENV_REF.search(value):
+            text = self._expand(value).strip().lower()
+            if text not in ("true", "false"):
+                self.fail(f"expected true or false, got {text!r}")
+            return text == "true"
+        if not isinstance(value, bool):
+            self.fail(f"expected true or false, got {_kind(value)}")
+        return value
 
     def choice(self, options: tuple[str, ...]) -> str:
         text = self.string()

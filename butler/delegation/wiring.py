@@ -19,4 +19,5 @@ def make_delegator(daemon: Daemon) -> PeerDelegator:
         tracer=daemon.tracer_provider.get_tracer("butler"),
         audit=daemon.engine.deps.audit,
         max_concurrency=cfg.swarm.max_outbound_concurrency,
+        discover=daemon.registry_link.discovery,
     )

@@ -40,6 +40,8 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "unauthenticated": ErrorSpec(401, -32007, "auth"),
     "forbidden": ErrorSpec(403, -32007, "auth"),
     "chain_mismatch": ErrorSpec(403, -32007, "auth"),
+    "name_owned": ErrorSpec(403, -32007, "auth"),
+    "name_quota_exceeded": ErrorSpec(403, -32007, "auth"),
     "loop_detected": ErrorSpec(409, -32009, "refusal"),
     "depth_exceeded": ErrorSpec(422, -32009, "refusal"),
     "budget_exhausted": ErrorSpec(402, -32009, "refusal"),

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
 
 from internal.protocol.a2a import jsonwire
 from internal.protocol.a2a.auth import Identity, TokenVerifier
@@ -48,6 +49,19 @@ def error_response(err: ButlerError) -> web.Response:
     if err.retry_after is not None:
         headers["Retry-After"] = str(err.retry_after)
     return json_response(err.to_json(), status=err.status, headers=headers)
+
+
+def protocol_error(status: int, exc: BaseException | None) -> ButlerError:
+    """What aiohttp rejected before any handler ran (malformed HTTP, oversized headers).
+
+    Built from the status alone: aiohttp's own message quotes the raw bytes, which can
+    hold a bearer token.
+    """
+    if status >= 500:
+        return Unavailable("internal_error", "internal error")
+    if isinstance(exc, LineTooLong) or status == 431:
+        return RequestError("header_too_large", "request line or header too large")
+    return RequestError(_HTTP_CODES.get(status, "invalid_request"), "malformed HTTP request")
 
 
 def identity_of(request: web.Request) -> Identity:

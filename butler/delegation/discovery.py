@@ -1,0 +1,76 @@
+"""Registry results as delegation candidates, cached briefly, filtered by policy."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from butler.config.model import PeerConfig
+from butler.delegation.outbound_policy import OutboundPolicy, PolicyViolation
+from butler.delegation.peers import Candidate
+from butler.registry.client import RegistryClient
+from butler.registry.model import AgentEntry
+
+log = logging.getLogger("butler.delegation")
+
+
+class RegistryDiscovery:
+    def __init__(self, client: RegistryClient, *, self_name: str, peer_token: str,
+                 static: Sequence[PeerConfig], policy: OutboundPolicy,
+                 cache_seconds: float) -> None:
+        self._client = client
+        self._self = self_name
+        self._peer_token = peer_token
+        self._static = {p.name: p for p in static}
+        self._policy = policy
+        self._ttl = cache_seconds
+        self._cache: dict[tuple[str, ...], tuple[float, list[Candidate]]] = {}
+
+    async def __call__(self, capabilities: Sequence[str]) -> list[Candidate]:
+        key = tuple(sorted(capabilities))
+        hit = self._cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < self._ttl:
+            return hit[1]
+        entries = await self._client.find(capability=key[0], max_results=200)
+        found = []
+        for entry in entries:
+            cand = await self._candidate(entry, key)
+            if cand is not None:
+                found.append(cand)
+        self._cache[key] = (time.monotonic(), found)
+        return found
+
+    async def _candidate(self, entry: AgentEntry, caps: tuple[str, ...]) -> Candidate | None:
+        if entry.name == self._self or not set(caps) <= set(entry.capabilities):
+            return None
+        static = self._static.get(entry.name)
+        token = static.token if static is not None else self._peer_token
+        if not token:
+            return None
+        try:
+            await self._policy.check_url(entry.url)
+        except PolicyViolation as exc:
+            log.warning("ignoring registry entry %s: %s", entry.name, exc)
+            return None
+        return Candidate(
+            name=entry.name, url=entry.url.rstrip("/"), token=token,
+            capabilities=entry.capabilities, cost_usd=_price(entry.card, caps),
+            spend_cap_usd=static.spend_cap_usd if static else None,
+            timeout=static.timeout_seconds if static else 60.0, source="registry",
+        )
+
+
+def _price(card: Any, caps: tuple[str, ...]) -> Decimal:
+    """The cheapest advertised skill that provides every capability (0 if none says)."""
+    prices = []
+    for skill in card.get("skills", []) if isinstance(card, dict) else []:
+        if not isinstance(skill, dict) or not set(caps) <= set(skill.get("capabilities") or []):
+            continue
+        try:
+            prices.append(Decimal(str(skill.get("cost_usd", "0"))))
+        except InvalidOperation:
+            continue
+    return min((p for p in prices if p.is_finite() and p >= 0), default=Decimal("0"))

@@ -1,0 +1,168 @@
+"""``butler registry serve | find | list``.
+
+The main CLI calls ``add_registry_parser`` on its subparsers and hands parsed arguments
+whose command is ``registry`` to ``run_registry_command``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from aiohttp import web
+
+from butler.config.node import ConfigError
+from butler.registry.client import RegistryClient, RegistryError
+from butler.registry.clock import SystemClock
+from butler.registry.config import RegistryServiceConfig, load_registry_config
+from butler.registry.model import AgentEntry
+from butler.registry.service import build_registry_app
+from butler.registry.store import open_store
+
+URL_ENV = "BUTLER_REGISTRY_URL"
+BEARER_ENV = "BUTLER_REGISTRY_TOKEN"
+MAX_RESULTS = 1000
+_MAX_CELL = 60
+
+
+def add_registry_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reg = subparsers.add_parser("registry", help="run or query an agent registry")
+    sub = reg.add_subparsers(dest="registry_command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the registry service")
+    serve.add_argument("-c", "--config", required=True, metavar="FILE",
+                       help="registry YAML config")
+    find = sub.add_parser("find", help="live agents that provide a capability")
+    find.add_argument("capability", metavar="CAPABILITY")
+    listing = sub.add_parser("list", help="all live agents")
+    listing.add_argument("-q", "--text", help="only agents whose names or descriptions "
+                         "contain these words")
+    for p in (find, listing):
+        p.add_argument("--url", help=f"registry URL (default: ${URL_ENV})")
+        p.add_argument("--token-env", default=BEARER_ENV, metavar="VAR",
+                       help=f"environment variable holding the bearer token "
+                       f"(default: {BEARER_ENV})")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    reg.set_defaults(handler=run_registry_command)
+
+
+def run_registry_command(args: argparse.Namespace) -> int:
+    if args.registry_command == "serve":
+        return _serve_command(args.config)
+    url = args.url or os.environ.get(URL_ENV, "")
+    token = os.environ.get(args.token_env, "")
+    if not url:
+        return _fail(f"no registry URL: pass --url or set {URL_ENV}")
+    if not token:
+        return _fail(f"no registry token: set the environment variable {args.token_env}")
+    capability = args.capability if args.registry_command == "find" else None
+    text = getattr(args, "text", None)
+    try:
+        entries = asyncio.run(_find(url, token, capability=capability, text=text))
+    except (RegistryError, ValueError) as exc:
+        return _fail(str(exc), code=1)
+    if args.json:
+        now = time.time()
+        print(json.dumps([e.to_json(now) for e in entries], indent=2, ensure_ascii=False))
+    elif not entries:
+        print(f"no live agents provide {capability}" if capability else "no live agents")
+    else:
+        print_table(entries, now=time.time(), out=sys.stdout)
+    if len(entries) >= MAX_RESULTS:
+        print(f"butler registry: showing the first {MAX_RESULTS} agents; there may be more",
+              file=sys.stderr)
+    return 0
+
+
+async def _find(url: str, token: str, *, capability: str | None,
+                text: str | None) -> list[AgentEntry]:
+    async with RegistryClient(url, token) as client:
+        return await client.find(capability=capability, text=text, max_results=MAX_RESULTS)
+
+
+def print_table(entries: Sequence[AgentEntry], *, now: float, out: TextIO) -> None:
+    rows = [("NAME", "URL", "CAPABILITIES", "EXPIRES IN")]
+    rows += [(e.name, _cell(e.url), _cell(", ".join(e.capabilities) or "-"),
+              _duration(e.expires_at - now)) for e in entries]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        out.write("  ".join([*cells, row[3]]) + "\n")
+
+
+def _cell(text: str) -> str:
+    # Cards are validated, but a table must never let a value rewrite the terminal.
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+
+
+def _duration(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 60}m {s % 60}s" if s >= 60 else f"{s}s"
+
+
+def _fail(message: str, *, code: int = 2) -> int:
+    print(f"butler registry: {message}", file=sys.stderr)
+    return code
+
+
+def _serve_command(path: str) -> int:
+    try:
+        config = load_registry_config(path)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return asyncio.run(serve(config))
+    except OSError as exc:
+        return _fail(f"cannot serve: {exc}", code=1)
+    except KeyboardInterrupt:  # interrupted before the signal handlers were installed
+        return 0
+
+
+async def serve(config: RegistryServiceConfig) -> int:
+    """Run until SIGINT or SIGTERM, then shut down cleanly and return 0."""
+    try:
+        store = await open_store(config.store)
+    except Exception as exc:
+        return _fail(f"cannot open store {config.store_display}: {exc}", code=1)
+    try:
+        runner = web.AppRunner(build_registry_app(config, store, SystemClock()),
+                               handle_signals=False, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, config.bind_address, config.port)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            print(f"butler registry listening on http://{host}:{port} "
+                  f"(store: {config.store_display})", flush=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+            print("butler registry: shutting down", flush=True)
+        finally:
+            await runner.cleanup()
+    finally:
+        await store.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="butler")
+    add_registry_parser(parser.add_subparsers(dest="command", required=True))
+    return run_registry_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

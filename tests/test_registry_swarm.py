@@ -1,0 +1,77 @@
+"""Three Butlers and a registry: home finds memory.search by capability and delegates."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from butler.registry.clock import SystemClock
+from butler.registry.store import open_store
+from internal.protocol.a2a.auth import hash_token
+from internal.protocol.a2a.types import TaskRequest, TaskState
+from tests.delegation_support import Mesh, skill
+from tests.registry.registry_support import TOKENS, LiveRegistry, config
+
+
+@pytest.fixture
+async def registry(tmp_path: Path) -> AsyncIterator[LiveRegistry]:
+    reg = LiveRegistry(config(), SystemClock())
+    store = await open_store(f"sqlite:{tmp_path / 'registry.db'}")
+    await reg.start(store)
+    try:
+        yield reg
+    finally:
+        await reg.stop()
+        await store.close()
+
+
+async def test_home_finds_memory_search_through_the_registry(
+    tmp_path: Path, http: aiohttp.ClientSession, registry: LiveRegistry
+) -> None:
+    swarm_token = "swarm-shared-token-0123456789abcdef"
+    (tmp_path / "swarm.token").write_text(swarm_token)
+    for name in ("alice", "bob", "root"):
+        (tmp_path / f"{name}.token").write_text(TOKENS[name])
+
+    def reg_conf(owner: str, self_register: bool) -> dict[str, dict[str, object]]:
+        return {"registry": {"self_register": self_register, "url": registry.url,
+                             "token_file": str(tmp_path / f"{owner}.token"),
+                             "peer_token_file": str(tmp_path / "swarm.token"),
+                             "health_ttl_minutes": 1, "cache_seconds": 0}}
+
+    accept = [hash_token(swarm_token)]
+    mesh = Mesh(tmp_path, http)
+    mesh.agent("home", skills=[], configurations=reg_conf("root", False), accept=accept)
+    search = {"id": "memory.search", "builtin": "memory.search", "cost_usd": "0.03",
+              "expose": True}
+    mesh.agent("office", skills=[search], configurations=reg_conf("alice", True), accept=accept)
+    mesh.agent("lab", skills=[skill("lab.echo")], configurations=reg_conf("bob", True),
+               accept=accept)
+    try:
+        agents = await mesh.start()
+        found = await registry_find(http, registry.url, "memory.search")
+        assert found == ["office"]
+
+        task = await agents["home"].client().submit(
+            TaskRequest(text="printer", capabilities_needed=("memory.search",)))
+        assert task.state is TaskState.COMPLETED, task.error
+        assert task.cost is not None and [c.agent for c in task.cost.children] == ["office"]
+        assert task.budget is not None and task.budget.spent_usd == Decimal("0.03")
+
+        none = await agents["home"].client().submit(
+            TaskRequest(text="x", capabilities_needed=("nobody.has.this",)))
+        assert none.error is not None and none.error.code == "no_capable_skill"
+    finally:
+        await mesh.close()
+    assert await registry_find(http, registry.url, "memory.search") == []
+
+
+async def registry_find(http: aiohttp.ClientSession, url: str, capability: str) -> list[str]:
+    async with http.get(f"{url}/v1/agents", params={"capability": capability},
+                        headers={"Authorization": f"Bearer {TOKENS['root']}"}) as resp:
+        assert resp.status == 200
+        return [a["name"] for a in (await resp.json())["agents"]]
