@@ -33,6 +33,8 @@ def test_demo_delegates_between_two_real_instances() -> None:
     assert "office / memory.write: 0.02 USD" in proc.stdout
     assert "trace id: " in proc.stdout
     assert "The office printer's PIN is 4711" in proc.stdout
+    assert "finds office through the registry" in proc.stdout
+    assert "office / memory.search: 0.005 USD" in proc.stdout
 
 
 def test_delegate_cli_shows_hops_and_trace(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import aiohttp
 import yaml
 
 from butler.cli.render import print_task
+from butler.registry.client import RegistryClient
 from internal.protocol.a2a.auth import hash_token, new_token
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.types import TaskRequest
@@ -31,7 +34,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _config(agent: str, accept: dict[str, str], peers: list[dict[str, Any]],
-            skills: list[dict[str, Any]], data: Path) -> str:
+            skills: list[dict[str, Any]], data: Path, registry: dict[str, Any]) -> str:
     return yaml.safe_dump({
         "agent": {"id": agent, "name": f"{agent.title()} Butler", "description": f"demo {agent}"},
         "data_dir": str(data),
@@ -40,23 +43,25 @@ def _config(agent: str, accept: dict[str, str], peers: list[dict[str, Any]],
                     "token_hashes": [{"sha256": digest, "name": name}
                                      for name, digest in accept.items()]},
             "swarm": {"enabled": True, "max_depth": 4, "budget_usd": "1.00"},
+            "registry": registry,
         },
         "skills": skills,
         "peers": peers,
     }, sort_keys=False)
 
 
-def _start(name: str, config: Path, log: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "butler", "serve", "-c", str(config)],
-        stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-    )
+def _start(name: str, command: list[str], log: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start ``butler <command>`` and return it with the URL its first line announces."""
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "butler", *command],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    if " serving on " not in line:
+    match = re.search(r"https?://\S+", line)
+    if match is None:
         proc.kill()
         raise SystemExit(f"butler demo: {name} did not start:\n{log.read_text()}")
-    url = line.rsplit(" ", 1)[1].strip()
+    url = match.group(0)
     print(f"[demo] {name} is serving on {url}", file=sys.stderr)
     return proc, url
 
@@ -64,50 +69,76 @@ def _start(name: str, config: Path, log: Path) -> tuple[subprocess.Popen[str], s
 def _demo(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="butler-demo-"))
     print(f"[demo] working in {tmp}", file=sys.stderr)
-    home_to_office, office_to_home, operator = new_token(), new_token(), new_token()
-    office_cfg = tmp / "office.yaml"
-    office_cfg.write_text(_config(
-        "office", {"home": hash_token(home_to_office), "operator": hash_token(operator)},
-        [],
-        [{"id": "memory.write", "builtin": "memory.write", "cost_usd": "0.02", "expose": True},
-         {"id": "memory.read", "builtin": "memory.read", "cost_usd": "0.01", "expose": True},
-         {"id": "memory.search", "builtin": "memory.search", "expose": True}],
-        tmp / "office-data"))
-    procs = []
+    tokens = {name: new_token() for name in
+              ("home-to-office", "office-to-home", "operator", "office-reg", "home-reg")}
+    for name, token in tokens.items():
+        (tmp / f"{name}.token").write_text(token)
+    procs: list[subprocess.Popen[str]] = []
     try:
-        office, office_url = _start("office", office_cfg, tmp / "office.log")
+        (tmp / "registry.yaml").write_text(yaml.safe_dump({"registry": {
+            "port": 0, "data_dir": str(tmp / "registry-data"),
+            "token_hashes": [{"sha256": hash_token(tokens["office-reg"]), "name": "office"},
+                             {"sha256": hash_token(tokens["home-reg"]), "name": "home"}]}}))
+        registry, registry_url = _start(
+            "registry", ["registry", "serve", "-c", str(tmp / "registry.yaml")],
+            tmp / "registry.log")
+        procs.append(registry)
+
+        def reg(who: str, announce: bool, peer_token: str) -> dict[str, Any]:
+            return {"self_register": announce, "url": registry_url, "health_ttl_minutes": 1,
+                    "token_file": str(tmp / f"{who}-reg.token"),
+                    "peer_token_file": str(tmp / f"{peer_token}.token")}
+
+        (tmp / "office.yaml").write_text(_config(
+            "office", {"home": hash_token(tokens["home-to-office"]),
+                       "operator": hash_token(tokens["operator"])},
+            [],
+            [{"id": "memory.write", "builtin": "memory.write", "cost_usd": "0.02",
+              "expose": True},
+             {"id": "memory.read", "builtin": "memory.read", "cost_usd": "0.01", "expose": True},
+             {"id": "memory.search", "builtin": "memory.search", "cost_usd": "0.005",
+              "expose": True}],
+            tmp / "office-data", reg("office", True, "office-to-home")))
+        office, office_url = _start("office", ["serve", "-c", str(tmp / "office.yaml")],
+                           tmp / "office.log")
         procs.append(office)
-        (tmp / "home-to-office.token").write_text(home_to_office)
-        home_cfg = tmp / "home.yaml"
-        home_cfg.write_text(_config(
-            "home", {"office": hash_token(office_to_home), "operator": hash_token(operator)},
+        # home knows office statically for writing and reading; memory.search it must find
+        # through the registry.
+        (tmp / "home.yaml").write_text(_config(
+            "home", {"office": hash_token(tokens["office-to-home"]),
+                     "operator": hash_token(tokens["operator"])},
             [{"name": "office", "url": office_url,
               "token_file": str(tmp / "home-to-office.token"),
-              "capabilities": ["memory.write", "memory.read", "memory.search"]}],
+              "capabilities": ["memory.write", "memory.read"]}],
             [{"id": "echo", "builtin": "echo", "capabilities": ["echo"], "expose": True}],
-            tmp / "home-data"))
-        home, home_url = _start("home", home_cfg, tmp / "home.log")
+            tmp / "home-data", reg("home", False, "home-to-office")))
+        home, home_url = _start("home", ["serve", "-c", str(tmp / "home.yaml")],
+                                tmp / "home.log")
         procs.append(home)
-        return asyncio.run(_conversation(home_url, operator))
+        return asyncio.run(_conversation(home_url, tokens["operator"], registry_url,
+                                         tokens["home-reg"]))
     finally:
-        for proc in procs:
+        for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
-        for proc in procs:
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if not args.keep:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if args.keep:
             print(f"[demo] kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def _conversation(home_url: str, token: str) -> int:
+async def _conversation(home_url: str, token: str, registry_url: str, reg_token: str) -> int:
     async with aiohttp.ClientSession() as session:
         home = PeerClient(home_url, token, session=session, name="home")
+        registry = RegistryClient(registry_url, reg_token, session=session)
+        print("== 0. the registry: who provides memory.search?")
+        for entry in await registry.find(capability="memory.search"):
+            print(f"  {entry.name} at {entry.url}: {', '.join(entry.capabilities)}")
         print("\n== 1. ask home to remember a fact; home has no memory skill, so it delegates "
               "to office")
         write = await home.submit(TaskRequest(
@@ -118,8 +149,13 @@ async def _conversation(home_url: str, token: str) -> int:
         read = await home.submit(TaskRequest(
             text="", input={"key": "printer-pin"}, capabilities_needed=("memory.read",)))
         print_task(read)
-        ok = write.state.value == "completed" and read.state.value == "completed" and \
-            "4711" in "".join(p.text or "" for p in read.parts)
+        print("\n== 3. ask home to search its memory: home has no memory.search and no static "
+              "peer for it, so it finds office through the registry")
+        search = await home.submit(TaskRequest(text="what is the printer PIN?",
+                                               capabilities_needed=("memory.search",)))
+        print_task(search)
+        ok = all(t.state.value == "completed" for t in (write, read, search)) and all(
+            "4711" in "".join(p.text or "" for p in t.parts) for t in (read, search))
         print("\n[demo] " + ("delegation round trip OK" if ok else "delegation FAILED"))
         return 0 if ok else 1
 
