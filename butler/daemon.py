@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from butler.audit import AuditLog
 from butler.card import build_card
-from butler.config.model import Config
+from butler.config.model import Config, http_url
 from butler.delegation.registry_link import RegistryLink
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
@@ -62,7 +62,7 @@ class Daemon:
 
     @property
     def url(self) -> str:
-        return self.config.agent.url or f"http://{self.config.a2a.bind_address}:{self.port}"
+        return self.config.agent.url or http_url(self.config.a2a.bind_address, self.port)
 
     async def start(self) -> None:
         cfg = self.config
@@ -95,7 +95,8 @@ class Daemon:
         )
         self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url),
                                           lambda: self.url)
-        if self.delegator_factory is not None:
+        # swarm.enabled: false keeps every admission check but never delegates.
+        if self.delegator_factory is not None and cfg.swarm.enabled:
             self.engine.delegator = self.delegator_factory(self)
         await self.engine.start()
         self._tasks.append(asyncio.create_task(_purge_workspace(workspace)))
@@ -109,6 +110,9 @@ class Daemon:
         assert self._runner.server is not None
         self._server = await _listen(self._runner.server, cfg, handler_args)
         self.port = self._server.sockets[0].getsockname()[1]
+        if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
+            log.warning("bound to all interfaces without agent.url: peers and registries "
+                        "would be told %s; set agent.url to the address peers use", self.url)
         if not _is_loopback(cfg.a2a.bind_address):
             log.warning("listening on %s: put TLS in front (a reverse proxy) before exposing "
                         "it beyond this machine", cfg.a2a.bind_address)
@@ -123,6 +127,9 @@ class Daemon:
         if self._server is not None:
             self._server.close()
         if self._runner is not None:
+            if self._runner.server is not None:
+                # Idle keep-alive connections close now; busy ones after their response.
+                self._runner.server.pre_shutdown()
             await self._runner.shutdown()
         await self.engine.stop(grace)
         if self.engine.delegator is not None:

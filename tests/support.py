@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import secrets
+import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,8 +56,11 @@ def config_dict(
     tmp: Path, agent_id: str, *, callers: dict[str, dict[str, Any]] | None = None,
     skills: list[dict[str, Any]] | None = None, peers: list[dict[str, Any]] | None = None,
     swarm: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+    configurations: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """A config for ``agent_id``; ``callers`` maps identity -> {tier, bound} options.
+
+    ``configurations`` adds sections (``mcp_server``) or keys of a section (``a2a``).
 
     Returns the config and the plain tokens of each caller identity.
     """
@@ -79,6 +87,8 @@ def config_dict(
         "skills": skills if skills is not None else [ECHO],
         "peers": peers or [],
     }
+    for section, values in (configurations or {}).items():
+        cfg["configurations"].setdefault(section, {}).update(values)
     for key, value in (extra or {}).items():
         cfg[key] = value
     return cfg, tokens
@@ -127,3 +137,136 @@ class Swarm:
         for inst in reversed(self.instances):
             await inst.daemon.stop()
         self.instances.clear()
+
+
+# --- tasks and skills: HTTP helpers, polling, subprocess daemons and CLI -------------
+
+TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
+REPO = Path(__file__).resolve().parent.parent
+
+
+def plugin_skill(skill_id: str, ref: str, **extra: Any) -> dict[str, Any]:
+    return {"id": skill_id, "python": ref, "expose": True, **extra}
+
+
+def command_skill(skill_id: str, argv: list[str], **extra: Any) -> dict[str, Any]:
+    return {"id": skill_id, "command": argv, "expose": True, **extra}
+
+
+async def call(
+    inst: Instance, method: str, path: str, *, who: str = "operator", body: Any = None,
+) -> tuple[int, Any]:
+    """One request to ``inst`` as ``who``: (HTTP status, decoded JSON body)."""
+    async with inst.session.request(method, inst.url + path, json=body,
+                                    headers=inst.headers(who)) as resp:
+        return resp.status, await resp.json()
+
+
+async def post_task(inst: Instance, body: dict[str, Any], *,
+                    who: str = "operator") -> tuple[int, dict[str, Any]]:
+    status, data = await call(inst, "POST", "/v2/tasks", who=who, body=body)
+    assert isinstance(data, dict)
+    return status, data
+
+
+async def wait_task(inst: Instance, task_id: str, states: frozenset[str] | set[str] = TERMINAL,
+                    *, who: str = "operator", message: str | None = None,
+                    timeout: float = 10.0) -> dict[str, Any]:
+    """Poll GET /v2/tasks/{id} until its state is in ``states`` (and shows ``message``)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            status, task = await call(inst, "GET", f"/v2/tasks/{task_id}", who=who)
+            assert status == 200, task
+            if task["state"] in states and (message is None
+                                            or task["status"]["message"] == message):
+                return dict(task)
+            await asyncio.sleep(0.02)
+
+
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (exited, or a zombie nobody reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+async def wait_gone(pid: int, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not process_gone(pid):
+            await asyncio.sleep(0.02)
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class ServeProcess:
+    """``python -m butler serve -c FILE`` as a real child process."""
+
+    proc: asyncio.subprocess.Process
+    url: str
+    log_path: Path
+
+    @classmethod
+    async def start(cls, config_path: Path, log_path: Path) -> ServeProcess:
+        with log_path.open("ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "butler", "serve", "-c", str(config_path),
+                stdout=asyncio.subprocess.PIPE, stderr=log, cwd=REPO, env=child_env(),
+            )
+        assert proc.stdout is not None
+        try:
+            async with asyncio.timeout(20):
+                line = (await proc.stdout.readline()).decode()
+        except BaseException:
+            proc.kill()
+            await proc.wait()
+            raise
+        if " serving on " not in line:
+            proc.kill()
+            await proc.wait()
+            raise AssertionError(f"daemon did not start: {line!r}\n{log_path.read_text()}")
+        return cls(proc, line.rsplit(" ", 1)[1].strip(), log_path)
+
+    async def kill9(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(15):
+                    await self.proc.wait()
+            except TimeoutError:
+                await self.kill9()
+        return await self.proc.wait()
+
+
+async def run_cli(*args: str, token: str = "", timeout: float = 30.0) -> tuple[int, str, str]:
+    """``python -m butler ARGS`` with BUTLER_TOKEN set: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "butler", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=REPO, env=child_env(BUTLER_TOKEN=token),
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    except BaseException:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -10,14 +10,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import aiohttp
 
 from butler.cli.render import print_task, print_task_line
 from internal.protocol.a2a import rest_codec
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.errors import ButlerError
-from internal.protocol.a2a.types import TaskRequest
+from internal.protocol.a2a.errors import ButlerError, DelegationFailed
+from internal.protocol.a2a.types import TaskRequest, TaskState
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -32,13 +33,13 @@ def _token_args(p: argparse.ArgumentParser) -> None:
 
 def add_parsers(sub: SubParsers) -> None:
     card = sub.add_parser("card", help="fetch and show a peer's agent card")
-    card.add_argument("url")
+    card.add_argument("url", help="the peer's base URL, e.g. http://127.0.0.1:8081")
     _token_args(card)
     card.set_defaults(handler=lambda a: _run(a, _card))
 
     send = sub.add_parser("send", help="submit a task and follow it until it ends")
-    send.add_argument("url")
-    send.add_argument("text")
+    send.add_argument("url", help="the Butler's base URL")
+    send.add_argument("text", help="the task, in words")
     send.add_argument("--capability", action="append", default=[], help="capability needed")
     send.add_argument("--skill", help="skill id to run")
     send.add_argument("--input", help="structured input as a JSON object")
@@ -48,19 +49,28 @@ def add_parsers(sub: SubParsers) -> None:
     _token_args(send)
     send.set_defaults(handler=lambda a: _run(a, _send))
 
-    tasks = sub.add_parser("tasks", help="list, show, cancel or watch tasks on a Butler")
+    tasks = sub.add_parser("tasks", help="list, show, cancel, watch or answer tasks on a Butler")
     tsub = tasks.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
     lst = tsub.add_parser("list", help="list tasks (newest first)")
-    lst.add_argument("url")
+    lst.add_argument("url", help="the Butler's base URL")
     lst.add_argument("--state")
+    lst.add_argument("--context", help="only tasks of this context id")
     lst.add_argument("--limit", type=int, default=20)
+    lst.add_argument("--cursor", help="the next page, as printed after the previous one")
     _token_args(lst)
     lst.set_defaults(handler=lambda a: _run(a, _list))
+    answer = tsub.add_parser("answer", help="answer a task waiting in input-required")
+    answer.add_argument("url")
+    answer.add_argument("task_id")
+    answer.add_argument("text")
+    answer.add_argument("--input", help="structured answer as a JSON object")
+    _token_args(answer)
+    answer.set_defaults(handler=lambda a: _run(a, _answer))
     for name, fn, text in (("get", _get, "show one task"), ("cancel", _cancel, "cancel a task"),
                            ("watch", _watch, "follow a task's events until it ends")):
         p = tsub.add_parser(name, help=text)
-        p.add_argument("url")
-        p.add_argument("task_id")
+        p.add_argument("url", help="the Butler's base URL")
+        p.add_argument("task_id", help="the task's id, as POST /v2/tasks returned it")
         _token_args(p)
         p.set_defaults(handler=lambda a, fn=fn: _run(a, fn))
 
@@ -114,13 +124,20 @@ async def _card(args: argparse.Namespace, client: PeerClient) -> int:
     return 0
 
 
+def _json_input(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"butler: --input is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SystemExit("butler: --input must be a JSON object")
+    return data
+
+
 async def _send(args: argparse.Namespace, client: PeerClient) -> int:
-    data: dict[str, Any] = {}
-    if args.input:
-        try:
-            data = json.loads(args.input)
-        except ValueError as exc:
-            raise SystemExit(f"butler: --input is not JSON: {exc}") from None
+    data = _json_input(args.input)
     request = TaskRequest(text=args.text, input=data, skill=args.skill,
                           capabilities_needed=tuple(args.capability), blocking=False)
     budget = rest_codec.decode_money(args.budget, "--budget") if args.budget else None
@@ -133,6 +150,11 @@ async def _send(args: argparse.Namespace, client: PeerClient) -> int:
         if name == "status":
             print(f"  {payload['state']}: {payload['status'].get('message', '')}",
                   file=sys.stderr)
+            if payload["state"] in (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED):
+                # Waiting on us: following on would never end.
+                print(f"task {task.id} waits for an answer; reply with: butler tasks answer "
+                      f"{args.url} {task.id} TEXT", file=sys.stderr)
+                break
         elif name == "artifact":
             print(f"  artifact {payload['artifact'].get('name', '')}", file=sys.stderr)
     final = await client.get(task.id)
@@ -144,13 +166,29 @@ async def _send(args: argparse.Namespace, client: PeerClient) -> int:
 
 
 async def _list(args: argparse.Namespace, client: PeerClient) -> int:
-    data = await client.list_tasks(state=args.state, limit=args.limit)
+    query = {"limit": str(args.limit), "state": args.state, "context_id": args.context,
+             "cursor": args.cursor}
+    data = await client.request(
+        "GET", "/v2/tasks?" + urlencode({k: v for k, v in query.items() if v is not None}))
+    if not isinstance(data, dict):
+        raise DelegationFailed("peer_error", f"{client.name} sent an invalid task list")
     if args.json:
         _dump(data)
         return 0
     for item in data.get("tasks", []):
         print_task_line(rest_codec.decode_task(item))
+    if data.get("next_cursor"):
+        print(f"more: add --cursor {data['next_cursor']}", file=sys.stderr)
     return 0
+
+
+async def _answer(args: argparse.Namespace, client: PeerClient) -> int:
+    task = await client.answer(args.task_id, args.text, input=_json_input(args.input))
+    if args.json:
+        _dump(rest_codec.encode_task(task))
+    else:
+        print_task(task)
+    return 0 if task.state is not TaskState.FAILED else 1
 
 
 async def _get(args: argparse.Namespace, client: PeerClient) -> int:

@@ -136,4 +136,9 @@ class Config:
 
     @property
     def public_url(self) -> str:
-        return self.agent.url or f"http://{self.a2a.bind_address}:{self.a2a.port}"
+        return self.agent.url or http_url(self.a2a.bind_address, self.a2a.port)
+
+
+def http_url(host: str, port: int) -> str:
+    """``http://host:port``, with an IPv6 address in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,0 +1,126 @@
+"""GET /v2/card on a real daemon, and ``butler card`` as a real subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support import ECHO, REPO, Instance, Swarm, child_env, run_cli
+
+CARD_KEYS = {"name", "description", "url", "version", "capabilities", "skills",
+             "auth_schemes", "streaming", "updated_at"}
+
+
+def skill(skill_id: str, *caps: str, **extra: Any) -> dict[str, Any]:
+    return {"id": skill_id, "builtin": "echo", "capabilities": list(caps), "expose": True,
+            **extra}
+
+
+async def card(http: aiohttp.ClientSession, inst: Instance, who: str = "operator"
+               ) -> dict[str, Any]:
+    async with http.get(f"{inst.url}/v2/card", headers=inst.headers(who)) as resp:
+        assert resp.status == 200
+        data: dict[str, Any] = await resp.json()
+        return data
+
+
+async def test_card_fields(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home", skills=[ECHO])
+    data = await card(http, home)
+    assert set(data) >= CARD_KEYS
+    assert data["name"] == "home butler"
+    assert data["url"] == home.url
+    assert isinstance(data["description"], str) and data["version"]
+    assert data["auth_schemes"] == ["bearer"]
+    assert isinstance(data["streaming"], bool)
+    assert datetime.fromisoformat(data["updated_at"].replace("Z", "+00:00"))
+    assert data["capabilities"] == ["echo"]
+    assert [s["id"] for s in data["skills"]] == ["echo"]
+    async with http.get(f"{home.url}/v2/card") as resp:
+        assert resp.status == 401
+
+
+async def test_allowed_capabilities_limit_what_is_advertised(
+    swarm: Swarm, http: aiohttp.ClientSession,
+) -> None:
+    home = await swarm.start(
+        "home",
+        skills=[ECHO, skill("reader", "memory.read"), skill("writer", "memory.write"),
+                skill("data", "data.read", "data.write")],
+        configurations={"mcp_server": {"allowed_capabilities": ["memory.read", "data.read"]}},
+    )
+    data = await card(http, home)
+    assert sorted(data["capabilities"]) == ["data.read", "memory.read"]
+    skills = {s["id"]: s["capabilities"] for s in data["skills"]}
+    # A skill that provides an allowed capability shows only the allowed ones.
+    assert skills == {"reader": ["memory.read"], "data": ["data.read"]}
+
+
+async def test_unexposed_and_reserved_skills_never_appear(
+    swarm: Swarm, http: aiohttp.ClientSession,
+) -> None:
+    home = await swarm.start(
+        "home",
+        callers={"operator": {}, "root": {"tier": "admin"}},
+        skills=[ECHO, skill("hidden", "hidden.cap", expose=False),
+                skill("a2a.delegate", "a2a.delegate"), skill("butler.reload", "butler.reload"),
+                skill("admin.shutdown", "admin.shutdown"),
+                skill("tools", "tools.run", "admin.reset")],
+    )
+    for who in ("operator", "root"):
+        data = await card(http, home, who)
+        assert sorted(s["id"] for s in data["skills"]) == ["echo", "tools"], who
+        assert sorted(data["capabilities"]) == ["echo", "tools.run"], who
+        tools = next(s for s in data["skills"] if s["id"] == "tools")
+        assert tools["capabilities"] == ["tools.run"]
+
+
+async def test_cli_card_against_a_live_daemon(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, skill("reader", "memory.read")])
+    token = home.tokens["operator"]
+    code, out, err = await run_cli("card", home.url, token=token)
+    assert code == 0, err
+    assert "home butler" in out and home.url in out
+    assert "echo" in out and "memory.read" in out
+    # --token-env names the variable; the JSON form is the card itself.
+    env = child_env(HOME_BUTLER_TOKEN=token)
+    env.pop("BUTLER_TOKEN", None)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "butler", "card", home.url, "--token-env", "HOME_BUTLER_TOKEN",
+        "--json", cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    async with asyncio.timeout(20):
+        raw_out, raw_err = await proc.communicate()
+    assert proc.returncode == 0, raw_err
+    data = json.loads(raw_out)
+    assert set(data) >= CARD_KEYS and data["url"] == home.url
+    code, out, err = await run_cli("card", home.url, "--token-env", "NO_SUCH_BUTLER_VAR",
+                                   token=token)
+    assert code != 0 and "NO_SUCH_BUTLER_VAR" in err
+    code, out, err = await run_cli("card", home.url, token="wrong-token")
+    assert code == 1 and "unauthenticated" in err
+    assert "wrong-token" not in err
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_ipv6_bind_gives_a_usable_url(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    """Regression: the URL was http://::1:PORT, which no client can parse."""
+    home = await swarm.start("home", configurations={"a2a": {"bind_address": "::1"}})
+    assert home.url == f"http://[::1]:{home.daemon.port}"
+    assert (await card(http, home))["url"] == home.url

@@ -1,0 +1,229 @@
+"""Server limits on a real daemon: body size, JSON depth, slow clients, connection and
+in-flight caps. Every refusal is JSON; none is a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import socket
+import time
+from typing import Any
+
+import aiohttp
+
+from tests.support import ECHO, Instance, Swarm, command_skill
+
+SLOW = command_skill("slow", ["sleep", "1"])
+
+
+def assert_json_error(body: Any, code: str) -> None:
+    assert isinstance(body, dict) and set(body) == {"error"}
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+
+
+async def connect(inst: Instance) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", inst.daemon.port)
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
+def parse(data: bytes) -> tuple[int, dict[str, str], Any]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip()
+               for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, json.loads(body) if body else None
+
+
+async def get_healthz(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
+    """One keep-alive request on an open connection; returns the status."""
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(5):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+    return int(head.split()[1])
+
+
+async def test_body_over_the_limit_is_413(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home")  # default max_body_bytes: 1 MiB
+    body = io.BytesIO(json.dumps({"task": "x" * (2 * 1024 * 1024)}).encode())
+    async with http.post(f"{home.url}/v2/tasks", data=body, headers={
+            **home.headers(), "Content-Type": "application/json"}) as resp:
+        assert resp.status == 413
+        assert_json_error(await resp.json(), "payload_too_large")
+    async with http.post(f"{home.url}/v2/tasks", json={"task": "fits"},
+                         headers=home.headers()) as resp:
+        assert resp.status == 200
+
+
+async def test_malformed_and_deep_json_are_400(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home", extra={"server": {"max_json_depth": 5}})
+    json_type = {**home.headers(), "Content-Type": "application/json"}
+    deep: Any = 1
+    for _ in range(6):
+        deep = {"a": deep}
+    for data, code in [
+        (b"{not json", "malformed_json"),
+        (b"", "malformed_json"),
+        (b'{"task": NaN}', "malformed_json"),
+        (b"\xff\xfe", "malformed_json"),
+        (b"[1, 2]", "invalid_request"),
+        (json.dumps({"task": "x", "input": deep}).encode(), "invalid_request"),
+        (b"[" * 100_000, "invalid_request"),  # deeper than the limit, and than recursion
+    ]:
+        async with http.post(f"{home.url}/v2/tasks", data=data, headers=json_type) as resp:
+            assert resp.status == 400, data[:30]
+            assert_json_error(await resp.json(), code)
+    shallow = {"task": "x", "input": {"a": {"b": {"c": 1}}}}
+    async with http.post(f"{home.url}/v2/tasks", json=shallow, headers=home.headers()) as resp:
+        assert resp.status == 200
+
+
+async def test_routing_errors_are_json(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home")
+    for method, path, status, code in [
+        ("GET", "/v2/nowhere", 404, "not_found"),
+        ("DELETE", "/v2/card", 405, "method_not_allowed"),
+        ("GET", "/v2/tasks/unknown-task", 404, "task_not_found"),
+    ]:
+        async with http.request(method, home.url + path, headers=home.headers()) as resp:
+            assert resp.status == status
+            assert_json_error(await resp.json(), code)
+    async with http.post(f"{home.url}/v2/tasks", data=b"task=x", headers={
+            **home.headers(), "Content-Type": "application/x-www-form-urlencoded"}) as resp:
+        assert resp.status == 415
+        assert_json_error(await resp.json(), "unsupported_media_type")
+
+
+async def test_slow_headers_are_cut_off(swarm: Swarm) -> None:
+    home = await swarm.start("home", extra={"server": {"header_timeout_seconds": 1}})
+    reader, writer = await connect(home)
+    head = (b"GET /v2/card HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            + home.tokens["operator"].encode() + b"\r\n\r\n")  # ~40 s at this pace
+
+    async def dribble() -> None:
+        for byte in head:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.3)
+
+    started = time.monotonic()
+    sender = asyncio.create_task(dribble())
+    try:
+        async with asyncio.timeout(6):
+            data = await reader.read()
+        elapsed = time.monotonic() - started
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        await close(writer)
+    assert data == b"", "no request was ever complete, so no response"
+    assert elapsed < 4, "cut off at the header timeout (1 s), with a generous margin"
+
+
+async def test_a_stalled_body_gets_408_and_is_cut_off(swarm: Swarm) -> None:
+    home = await swarm.start("home", extra={"server": {"body_timeout_seconds": 1}})
+    reader, writer = await connect(home)
+    started = time.monotonic()
+    writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\nAuthorization: Bearer "
+                 + home.tokens["operator"].encode() + b'\r\n\r\n{"task": "half of it')
+    try:
+        async with asyncio.timeout(8):
+            data = await reader.read()  # the 408, then the server closes
+        elapsed = time.monotonic() - started
+    finally:
+        await close(writer)
+    status, headers, body = parse(data)
+    assert status == 408
+    assert headers["content-type"].startswith("application/json")
+    assert_json_error(body, "request_timeout")
+    assert elapsed < 5, "answered and closed soon after the body timeout (1 s)"
+
+
+async def test_connection_cap_refuses_the_next_with_503(swarm: Swarm) -> None:
+    home = await swarm.start("home", extra={"server": {"max_connections": 3}})
+    held = [await connect(home) for _ in range(3)]
+    try:
+        for reader, writer in held:  # each one is open, served and kept alive
+            assert await get_healthz(reader, writer) == 200
+        reader, writer = await connect(home)
+        async with asyncio.timeout(5):
+            data = await reader.read()
+        await close(writer)
+        status, headers, body = parse(data)
+        assert status == 503
+        assert headers["retry-after"].isdigit()
+        assert_json_error(body, "overloaded")
+        for reader, writer in held:  # the others still work
+            assert await get_healthz(reader, writer) == 200
+    finally:
+        for _, writer in held:
+            await close(writer)
+    # Once they are gone, there is room again.
+    async with aiohttp.ClientSession() as http, http.get(f"{home.url}/healthz") as resp:
+        assert resp.status == 200
+
+
+async def test_connection_cap_holds_for_a_burst(swarm: Swarm) -> None:
+    """Regression: the cap counted connections only once aiohttp registered them, so
+    connections accepted in one batch all got past it."""
+    home = await swarm.start("home", extra={"server": {"max_connections": 3}})
+    held = [await connect(home) for _ in range(2)]
+    for reader, writer in held:
+        assert await get_healthz(reader, writer) == 200
+    # Blocking connects: all three wait in the accept queue and are accepted together.
+    burst = [socket.create_connection(("127.0.0.1", home.daemon.port)) for _ in range(3)]
+    streams = [await asyncio.open_connection(sock=s) for s in burst]
+    try:
+        refused = 0
+        for reader, writer in streams:
+            try:
+                async with asyncio.timeout(0.5):
+                    first = await reader.read(12)
+            except TimeoutError:
+                assert await get_healthz(reader, writer) == 200
+            else:
+                assert first == b"HTTP/1.1 503"
+                refused += 1
+        assert refused == 2, "2 held + 1 of the burst = the cap of 3"
+    finally:
+        for _, writer in held + streams:
+            await close(writer)
+
+
+async def test_inflight_cap_answers_503(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home", skills=[ECHO, SLOW],
+                             extra={"server": {"max_inflight": 1}})
+
+    async def slow() -> tuple[int, Any]:
+        async with http.post(f"{home.url}/v2/tasks", json={"task": "x", "skill": "slow"},
+                             headers=home.headers()) as resp:
+            return resp.status, await resp.json()
+
+    first = asyncio.create_task(slow())
+    try:
+        async with asyncio.timeout(5):
+            while True:  # until the slow request is being worked on
+                await asyncio.sleep(0.05)
+                async with http.get(f"{home.url}/healthz") as resp:
+                    if resp.status == 503:
+                        assert resp.headers["Retry-After"].isdigit()
+                        assert_json_error(await resp.json(), "overloaded")
+                        break
+        status, body = await first
+    finally:
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+    assert status == 200 and body["state"] == "completed"
+    async with http.get(f"{home.url}/healthz") as resp:
+        assert resp.status == 200
