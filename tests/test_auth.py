@@ -146,9 +146,6 @@ async def test_tier_restricted_skill_is_hidden_from_other_tiers(
         assert (await resp.json())["state"] == "completed"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the issue asks for 403 when a tier asks for a skill it may not see; the engine "
-    "answers 200 with a failed task (unknown_skill) so hidden skills look missing"))
 async def test_tier_restricted_skill_request_is_403(
     swarm: Swarm, http: aiohttp.ClientSession,
 ) -> None:
@@ -156,6 +153,7 @@ async def test_tier_restricted_skill_request_is_403(
     async with http.post(f"{home.url}/v2/tasks", json={"task": "x", "skill": "gold-report"},
                          headers=home.headers()) as resp:
         assert resp.status == 403
+        assert (await resp.json())["error"]["code"] == "forbidden"
 
 
 async def test_odd_authorization_headers_are_4xx_never_500(swarm: Swarm) -> None:

@@ -192,3 +192,18 @@ async def test_non_loopback_bind_warns_to_use_tls(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any("TLS" in r.getMessage() and "reverse proxy" in r.getMessage()
                for r in warnings), [r.getMessage() for r in warnings]
+
+
+async def test_check_config_imports_plugins_and_flags_reserved_ids(tmp_path: Path) -> None:
+    _, digest = new_pair()
+    path = tmp_path / "skills.yaml"
+    base = f"configurations:\n  a2a: {{enabled: true, token_hashes: ['{digest}']}}\nskills:\n"
+    path.write_text(base + "  - {id: p, python: 'nosuch.module:fn'}\n")
+    code, _, err = await _butler("check-config", str(path))
+    assert code == 2
+    assert "skills[0].python: cannot import nosuch.module" in err
+
+    path.write_text(base + "  - {id: admin.reset, builtin: echo, expose: true}\n")
+    code, out, err = await _butler("check-config", str(path))
+    assert code == 0 and ": ok" in out
+    assert "skills[0].id: 'admin.reset' is in a reserved namespace" in err

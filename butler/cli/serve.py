@@ -12,7 +12,8 @@ import sys
 
 from butler.config import Config, ConfigError, load_config
 from butler.logs import setup_logging
-from butler.skills.plugin import PluginError
+from butler.skills.catalog import is_reserved
+from butler.skills.plugin import PluginError, load_plugin
 
 log = logging.getLogger("butler")
 
@@ -46,12 +47,27 @@ def _check(args: argparse.Namespace) -> int:
     config = load_or_exit(args.file)
     if config is None:
         return 2
-    problem = serve_problem(config)
+    problem = serve_problem(config) or _skill_problem(config)
     if problem:
         print(f"butler: {config.source}: {problem}", file=sys.stderr)
         return 2
+    for i, skill in enumerate(config.skills):
+        if skill.expose and is_reserved(skill.id):
+            print(f"butler: {config.source}: skills[{i}].id: {skill.id!r} is in a reserved "
+                  "namespace (a2a., butler., admin.) and is never exposed", file=sys.stderr)
     print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s))")
     return 0
+
+
+def _skill_problem(config: Config) -> str | None:
+    """Plugins are imported here too, so a typo shows before the daemon is started."""
+    for i, skill in enumerate(config.skills):
+        if skill.python is not None:
+            try:
+                load_plugin(skill.python)
+            except PluginError as exc:
+                return f"skills[{i}].python: {exc}"
+    return None
 
 
 def serve_problem(config: Config) -> str | None:

@@ -25,7 +25,7 @@ from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
 from butler.telemetry import parent_context
 from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import Refusal, RequestError, StateConflict
+from internal.protocol.a2a.errors import AuthError, Refusal, RequestError, StateConflict
 from internal.protocol.a2a.types import (
     Budget,
     Envelope,
@@ -59,6 +59,7 @@ class TaskEngine:
         self._default_timeout = default_timeout
         self._live: dict[str, Task] = {}
         self._runs: dict[str, TaskRun] = {}
+        self._claims: dict[str, asyncio.Event] = {}
         self._purger: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
@@ -80,11 +81,16 @@ class TaskEngine:
         runs = [r.handle for r in self._runs.values() if r.handle is not None]
         if runs:
             await asyncio.wait(runs, timeout=grace)
-        for task_id in list(self._runs):
-            await self.update(task_id, state=TaskState.FAILED, error=TaskError(
-                "interrupted_by_shutdown", "the daemon shut down before this task finished"))
-        for run in list(self._runs.values()):
+        left = list(self._runs.values())
+        why = "the daemon shut down before this task finished"
+        for run in left:
+            await self.update(run.task_id, state=TaskState.FAILED, message=why,
+                              error=TaskError("interrupted_by_shutdown", why))
             run.cancel()
+        pending = [r.handle for r in left if r.handle is not None]
+        if pending:
+            # Let cancelled runs clean up (a command skill kills its process group).
+            await asyncio.wait(pending, timeout=5)
 
     async def _purge_loop(self) -> None:
         while True:
@@ -97,13 +103,32 @@ class TaskEngine:
     # -- requests ----------------------------------------------------------------
 
     async def submit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
-        if request.id is not None:
-            existing = self._live.get(request.id) or await self.store.get(request.id)
-            if existing is not None:
-                if existing.owner != caller.name:
-                    raise StateConflict("idempotency_conflict",
-                                        "a task with this id exists and belongs to another caller")
-                return await self._settled(existing, request.blocking)
+        if request.id is None:
+            task = await self._create(caller, request, envelope)
+        else:
+            task = await self._create_once(request.id, caller, request, envelope)
+        return await self._settled(task, request.blocking)
+
+    async def _create_once(self, task_id: str, caller: Identity, request: TaskRequest,
+                           envelope: Envelope) -> Task:
+        """Submits of one id take turns, so a concurrent repeat finds the first one's task."""
+        while (busy := self._claims.get(task_id)) is not None:
+            await busy.wait()
+        self._claims[task_id] = claim = asyncio.Event()
+        try:
+            existing = self._live.get(task_id) or await self.store.get(task_id)
+            if existing is None:
+                return await self._create(caller, request, envelope)
+            if existing.owner != caller.name:
+                raise StateConflict("idempotency_conflict",
+                                    "a task with this id exists and belongs to another caller")
+            return existing
+        finally:
+            del self._claims[task_id]
+            claim.set()
+
+    async def _create(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
+        """Admit, persist (the task is acknowledged only once committed) and start."""
         admitted = self._admit(caller, request, envelope)
         skill = self._choose_skill(caller, request)
         parent, trace_id = parent_context(envelope)
@@ -123,7 +148,7 @@ class TaskEngine:
         run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), parent)
         self._runs[task.id] = run
         run.start()
-        return await self._settled(task, request.blocking)
+        return task
 
     def _admit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Admitted:
         try:
@@ -138,6 +163,10 @@ class TaskEngine:
             raise
 
     def _choose_skill(self, caller: Identity, request: TaskRequest) -> Skill | None:
+        named = self.catalog.find(request.skill) if request.skill is not None else None
+        if named is not None and named.exposed and not named.visible_to(caller):
+            # Exposed, but for another tier: the token is known, the ask is not allowed.
+            raise AuthError("forbidden", f"skill {named.id!r} needs tier {named.config.tier!r}")
         if request.skill is None and not request.capabilities_needed:
             return self.catalog.default_skill(caller)
         return self.catalog.select(caller, skill_id=request.skill,
@@ -146,8 +175,8 @@ class TaskEngine:
     async def _plan_delegation(self, task: Task, request: TaskRequest,
                                admitted: Admitted) -> Task:
         """No local skill fits: delegate, or end the task saying why not."""
-        if request.skill is not None and self.catalog.find(request.skill) is None \
-                and not request.capabilities_needed:
+        if request.skill is not None and not request.capabilities_needed:
+            # Unexposed and reserved skills look the same as missing ones.
             return _finish(task, TaskState.FAILED, "unknown_skill",
                            f"no skill {request.skill!r} here")
         caps = request.capabilities_needed
@@ -224,9 +253,10 @@ class TaskEngine:
         if task.state.terminal:
             raise StateConflict("task_not_cancelable",
                                 f"task {task_id} is already {task.state.value}")
+        # Taken before the update: a terminal update drops the run from ``_runs``.
+        run = self._runs.get(task_id)
         updated = await self.update(task_id, state=TaskState.CANCELED,
                                     message=f"canceled by {caller.name}")
-        run = self._runs.get(task_id)
         if run is not None:
             run.cancel()
         return updated or await self.get(caller, task_id)
@@ -250,7 +280,8 @@ class TaskEngine:
         """The task now, then each change, ending after a terminal state."""
         task = await self.get(caller, task_id)
         async with self.hub.subscribe(task_id) as queue:
-            task = self._live.get(task_id) or task
+            # Re-read once subscribed: it may have finished (and left ``_live``) meanwhile.
+            task = self._live.get(task_id) or await self.store.get(task_id) or task
             yield TaskEvent(task, "status")
             if task.state.terminal:
                 return
@@ -277,8 +308,9 @@ class TaskEngine:
         task = replace(current, updated_at=now, **changes)
         if state is not None:
             task = replace(task, state=state)
-        if message is not None:
-            task = replace(task, status_message=message)
+        if message is not None or state not in (None, current.state):
+            # A new state without a message clears the old one, as its history entry does.
+            task = replace(task, status_message=message or "")
         self._live[task_id] = task
         if task.state.terminal:
             self._finalise(task)

@@ -25,6 +25,9 @@ class EventHub:
                 queue.get_nowait()
                 queue.put_nowait(None)
 
+    def subscribers(self, task_id: str) -> int:
+        return len(self._subs.get(task_id, ()))
+
     @asynccontextmanager
     async def subscribe(self, task_id: str) -> AsyncIterator[asyncio.Queue[TaskEvent | None]]:
         queue: asyncio.Queue[TaskEvent | None] = asyncio.Queue(QUEUE_LIMIT)

@@ -32,10 +32,10 @@ def command_skill(argv: Sequence[str], *, max_output_bytes: int) -> SkillFunctio
         try:
             stdout, stderr = await _communicate(proc, payload, max_output_bytes)
         except BaseException:
-            # Cancellation or timeout: the process must not outlive its task.
+            # Cancellation, timeout or output cap: the process must not outlive its task.
             _kill(proc)
             with contextlib.suppress(Exception):
-                await asyncio.shield(proc.wait())
+                await asyncio.shield(_reap(proc))
             raise
         if proc.returncode != 0:
             tail = stderr[-STDERR_TAIL:].decode("utf-8", "replace").strip()
@@ -51,10 +51,14 @@ async def _communicate(
     proc: asyncio.subprocess.Process, payload: bytes, cap: int
 ) -> tuple[bytes, bytes]:
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(payload)
-        await proc.stdin.drain()
-    proc.stdin.close()
+    stdin = proc.stdin
+
+    async def feed() -> None:
+        # Concurrent with reading stdout: a command may write before it reads all its input.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(payload)
+            await stdin.drain()
+        stdin.close()
 
     async def read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
         chunks, size = [], 0
@@ -71,9 +75,30 @@ async def _communicate(
             tail = (tail + chunk)[-STDERR_TAIL * 4:]
         return tail
 
-    out, err = await asyncio.gather(read_capped(proc.stdout, cap), read_tail(proc.stderr))
+    feeder, tail = asyncio.create_task(feed()), asyncio.create_task(read_tail(proc.stderr))
+    try:
+        out = await read_capped(proc.stdout, cap)
+        await feeder
+        err = await tail
+    finally:
+        # Never leave a helper reading a stream that ``_reap`` is about to drain.
+        feeder.cancel()
+        tail.cancel()
+        await asyncio.wait((feeder, tail))
     await proc.wait()
     return out, err
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed process. Its pipes are drained first: a pipe whose reader was
+    paused (a full buffer, after the output cap) would never see its end otherwise."""
+    async with asyncio.timeout(5):
+        if proc.stdin is not None:
+            proc.stdin.close()
+        for stream in (proc.stdout, proc.stderr):
+            while stream is not None and await stream.read(65536):
+                pass
+        await proc.wait()
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
@@ -93,7 +118,7 @@ def _parse(stdout: bytes) -> SkillOutput:
         try:
             data = json.loads(stripped)
         except ValueError:
-            return text
+            return text.rstrip("\n")
         if isinstance(data, dict) and isinstance(data.get("parts"), list):
             try:
                 return SkillResult(parts=rest_codec.decode_parts(data["parts"]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -18,6 +20,8 @@ class RestLimits:
     max_json_depth: int
     body_seconds: float
     max_page_size: int
+    sse_keepalive_seconds: float = 15.0
+    sse_poll_seconds: float = 1.0
 
 
 class RestBinding:
@@ -96,11 +100,55 @@ class RestBinding:
             "X-Accel-Buffering": "no",
         })
         await response.prepare(request)
-        await response.write(sse_frame(first))
-        async for event in stream:
-            await response.write(sse_frame(event))
-        await response.write_eof()
+        try:
+            await response.write(sse_frame(first))
+            await self._follow(request, response, stream)
+            await response.write_eof()
+        except ConnectionResetError:
+            pass  # the client left; _follow has already let go of the subscription
         return response
+
+    async def _follow(self, request: web.Request, response: web.StreamResponse,
+                      stream: AsyncIterator[TaskEvent]) -> None:
+        """Write events until the final one; stop early when the client goes away.
+
+        aiohttp does not cancel a handler whose client disconnected, so the stream is
+        pumped by a task of its own while this loop checks the connection every
+        ``sse_poll_seconds`` and sends a keep-alive comment when it has been quiet.
+        """
+        queue: asyncio.Queue[TaskEvent | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for event in stream:
+                    queue.put_nowait(event)
+            finally:
+                queue.put_nowait(None)
+
+        pumper = asyncio.create_task(pump())
+        quiet = 0.0
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), self.limits.sse_poll_seconds)
+                except TimeoutError:
+                    if request.transport is None or request.transport.is_closing():
+                        return
+                    quiet += self.limits.sse_poll_seconds
+                    if quiet >= self.limits.sse_keepalive_seconds:
+                        await response.write(b": keepalive\n\n")
+                        quiet = 0.0
+                    continue
+                if event is None:
+                    return
+                await response.write(sse_frame(event))
+                quiet = 0.0
+        finally:
+            # Cancelling the pump closes the engine's stream, which unsubscribes it.
+            pumper.cancel()
+            await asyncio.wait([pumper])
+            if not pumper.cancelled():
+                pumper.result()
 
 
 def sse_frame(event: TaskEvent) -> bytes:
