@@ -1,4 +1,5 @@
-"""The agent card (``GET /v2/card``), built per request from live state."""
+"""The agent cards, built per request from live state: Butler's own (``GET /v2/card``)
+and the A2A card (well-known URL and extended card) with the same exposure rules."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 from butler.config.model import Config
 from butler.engine.clock import now_iso
 from butler.skills.catalog import SkillCatalog, is_reserved
+from internal.protocol.a2a.a2a_model import CardInfo, SkillInfo
 from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.swarm_ext import extension_info
 
 
 def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
@@ -45,3 +48,32 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
                   "budget_cap_usd": str(config.swarm.budget_usd)},
         "updated_at": now_iso(),
     }
+
+
+def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
+                   url: str) -> CardInfo:
+    """The A2A card: anonymous callers see untiered skills, others their tier's too.
+
+    A skill's tags are its configured tags plus the capabilities it advertises.
+    """
+    allowed = config.mcp_server.allowed_capabilities
+    skills = []
+    for skill in catalog.visible(identity):
+        caps = [c for c in skill.config.capabilities
+                if not is_reserved(c) and (allowed is None or c in allowed)]
+        skills.append(SkillInfo(
+            id=skill.id, name=skill.config.name,
+            description=skill.config.description or skill.config.name,
+            tags=tuple(dict.fromkeys((*skill.config.tags, *caps))),
+            examples=skill.config.examples,
+        ))
+    return CardInfo(
+        name=config.agent.name,
+        description=config.agent.description,
+        version=config.agent.version,
+        base_url=url,
+        skills=tuple(skills),
+        push_notifications=config.a2a.push_notifications.enabled,
+        extensions=(extension_info(),),
+        legacy_v03=config.a2a.legacy_v03_card,
+    )

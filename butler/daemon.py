@@ -6,8 +6,9 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import ssl
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from aiohttp.web_request import BaseRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from butler.a2a_wiring import standard_a2a
 from butler.audit import AuditLog
 from butler.card import build_card
 from butler.config.model import Config, http_url
@@ -25,12 +27,22 @@ from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
 from butler.memory_store import MemoryStore
+from butler.metrics import (
+    ButlerMetrics,
+    metrics_middleware,
+    metrics_route,
+    observe_audit,
+    serve_metrics,
+)
+from butler.push.guard import PushGuard
+from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider
 from internal.protocol.a2a import jsonwire
 from internal.protocol.a2a.auth import TokenVerifier
 from internal.protocol.a2a.http_common import (
+    ERROR_RENDERERS,
     auth_middleware,
     error_middleware,
     error_response,
@@ -38,11 +50,25 @@ from internal.protocol.a2a.http_common import (
     json_response,
     protocol_error,
 )
+from internal.protocol.a2a.incidents import (
+    CONNECTION_CAP,
+    INCIDENTS,
+    MALFORMED_HTTP,
+    SLOW_HEADERS,
+    IncidentLog,
+)
+from internal.protocol.a2a.openapi import BUTLER_V2_PATH
+from internal.protocol.a2a.ratelimit import (
+    TokenBuckets,
+    address_limit_middleware,
+    caller_limit_middleware,
+)
 from internal.protocol.a2a.rest import RestBinding, RestLimits
+from internal.protocol.a2a.service import PushService
 
 log = logging.getLogger("butler.daemon")
 
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json")
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH)
 DelegatorFactory = Callable[["Daemon"], Delegator | None]
 
 
@@ -52,17 +78,28 @@ class Daemon:
     span_exporter: SpanExporter | None = None
     delegator_factory: DelegatorFactory | None = None
     port: int = 0
+    push_guard: PushGuard | None = None  # tests: a guard that lets webhooks on loopback through
+    push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
     tracer_provider: TracerProvider = field(init=False)
     registry_link: RegistryLink = field(init=False)
+    metrics: ButlerMetrics = field(default_factory=ButlerMetrics, init=False)
+    incidents: IncidentLog = field(init=False)
     _closers: list[Callable[[], Any]] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _aclosers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _server: asyncio.Server | None = field(default=None, init=False)
 
+    def _record(self, audit: AuditLog, kind: str, fields: dict[str, Any]) -> None:
+        _safe_audit(audit, kind, fields)
+        observe_audit(self.metrics, kind, fields)
+
     @property
     def url(self) -> str:
-        return self.config.agent.url or http_url(self.config.a2a.bind_address, self.port)
+        a2a = self.config.a2a
+        return self.config.agent.url or http_url(a2a.bind_address, self.port,
+                                                 tls=a2a.tls is not None)
 
     async def start(self) -> None:
         cfg = self.config
@@ -82,8 +119,9 @@ class Daemon:
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer_provider.get_tracer("butler"),
-            audit=lambda kind, **f: _safe_audit(audit, kind, **f),
+            audit=lambda kind, **f: self._record(audit, kind, f),
             max_children=cfg.swarm.max_children_per_task,
+            max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
         )
         self.engine = TaskEngine(
@@ -100,7 +138,12 @@ class Daemon:
             self.engine.delegator = self.delegator_factory(self)
         await self.engine.start()
         self._tasks.append(asyncio.create_task(_purge_workspace(workspace)))
-        app = build_app(cfg, self.engine, catalog)
+        self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
+                                      self.push_guard)
+        await self.push.start()
+        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
+        self.incidents = IncidentLog(logging.getLogger("butler.http"))
+        app[INCIDENTS] = self.incidents
         handler_args = _handler_args(cfg)
         self._runner = web.AppRunner(
             app, handle_signals=False,
@@ -108,7 +151,7 @@ class Daemon:
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        self._server = await _listen(self._runner.server, cfg, handler_args)
+        self._server = await _listen(self._runner.server, cfg, handler_args, self.incidents)
         self.port = self._server.sockets[0].getsockname()[1]
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
             log.warning("bound to all interfaces without agent.url: peers and registries "
@@ -117,6 +160,9 @@ class Daemon:
             log.warning("listening on %s: put TLS in front (a reverse proxy) before exposing "
                         "it beyond this machine", cfg.a2a.bind_address)
         log.info("butler %s listening on %s", cfg.agent.id, self.url)
+        if cfg.metrics.enabled and cfg.metrics.listen:
+            runner = await serve_metrics(self.metrics, cfg.metrics.listen)
+            self._aclosers.append(runner.cleanup)
         await self.registry_link.start()
 
     async def stop(self) -> None:
@@ -124,6 +170,8 @@ class Daemon:
         for task in self._tasks:
             task.cancel()
         await self.registry_link.stop()
+        for aclose in reversed(self._aclosers):
+            await aclose()
         if self._server is not None:
             self._server.close()
         if self._runner is not None:
@@ -132,6 +180,8 @@ class Daemon:
                 self._runner.server.pre_shutdown()
             await self._runner.shutdown()
         await self.engine.stop(grace)
+        if self.push is not None:
+            await self.push.aclose()
         if self.engine.delegator is not None:
             await self.engine.delegator.aclose()
         if self._runner is not None:
@@ -139,6 +189,7 @@ class Daemon:
         await self.engine.store.close()
         for close in reversed(self._closers):
             close()
+        self.incidents.close()
 
 
 async def _purge_workspace(workspace: SqliteWorkspace) -> None:
@@ -154,33 +205,50 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
                 log.info("purged %d expired workspace entries", purged)
 
 
-def _safe_audit(audit: AuditLog, kind: str, **fields: Any) -> None:
+def _safe_audit(audit: AuditLog, kind: str, fields: dict[str, Any]) -> None:
     try:
         audit.append(kind, **fields)
     except Exception:
         log.exception("could not write audit record %s", kind)
 
 
-def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog) -> web.Application:
+def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
+              metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
+              push: PushService | None = None) -> web.Application:
+    """The middleware stack, outermost first: count, map errors to JSON, limit per
+    address, cap in-flight requests, authenticate, limit per caller."""
     verifier = TokenVerifier(cfg.a2a.tokens)
+    rl = cfg.rate_limits
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[
+            metrics_middleware(metrics),
             error_middleware,
+            address_limit_middleware(_buckets(rl.per_address_per_second, rl.per_address_burst)),
             inflight_middleware(cfg.limits.max_inflight),
             auth_middleware(verifier, PUBLIC_PATHS),
+            caller_limit_middleware(_buckets(rl.per_caller_per_second, rl.per_caller_burst)),
         ],
     )
+    if cfg.metrics.enabled and not cfg.metrics.listen:
+        app.add_routes([metrics_route(metrics)])
     rest = RestBinding(engine, RestLimits(cfg.limits.max_json_depth,
                                           cfg.limits.body_timeout_seconds,
                                           cfg.tasks.max_page_size))
     app.add_routes(rest.routes())
+    a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
+        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push)
+    app.add_routes(a2a_routes)
 
     async def healthz(request: web.Request) -> web.Response:
         return json_response({"status": "ok", "agent_id": cfg.agent.id})
 
     app.add_routes([web.get("/healthz", healthz)])
     return app
+
+
+def _buckets(rate: float, burst: float) -> TokenBuckets | None:
+    return TokenBuckets(rate, max(burst, 1.0)) if rate > 0 else None
 
 
 def _is_loopback(address: str) -> bool:
@@ -211,10 +279,16 @@ _REFUSE_503 = (
 
 
 class _Refuse(asyncio.Protocol):
+    def __init__(self, incidents: IncidentLog, cap: int) -> None:
+        self._incidents = incidents
+        self._cap = cap
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         body = jsonwire.dumps_bytes({"error": {"code": "overloaded",
                                                "message": "too many connections"}})
         assert isinstance(transport, asyncio.Transport)
+        self._incidents.report(CONNECTION_CAP, f"refused a connection from "
+                               f"{_peer(transport)}: {self._cap} open (server.max_connections)")
         transport.write(_REFUSE_503 % (len(body), body))
         transport.close()
 
@@ -222,13 +296,27 @@ class _Refuse(asyncio.Protocol):
 class _Connection(web.RequestHandler):
     """aiohttp's connection handler, counted from creation (not from ``connection_made``,
     which runs later: a burst of accepts would otherwise all pass the cap) and answering
-    malformed HTTP with a JSON error instead of text quoting the raw request."""
+    malformed HTTP with a JSON error instead of text quoting the raw request. Hostile
+    clients are reported as incidents (rate-limited), never logged once per connection."""
 
     def __init__(self, server: web.Server, open_now: weakref.WeakSet[_Connection],
-                 **kwargs: Any) -> None:
+                 incidents: IncidentLog, **kwargs: Any) -> None:
         super().__init__(server, **kwargs)
         self._open_now = open_now
+        self._incidents = incidents
         open_now.add(self)
+
+    def _process_keepalive(self) -> None:
+        # aiohttp's keep-alive timer is the header timeout (see _handler_args). Closing an
+        # idle kept-alive connection is routine; one that never sent a whole request head
+        # is a slow or idle client holding a slot.
+        was_open = not self._force_close
+        transport = self.transport
+        super()._process_keepalive()
+        if was_open and self._force_close and self._request_count == 0:
+            self._incidents.report(
+                SLOW_HEADERS, f"closed a connection from {_peer(transport)}: no complete "
+                f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._open_now.discard(self)
@@ -243,15 +331,20 @@ class _Connection(web.RequestHandler):
             log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
         else:
             # Never the exception text: aiohttp quotes the offending bytes in it.
-            log.debug("rejected malformed HTTP from %s: %s", request.remote,
-                      type(exc).__name__ if exc is not None else status)
+            self._incidents.report(MALFORMED_HTTP, f"rejected a request from {request.remote}: "
+                                   f"{type(exc).__name__ if exc is not None else status}")
         response = error_response(protocol_error(status, exc))
         response.force_close()
         return response
 
 
-async def _listen(server: web.Server, cfg: Config,
-                  handler_args: dict[str, Any]) -> asyncio.Server:
+def _peer(transport: asyncio.BaseTransport | None) -> str:
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "an unknown address"
+
+
+async def _listen(server: web.Server, cfg: Config, handler_args: dict[str, Any],
+                  incidents: IncidentLog) -> asyncio.Server:
     """Listen with a cap on open connections: past it, a 503 and close."""
     cap = cfg.limits.max_connections
     loop = asyncio.get_running_loop()
@@ -259,9 +352,23 @@ async def _listen(server: web.Server, cfg: Config,
 
     def factory() -> asyncio.Protocol:
         if len(open_now) >= cap:
-            return _Refuse()
-        return _Connection(server, open_now, loop=loop, **handler_args)
+            return _Refuse(incidents, cap)
+        return _Connection(server, open_now, incidents, loop=loop, **handler_args)
 
     family = socket.AF_INET6 if ":" in cfg.a2a.bind_address else socket.AF_INET
+    # A deep accept queue: a burst past the cap is accepted and refused with a 503 at
+    # once. With a queue only as deep as the cap, the kernel dropped the rest of the
+    # burst mid-handshake and those clients hung for up to ~30 s of SYN-ACK retries.
+    backlog = max(cap, socket.SOMAXCONN)
     return await loop.create_server(factory, cfg.a2a.bind_address, cfg.a2a.port,
-                                    family=family, reuse_address=True, backlog=cap)
+                                    family=family, reuse_address=True, backlog=backlog,
+                                    ssl=server_tls(cfg))
+
+
+def server_tls(cfg: Config) -> ssl.SSLContext | None:
+    if cfg.a2a.tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cfg.a2a.tls.cert_file, cfg.a2a.tls.key_file)
+    return context

@@ -1,38 +1,70 @@
-"""Logging set-up: text or JSON lines, chosen in config. Never given a token."""
+"""Logging set-up: key=value or JSON lines, chosen in config, with the trace id of the
+task a line is about. Tokens never reach a logger: nothing here is handed one."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
+import time
 
 from butler.config.model import LoggingConfig
+
+TRACE_ID: contextvars.ContextVar[str] = contextvars.ContextVar("butler_trace_id", default="")
+
+
+class TraceIdFilter(logging.Filter):
+    """Stamps every record with the trace id of the task being handled, if any."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "trace_id", ""):
+            record.trace_id = TRACE_ID.get()
+        return True
+
+
+def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, str]:
+    out = {
+        "ts": formatter.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "msg": record.getMessage(),
+    }
+    trace_id = getattr(record, "trace_id", "")
+    if trace_id:
+        out["trace_id"] = trace_id
+    if record.exc_info:
+        out["exc"] = formatter.formatException(record.exc_info)
+    return out
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        trace_id = getattr(record, "trace_id", None)
-        if trace_id:
-            out["trace_id"] = trace_id
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
+        return json.dumps(_fields(record, self), ensure_ascii=False)
+
+
+class KeyValueFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        parts = []
+        for key, value in _fields(record, self).items():
+            if value == "" or any(c in value for c in ' "=\n\\'):
+                value = json.dumps(value, ensure_ascii=False)
+            parts.append(f"{key}={value}")
+        return " ".join(parts)
 
 
 def setup_logging(config: LoggingConfig) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if config.format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    formatter = JsonFormatter() if config.format == "json" else KeyValueFormatter()
+    formatter.converter = _utc  # timestamps in UTC, marked Z
+    handler.setFormatter(formatter)
+    handler.addFilter(TraceIdFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(config.level.upper())
     # aiohttp's access log would print request lines; errors come through our middleware.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _utc(seconds: float | None) -> time.struct_time:
+    return time.gmtime(seconds)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
+
+from aiohttp import web
+
+from internal.protocol.a2a.http_common import Handler
 
 LabelValues = tuple[str, ...]
 
@@ -117,3 +122,56 @@ class ButlerMetrics:
 
     def render(self) -> str:
         return self.registry.render()
+
+
+def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> None:
+    """Metrics follow the audit trail: every decision worth counting is recorded there."""
+    code = fields.get("code")
+    if kind == "refusal":
+        metrics.refusals.inc(str(code or "refused"))
+    elif kind == "task_finished":
+        metrics.tasks.inc(str(fields.get("decision", "")))
+        before, after = fields.get("budget_before"), fields.get("budget_after")
+        if isinstance(before, Decimal) and isinstance(after, Decimal) and before > after:
+            metrics.spent.inc(amount=before - after)
+    elif kind == "delegation_result":
+        peer = str((fields.get("detail") or {}).get("peer", "?"))
+        metrics.delegations.inc(peer, str(code or fields.get("decision", "")))
+
+
+def metrics_middleware(metrics: ButlerMetrics) -> Any:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            metrics.requests.inc(f"{request.method} {route}", str(status))
+
+    return middleware
+
+
+def metrics_route(metrics: ButlerMetrics) -> web.RouteDef:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=metrics.render(), content_type="text/plain",
+                            headers={"X-Content-Type-Options": "nosniff"}, charset="utf-8")
+
+    return web.get("/metrics", handler)
+
+
+async def serve_metrics(metrics: ButlerMetrics, listen: str) -> web.AppRunner:
+    """The unauthenticated metrics port: loopback only (checked when the config loads)."""
+    host, _, port = listen.rpartition(":")
+    app = web.Application()
+    app.add_routes([metrics_route(metrics)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host.strip("[]"), int(port)).start()
+    return runner

@@ -6,6 +6,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.delegation_support import Mesh
 from tests.support import Swarm
 
 
@@ -23,3 +24,13 @@ async def swarm(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Sw
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Mesh]:
+    """Declare several daemons that know each other, then ``await mesh.start()``."""
+    m = Mesh(tmp_path, http)
+    try:
+        yield m
+    finally:
+        await m.close()

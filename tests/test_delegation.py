@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from decimal import Decimal
-from pathlib import Path
 
 import aiohttp
 import pytest
 
 from internal.protocol.a2a.types import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
-
-
-@pytest.fixture
-async def mesh(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Mesh]:
-    m = Mesh(tmp_path, http)
-    try:
-        yield m
-    finally:
-        await m.close()
 
 
 async def post(http: aiohttp.ClientSession, url: str, token: str, body: dict[str, object],

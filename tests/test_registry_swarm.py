@@ -75,3 +75,18 @@ async def registry_find(http: aiohttp.ClientSession, url: str, capability: str) 
                         headers={"Authorization": f"Bearer {TOKENS['root']}"}) as resp:
         assert resp.status == 200
         return [a["name"] for a in (await resp.json())["agents"]]
+
+
+async def test_registry_exports_its_size(http: aiohttp.ClientSession,
+                                         registry: LiveRegistry) -> None:
+    from tests.registry.registry_support import auth, make_card
+
+    for name in ("office", "lab"):
+        async with http.put(f"{registry.url}/v1/agents/{name}", headers=auth("alice"),
+                            json={"card": make_card(name), "ttl_seconds": 60}) as resp:
+            assert resp.status == 201
+    async with http.get(f"{registry.url}/metrics") as resp:
+        assert resp.status == 401
+    async with http.get(f"{registry.url}/metrics", headers=auth("root")) as resp:
+        assert resp.status == 200
+        assert "butler_registry_agents 2\n" in await resp.text()

@@ -6,26 +6,15 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from internal.protocol.a2a.types import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-async def mesh(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Mesh]:
-    m = Mesh(tmp_path, http)
-    try:
-        yield m
-    finally:
-        await m.close()
 
 
 async def test_one_trace_id_across_three_hops(mesh: Mesh, http: aiohttp.ClientSession) -> None:

@@ -24,11 +24,50 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True)
+class PushNotificationsConfig:
+    """A2A push notifications: webhooks are never loopback, link-local or metadata
+    addresses; private networks only when allowed."""
+
+    enabled: bool = True
+    allow_private_networks: bool = False
+    max_attempts: int = 5
+    timeout_seconds: float = 10.0
+    max_configs_per_task: int = 10
+
+
+@dataclass(frozen=True)
 class A2AConfig:
     enabled: bool = False
     port: int = DEFAULT_PORT
     bind_address: str = DEFAULT_BIND
     tokens: tuple[TokenEntry, ...] = ()
+    tls: TlsConfig | None = None
+    legacy_v03_card: bool = True  # the 0.3 fields (url, preferredTransport...) in the card
+    push_notifications: PushNotificationsConfig = field(
+        default_factory=PushNotificationsConfig)
+
+
+@dataclass(frozen=True)
+class RateLimitConfig:
+    """Token buckets (0 turns a limit off) and a cap on each caller's running tasks."""
+
+    per_caller_per_second: float = 200.0
+    per_caller_burst: float = 400.0
+    per_address_per_second: float = 500.0
+    per_address_burst: float = 1000.0
+    max_inflight_tasks_per_caller: int = 256
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = True
+    listen: str = ""  # "" -> GET /metrics on the main port, authenticated
 
 
 @dataclass(frozen=True)
@@ -87,6 +126,8 @@ class PeerConfig:
     connect_timeout_seconds: float = 3.0
     timeout_seconds: float = 60.0
     max_response_bytes: int = 4 * 1024 * 1024
+    ca_file: Path | None = None
+    protocol: str = "butler"  # "butler": Butler's /v2 API; "a2a": a standard A2A agent
 
 
 @dataclass(frozen=True)
@@ -106,7 +147,7 @@ class TelemetryConfig:
 @dataclass(frozen=True)
 class LoggingConfig:
     level: str = "info"
-    format: str = "text"
+    format: str = "kv"
 
 
 @dataclass(frozen=True)
@@ -133,12 +174,16 @@ class Config:
     logging: LoggingConfig
     skills: tuple[SkillConfig, ...] = ()
     peers: tuple[PeerConfig, ...] = ()
+    rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def public_url(self) -> str:
-        return self.agent.url or http_url(self.a2a.bind_address, self.a2a.port)
+        return self.agent.url or http_url(self.a2a.bind_address, self.a2a.port,
+                                          tls=self.a2a.tls is not None)
 
 
-def http_url(host: str, port: int) -> str:
-    """``http://host:port``, with an IPv6 address in brackets."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def http_url(host: str, port: int, *, tls: bool = False) -> str:
+    """``http://host:port`` (https with TLS), with an IPv6 address in brackets."""
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"

@@ -7,7 +7,10 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Any, NoReturn
+
+import yaml
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -158,3 +161,25 @@ def _kind(value: Any) -> str:
         dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
         int: "an integer", float: "a number",
     }.get(type(value), type(value).__name__)
+
+
+def read_config_file(path: str | Path) -> str:
+    """A config file's text, or a ``ConfigError`` naming the file."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), "", "not UTF-8 text") from None
+
+
+def yaml_root(text: str, file: str, env: Mapping[str, str] | None) -> Node:
+    """The parsed document as a ``Node``; YAML syntax errors name the line."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "?"
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(file, "", f"invalid YAML at {where}: {problem}") from None
+    return Node(file, "", data if data is not None else {}, env)

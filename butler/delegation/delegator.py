@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,9 +24,10 @@ from butler.delegation.peers import Candidate, DiscoverFn, PeerHealth, eligible
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
 from internal.protocol.a2a import rest_codec
+from internal.protocol.a2a.a2a_client import A2APeerClient
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.errors import ButlerError, DelegationFailed, Refusal
-from internal.protocol.a2a.types import CostNode, Task, TaskRequest
+from internal.protocol.a2a.types import Budget, CostNode, Task, TaskRequest, TaskState
 
 log = logging.getLogger("butler.delegation")
 MAX_ATTEMPTS = 3
@@ -43,12 +46,21 @@ class PeerDelegator:
         self._audit = audit
         self._slots = asyncio.Semaphore(max_concurrency)
         self._session: aiohttp.ClientSession | None = None
+        self._tls: dict[Path, ssl.SSLContext] = {}
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60))
         return self._session
+
+    def _pinned(self, ca_file: Path | None) -> ssl.SSLContext | None:
+        """A context that trusts only the peer's pinned CA (built once per file)."""
+        if ca_file is None:
+            return None
+        if ca_file not in self._tls:
+            self._tls[ca_file] = ssl.create_default_context(cafile=str(ca_file))
+        return self._tls[ca_file]
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -101,9 +113,11 @@ class PeerDelegator:
                     grant: Decimal, deadline: float) -> DelegationResult:
         client = PeerClient(cand.url, cand.token, session=self._http(), name=cand.name,
                             connect_timeout=cand.connect_timeout, timeout=cand.timeout,
-                            max_response_bytes=cand.max_response_bytes)
+                            max_response_bytes=cand.max_response_bytes,
+                            tls=self._pinned(cand.ca_file))
         started = time.monotonic()
-        audit: dict[str, Any] = {"caller": self.agent_id, "task_id": request.id, "chain": chain}
+        audit: dict[str, Any] = {"caller": self.agent_id, "task_id": request.id, "chain": chain,
+                                 "detail": {"peer": cand.name, "url": cand.url}}
         with self._tracer.start_as_current_span("butler.delegate", attributes={
             "butler.peer": cand.name, "butler.caller_chain": list(chain),
             "butler.depth": len(chain), "butler.budget_usd": str(grant),
@@ -116,10 +130,14 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 try:
-                    task = await client.submit(replace(request, blocking=True), chain=chain,
-                                               budget=grant, headers=headers,
-                                               timeout=deadline - time.monotonic())
-                    task = await self._follow(client, task, deadline)
+                    if cand.protocol == "a2a":
+                        task = await self._standard(cand, request, chain, grant, headers,
+                                                    deadline)
+                    else:
+                        task = await client.submit(replace(request, blocking=True),
+                                                   chain=chain, budget=grant, headers=headers,
+                                                   timeout=deadline - time.monotonic())
+                        task = await self._follow(client, task, deadline)
                 except ButlerError as err:
                     span.set_attribute("butler.refusal", err.code)
                     if isinstance(err, DelegationFailed):
@@ -143,6 +161,19 @@ class PeerDelegator:
             error_code=task.error.code if task.error else "",
             error_message=task.error.message if task.error else "",
         )
+
+    async def _standard(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
+                        grant: Decimal, headers: dict[str, str], deadline: float) -> Task:
+        """A standard A2A agent: it reports no spend, so a completed task is charged the
+        ``cost_usd`` its peer entry says it costs."""
+        client = A2APeerClient(cand.url, cand.token, session=self._http(), name=cand.name,
+                               connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+                               max_response_bytes=cand.max_response_bytes,
+                               tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS)
+        task = await client.run(request, chain=chain, budget=grant, headers=headers,
+                                deadline=deadline)
+        spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")
+        return replace(task, budget=Budget(grant, min(spent, grant)))
 
     async def _follow(self, client: PeerClient, task: Task, deadline: float) -> Task:
         """A blocking answer is normally final; if not, poll until it is or time runs out."""

@@ -60,6 +60,7 @@ class RegistryDiscovery:
             capabilities=entry.capabilities, cost_usd=_price(entry.card, caps),
             spend_cap_usd=static.spend_cap_usd if static else None,
             timeout=static.timeout_seconds if static else 60.0, source="registry",
+            ca_file=static.ca_file if static else None,
         )
 
 

@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 from butler.config.model import PeerConfig
 
@@ -22,6 +23,8 @@ class Candidate:
     timeout: float = 60.0
     max_response_bytes: int = 4 * 1024 * 1024
     source: str = "static"
+    ca_file: Path | None = None
+    protocol: str = "butler"
 
     def __repr__(self) -> str:  # never show the token
         return f"Candidate({self.name!r}, {self.url!r}, source={self.source!r})"
@@ -35,7 +38,8 @@ def from_config(peers: Iterable[PeerConfig]) -> list[Candidate]:
         Candidate(name=p.name, url=p.url, token=p.token, capabilities=p.capabilities,
                   cost_usd=p.cost_usd, spend_cap_usd=p.spend_cap_usd,
                   connect_timeout=p.connect_timeout_seconds, timeout=p.timeout_seconds,
-                  max_response_bytes=p.max_response_bytes)
+                  max_response_bytes=p.max_response_bytes, ca_file=p.ca_file,
+                  protocol=p.protocol)
         for p in peers
     ]
 

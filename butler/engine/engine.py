@@ -20,12 +20,19 @@ from butler.engine.clock import iso_before, now_iso
 from butler.engine.events import EventHub
 from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.store import TaskStore
+from butler.logs import TRACE_ID
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
 from butler.telemetry import parent_context
 from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import AuthError, Refusal, RequestError, StateConflict
+from internal.protocol.a2a.errors import (
+    AuthError,
+    Refusal,
+    RequestError,
+    StateConflict,
+    Unavailable,
+)
 from internal.protocol.a2a.types import (
     Budget,
     Envelope,
@@ -129,9 +136,14 @@ class TaskEngine:
 
     async def _create(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
         """Admit, persist (the task is acknowledged only once committed) and start."""
+        cap = self.deps.max_tasks_per_caller
+        if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
+            raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
+                              retry_after=1)
         admitted = self._admit(caller, request, envelope)
         skill = self._choose_skill(caller, request)
         parent, trace_id = parent_context(envelope)
+        TRACE_ID.set(trace_id)
         task = self._new_task(caller, request, admitted, trace_id, skill)
         if skill is None:
             task = await self._plan_delegation(task, request, admitted)
@@ -197,9 +209,14 @@ class TaskEngine:
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
                   trace_id: str, skill: Skill | None) -> Task:
         now = now_iso()
+        task_id = request.id or uuid.uuid4().hex
+        context_id = request.context_id or uuid.uuid4().hex
+        message = request.message
         return Task(
-            id=request.id or uuid.uuid4().hex,
-            context_id=request.context_id or uuid.uuid4().hex,
+            id=task_id,
+            context_id=context_id,
+            messages=() if message is None else (
+                replace(message, task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
             state=TaskState.SUBMITTED,
             request=request,
@@ -243,10 +260,12 @@ class TaskEngine:
         return task
 
     async def list_tasks(self, caller: Identity, *, state: TaskState | None,
-                         context_id: str | None, cursor: str | None, limit: int) -> TaskPage:
+                         context_id: str | None, cursor: str | None, limit: int,
+                         updated_after: str | None = None, by_update: bool = False) -> TaskPage:
         return await self.store.list_tasks(
             owner=None if caller.is_admin else caller.name, state=state,
-            context_id=context_id, cursor=cursor, limit=limit)
+            context_id=context_id, cursor=cursor, limit=limit, updated_after=updated_after,
+            by_update=by_update)
 
     async def cancel(self, caller: Identity, task_id: str) -> Task:
         task = await self.get(caller, task_id)
@@ -272,7 +291,10 @@ class TaskEngine:
         if task.state is not TaskState.INPUT_REQUIRED or run is None:
             raise StateConflict("task_not_waiting",
                                 f"task {task_id} is {task.state.value}, not waiting for input")
-        updated = await self.update(task_id, state=TaskState.WORKING, message="input received")
+        changes = {} if reply.message is None else {"messages": task.messages + (replace(
+            reply.message, task_id=task_id, context_id=task.context_id, at=now_iso()),)}
+        updated = await self.update(task_id, state=TaskState.WORKING, message="input received",
+                                    **changes)
         run.answer(followup)
         return await self._settled(updated or task, blocking)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from internal.protocol.a2a.types import TaskEvent
@@ -14,8 +14,15 @@ QUEUE_LIMIT = 1024
 class EventHub:
     def __init__(self) -> None:
         self._subs: dict[str, set[asyncio.Queue[TaskEvent | None]]] = {}
+        self._listeners: list[Callable[[TaskEvent], None]] = []
+
+    def listen(self, listener: Callable[[TaskEvent], None]) -> None:
+        """Every event of every task, synchronously: ``listener`` must not block."""
+        self._listeners.append(listener)
 
     def publish(self, event: TaskEvent) -> None:
+        for listener in self._listeners:
+            listener(event)
         for queue in tuple(self._subs.get(event.task.id, ())):
             try:
                 queue.put_nowait(event)

@@ -14,6 +14,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
 
+from butler.logs import TRACE_ID
 from butler.skills.base import (
     DelegationError,
     DelegationResult,
@@ -85,6 +86,7 @@ class RunDeps:
     count_task: Callable[[str], None] = lambda state: None
     workspace: Workspace = field(default_factory=_NoWorkspace)
     max_children: int = 8
+    max_tasks_per_caller: int = 0  # running at once; 0: no cap
 
 
 class TaskRun:
@@ -118,6 +120,7 @@ class TaskRun:
             self._waiter.set_result(followup)
 
     async def _main(self) -> None:
+        TRACE_ID.set(self.task.trace_id)  # this asyncio task's own context: its log lines
         started = time.monotonic()
         span = self.deps.tracer.start_span("butler.task", context=self._parent, attributes={
             "butler.task_id": self.task_id, "butler.skill": self.task.skill,

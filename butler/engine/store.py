@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from internal.protocol.a2a import jsonwire, rest_codec
 from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.types import Task, TaskPage, TaskState
+from internal.protocol.a2a.types import Message, Task, TaskPage, TaskState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_owner ON tasks(owner, seq);
 CREATE INDEX IF NOT EXISTS tasks_context ON tasks(context_id, seq);
 CREATE INDEX IF NOT EXISTS tasks_open ON tasks(terminal, updated_at);
+CREATE INDEX IF NOT EXISTS tasks_owner_updated ON tasks(owner, updated_at, seq);
 """
 
 
@@ -42,7 +43,8 @@ class TaskStore(Protocol):
     async def get(self, task_id: str) -> Task | None: ...
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
-        cursor: str | None, limit: int,
+        cursor: str | None, limit: int, updated_after: str | None = None,
+        by_update: bool = False,
     ) -> TaskPage: ...
     async def open_tasks(self) -> list[Task]: ...
     async def purge_terminal(self, updated_before: str) -> int: ...
@@ -50,18 +52,42 @@ class TaskStore(Protocol):
 
 
 def encode_row(task: Task) -> str:
-    return jsonwire.dumps({
+    row: dict[str, Any] = {
         "task": rest_codec.encode_task(task),
         "owner": task.owner,
         "request": rest_codec.encode_request(task.request),
-    })
+    }
+    if task.messages:
+        row["messages"] = [_encode_message(m) for m in task.messages]
+    return jsonwire.dumps(row)
 
 
 def decode_row(body: str) -> Task:
     data = jsonwire.loads(body, max_depth=256)
     task = rest_codec.decode_task(data["task"])
     request = rest_codec.decode_task_request(data["request"])
-    return replace(task, owner=data["owner"], request=request)
+    messages = tuple(_decode_message(m) for m in data.get("messages", ()))
+    return replace(task, owner=data["owner"], request=request, messages=messages)
+
+
+def _encode_message(message: Message) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id, "role": message.role,
+        "parts": [rest_codec.encode_part(p) for p in message.parts],
+        "context_id": message.context_id, "task_id": message.task_id,
+        "metadata": message.metadata, "extensions": list(message.extensions),
+        "reference_task_ids": list(message.reference_task_ids), "at": message.at,
+    }
+
+
+def _decode_message(data: dict[str, Any]) -> Message:
+    return Message(
+        message_id=data["message_id"], role=data["role"],
+        parts=rest_codec.decode_parts(data["parts"]), context_id=data["context_id"],
+        task_id=data["task_id"], metadata=data.get("metadata"),
+        extensions=tuple(data.get("extensions", ())),
+        reference_task_ids=tuple(data.get("reference_task_ids", ())), at=data["at"],
+    )
 
 
 class SqliteTaskStore:
@@ -98,8 +124,11 @@ class SqliteTaskStore:
 
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
-        cursor: str | None, limit: int,
+        cursor: str | None, limit: int, updated_after: str | None = None,
+        by_update: bool = False,
     ) -> TaskPage:
+        """Newest first by creation; with ``by_update`` by last update (ties by creation),
+        and then with the total number of matching tasks."""
         where: list[str] = []
         args: list[Any] = []
         if owner is not None:
@@ -111,19 +140,38 @@ class SqliteTaskStore:
         if context_id is not None:
             where.append("context_id=?")
             args.append(context_id)
+        if updated_after is not None:
+            where.append("updated_at>=?")
+            args.append(updated_after)
+        filters, filter_args = list(where), list(args)
         if cursor is not None:
-            where.append("seq<?")
-            args.append(_decode_cursor(cursor))
-        sql = "SELECT seq, body FROM tasks"
+            position = _decode_cursor(cursor, by_update)
+            if by_update:
+                where.append("(updated_at<? OR (updated_at=? AND seq<?))")
+                args += [position[0], position[0], position[1]]
+            else:
+                where.append("seq<?")
+                args.append(position[1])
+        order = "updated_at DESC, seq DESC" if by_update else "seq DESC"
+        sql = "SELECT seq, updated_at, body FROM tasks"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY seq DESC LIMIT ?"
+        sql += f" ORDER BY {order} LIMIT ?"
         args.append(limit + 1)
-        rows = await self._run(lambda: self._db.execute(sql, args).fetchall())
+        count_sql = "SELECT COUNT(*) FROM tasks" + (
+            " WHERE " + " AND ".join(filters) if filters else "")
+
+        def query() -> tuple[list[Any], int | None]:
+            rows = self._db.execute(sql, args).fetchall()
+            total = self._db.execute(count_sql, filter_args).fetchone()[0] if by_update else None
+            return rows, total
+
+        rows, total = await self._run(query)
         more = len(rows) > limit
         rows = rows[:limit]
-        next_cursor = _encode_cursor(rows[-1][0]) if more and rows else None
-        return TaskPage(tuple(decode_row(r[1]) for r in rows), next_cursor)
+        next_cursor = _encode_cursor(rows[-1][0], rows[-1][1] if by_update else None) \
+            if more and rows else None
+        return TaskPage(tuple(decode_row(r[2]) for r in rows), next_cursor, total)
 
     async def open_tasks(self) -> list[Task]:
         rows = await self._run(
@@ -145,16 +193,21 @@ class SqliteTaskStore:
         self._pool.shutdown(wait=True)
 
 
-def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"s": seq}).encode()).decode().rstrip("=")
+def _encode_cursor(seq: int, updated_at: str | None) -> str:
+    position: dict[str, Any] = {"s": seq}
+    if updated_at is not None:
+        position["u"] = updated_at
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> int:
+def _decode_cursor(cursor: str, by_update: bool) -> tuple[str, int]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        seq = json.loads(base64.urlsafe_b64decode(padded))["s"]
-    except (ValueError, KeyError, TypeError):
+        position = json.loads(base64.urlsafe_b64decode(padded))
+        seq, updated_at = position["s"], position.get("u", "")
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise RequestError("invalid_params", "invalid cursor") from None
-    if not isinstance(seq, int):
+    if not isinstance(seq, int) or not isinstance(updated_at, str) or by_update != bool(
+            updated_at):
         raise RequestError("invalid_params", "invalid cursor")
-    return seq
+    return updated_at, seq

@@ -9,10 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from butler.config.loader import parse_token_entry
-from butler.config.node import ConfigError, Node
+from butler.config.node import Node, read_config_file, yaml_root
 from butler.registry.store import redact_url
 from internal.protocol.a2a.auth import TokenEntry
 
@@ -61,12 +59,7 @@ def load_registry_config(
     path: str | Path, env: Mapping[str, str] | None = None
 ) -> RegistryServiceConfig:
     file = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(file, "", f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(file, "", "not UTF-8 text") from None
+    text = read_config_file(path)
     return parse_registry_config(text, file=file, env=env, base_dir=Path(path).resolve().parent)
 
 
@@ -77,13 +70,7 @@ def parse_registry_config(
     env: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
 ) -> RegistryServiceConfig:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise ConfigError(file, "", f"invalid YAML at {where}") from None
-    root = Node(file, "", data if data is not None else {}, env)
+    root = yaml_root(text, file, env)
     top = root.mapping({"registry"})
     if "registry" not in top:
         root.fail("expected a top-level 'registry' mapping")

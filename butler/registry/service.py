@@ -6,6 +6,7 @@
     GET    /v1/agents/{name}             one live agent
     GET    /v1/agents?capability=&skill=&tag=&q=&limit=&cursor=
     GET    /healthz                      unauthenticated
+    GET    /v1/openapi.json              unauthenticated: the OpenAPI document (openapi.yaml)
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ from internal.protocol.a2a.http_common import (
     json_response,
     read_json,
 )
+from internal.protocol.a2a.openapi import document_route
 from internal.protocol.a2a.ratelimit import TokenBuckets, limited
 
 log = logging.getLogger("butler.registry")
 
+OPENAPI_PATH = "/v1/openapi.json"
 _QUERY_KEYS = frozenset({"capability", "skill", "tag", "q", "limit", "cursor"})
 _DEFAULT_PAGE = 50
 # Room for the body's other fields and JSON punctuation beyond the card itself.
@@ -75,18 +78,20 @@ def build_registry_app(
         middlewares=[
             error_middleware,
             inflight_middleware(config.max_inflight),
-            auth_middleware(TokenVerifier(config.tokens), public_paths={"/healthz"}),
+            auth_middleware(TokenVerifier(config.tokens), public_paths={"/healthz", OPENAPI_PATH}),
         ],
     )
     per_minute = config.max_writes_per_minute
     limits = TokenBuckets(rate=per_minute / 60, burst=per_minute, clock=clock.now)
     app[REGISTRY] = Registry(config, store, clock, limits)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/agents", list_agents)
     app.router.add_put("/v1/agents/{name}", put_agent)
     app.router.add_get("/v1/agents/{name}", get_agent)
     app.router.add_delete("/v1/agents/{name}", delete_agent)
     app.router.add_post("/v1/agents/{name}/heartbeat", heartbeat)
+    app.add_routes([document_route(OPENAPI_PATH, "butler.registry", "openapi.yaml")])
     app.cleanup_ctx.append(_sweeper)
     return app
 
@@ -120,6 +125,16 @@ async def healthz(request: web.Request) -> web.Response:
     except (TimeoutError, Unavailable):
         raise Unavailable("overloaded", "registry store unavailable", retry_after=5) from None
     return json_response({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text: how many agents are live now (authenticated like the rest)."""
+    reg = request.app[REGISTRY]
+    live = await reg.store.count_live(now=reg.clock.now())
+    text = ("# HELP butler_registry_agents Live registered agents\n"
+            "# TYPE butler_registry_agents gauge\n"
+            f"butler_registry_agents {live}\n")
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
 async def put_agent(request: web.Request) -> web.Response:

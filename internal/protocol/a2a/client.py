@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -31,7 +32,9 @@ class PeerClient:
         timeout: float = 60.0,
         max_response_bytes: int = 4 * 1024 * 1024,
         name: str = "",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: a context trusting a pinned CA; None verifies against the system's."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
         self._token = token
@@ -39,6 +42,7 @@ class PeerClient:
         self._connect_timeout = connect_timeout
         self._timeout = timeout
         self._max = max_response_bytes
+        self._tls: ssl.SSLContext | bool = tls if tls is not None else True
 
     def __repr__(self) -> str:
         return f"PeerClient({self.base_url!r})"
@@ -58,6 +62,10 @@ class PeerClient:
         except TimeoutError:
             raise DelegationFailed("peer_timeout",
                                    f"{self.name} did not answer within {timeout:g}s") from None
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise DelegationFailed(
+                "peer_tls_error", f"{self.name}: certificate not trusted: {exc.certificate_error}"
+            ) from None
         except aiohttp.ClientConnectorError as exc:
             raise DelegationFailed("peer_unreachable",
                                    f"cannot connect to {self.name}: {exc.os_error}") from None
@@ -78,6 +86,7 @@ class PeerClient:
         with self._mapped(total):
             async with asyncio.timeout(total), self._session.request(
                 method, self.base_url + path, data=data, headers=hdrs, allow_redirects=False,
+                ssl=self._tls,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             ) as resp:
                 raw = await self._read_capped(resp)
@@ -164,7 +173,7 @@ class PeerClient:
         with self._mapped(self._timeout):
             async with self._session.get(
                 f"{self.base_url}/v2/tasks/{task_id}/events", headers=self._headers(),
-                allow_redirects=False,
+                allow_redirects=False, ssl=self._tls,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             ) as resp:
                 if resp.status != 200:

@@ -17,47 +17,68 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+A2A_DOMAIN = "a2a-protocol.org"
+BUTLER_DOMAIN = "butler"
+
 
 @dataclass(frozen=True, slots=True)
 class ErrorSpec:
     status: int
     rpc_code: int
     category: str
+    reason: str = ""  # the A2A ErrorInfo reason, for errors the A2A specification defines
+
+    def error_info(self, code: str) -> tuple[str, str]:
+        """(reason, domain) of the ``google.rpc.ErrorInfo`` the A2A bindings send."""
+        return (self.reason, A2A_DOMAIN) if self.reason else (code.upper(), BUTLER_DOMAIN)
 
 
-# code -> (HTTP status, JSON-RPC code, category)
+# code -> (HTTP status, JSON-RPC code, category, A2A reason). JSON-RPC codes -32700..-32600
+# are JSON-RPC 2.0's, -32001..-32009 the A2A specification's; Butler's own errors use
+# -31xxx, where xxx is the HTTP status (docs/errors.md).
 ERROR_TABLE: dict[str, ErrorSpec] = {
-    "malformed_json": ErrorSpec(400, -32700, "request"),
-    "invalid_request": ErrorSpec(400, -32600, "request"),
-    "invalid_params": ErrorSpec(400, -32602, "request"),
+    "malformed_json": ErrorSpec(400, -32700, "request", "INVALID_REQUEST"),
+    "invalid_request": ErrorSpec(400, -32600, "request", "INVALID_REQUEST"),
+    "invalid_params": ErrorSpec(400, -32602, "request", "INVALID_PARAMS"),
     "invalid_envelope": ErrorSpec(400, -32602, "request"),
-    "not_found": ErrorSpec(404, -32001, "request"),
-    "task_not_found": ErrorSpec(404, -32001, "request"),
+    "not_found": ErrorSpec(404, -32601, "request", "METHOD_NOT_FOUND"),
+    "method_not_found": ErrorSpec(404, -32601, "request", "METHOD_NOT_FOUND"),
+    "task_not_found": ErrorSpec(404, -32001, "request", "TASK_NOT_FOUND"),
     "method_not_allowed": ErrorSpec(405, -32601, "request"),
     "payload_too_large": ErrorSpec(413, -32600, "request"),
-    "unsupported_media_type": ErrorSpec(415, -32005, "request"),
+    "unsupported_media_type": ErrorSpec(415, -32005, "request", "CONTENT_TYPE_NOT_SUPPORTED"),
     "header_too_large": ErrorSpec(400, -32600, "request"),
-    "unauthenticated": ErrorSpec(401, -32007, "auth"),
-    "forbidden": ErrorSpec(403, -32007, "auth"),
-    "chain_mismatch": ErrorSpec(403, -32007, "auth"),
-    "name_owned": ErrorSpec(403, -32007, "auth"),
-    "name_quota_exceeded": ErrorSpec(403, -32007, "auth"),
-    "loop_detected": ErrorSpec(409, -32009, "refusal"),
-    "depth_exceeded": ErrorSpec(422, -32009, "refusal"),
-    "budget_exhausted": ErrorSpec(402, -32009, "refusal"),
-    "task_terminal": ErrorSpec(409, -32002, "state"),
-    "task_not_cancelable": ErrorSpec(409, -32002, "state"),
-    "task_not_waiting": ErrorSpec(409, -32002, "state"),
+    "push_notification_not_supported": ErrorSpec(400, -32003, "request",
+                                                 "PUSH_NOTIFICATION_NOT_SUPPORTED"),
+    "unsupported_operation": ErrorSpec(400, -32004, "request", "UNSUPPORTED_OPERATION"),
+    "extended_card_not_configured": ErrorSpec(400, -32007, "request",
+                                              "EXTENDED_AGENT_CARD_NOT_CONFIGURED"),
+    "extension_support_required": ErrorSpec(400, -32008, "request",
+                                            "EXTENSION_SUPPORT_REQUIRED"),
+    "version_not_supported": ErrorSpec(400, -32009, "request", "VERSION_NOT_SUPPORTED"),
+    "unauthenticated": ErrorSpec(401, -31401, "auth"),
+    "forbidden": ErrorSpec(403, -31403, "auth"),
+    "chain_mismatch": ErrorSpec(403, -31403, "auth"),
+    "name_owned": ErrorSpec(403, -31403, "auth"),
+    "name_quota_exceeded": ErrorSpec(403, -31403, "auth"),
+    "loop_detected": ErrorSpec(409, -31409, "refusal"),
+    "depth_exceeded": ErrorSpec(422, -31422, "refusal"),
+    "budget_exhausted": ErrorSpec(402, -31402, "refusal"),
+    "task_terminal": ErrorSpec(409, -32004, "state"),
+    "task_not_cancelable": ErrorSpec(409, -32002, "state", "TASK_NOT_CANCELABLE"),
+    "task_not_waiting": ErrorSpec(409, -32004, "state"),
     "idempotency_conflict": ErrorSpec(409, -32600, "state"),
-    "rate_limited": ErrorSpec(429, -32603, "unavailable"),
-    "overloaded": ErrorSpec(503, -32603, "unavailable"),
+    "rate_limited": ErrorSpec(429, -31429, "unavailable"),
+    "overloaded": ErrorSpec(503, -31503, "unavailable"),
     "request_timeout": ErrorSpec(408, -32600, "request"),
-    "internal_error": ErrorSpec(500, -32603, "unavailable"),
+    "internal_error": ErrorSpec(500, -32603, "unavailable", "INTERNAL_ERROR"),
     "peer_unreachable": ErrorSpec(502, -32603, "delegation"),
     "peer_timeout": ErrorSpec(504, -32603, "delegation"),
     "peer_error": ErrorSpec(502, -32603, "delegation"),
+    "peer_tls_error": ErrorSpec(502, -32603, "delegation"),
     "peer_refused": ErrorSpec(502, -32603, "delegation"),
     "no_capable_peer": ErrorSpec(502, -32603, "delegation"),
+    "invalid_agent_response": ErrorSpec(502, -32006, "delegation", "INVALID_AGENT_RESPONSE"),
 }
 
 

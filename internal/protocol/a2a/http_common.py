@@ -13,12 +13,18 @@ from aiohttp.http_exceptions import LineTooLong
 from internal.protocol.a2a import jsonwire
 from internal.protocol.a2a.auth import Identity, TokenVerifier
 from internal.protocol.a2a.errors import ButlerError, RequestError, Unavailable
+from internal.protocol.a2a.incidents import SLOW_BODY, report
 
 log = logging.getLogger("butler.http")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 IDENTITY = web.RequestKey("butler.identity", Identity)
+
+# A binding whose errors have their own shape (A2A JSON-RPC, A2A HTTP+JSON) registers a
+# renderer; it answers for the requests it owns and returns None for the rest.
+ErrorRenderer = Callable[[web.Request, ButlerError], "web.Response | None"]
+ERROR_RENDERERS = web.AppKey("butler.error_renderers", list[ErrorRenderer])
 
 _HTTP_CODES = {
     400: "invalid_request",
@@ -43,12 +49,24 @@ def json_response(
 
 
 def error_response(err: ButlerError) -> web.Response:
+    return json_response(err.to_json(), status=err.status, headers=error_headers(err))
+
+
+def error_headers(err: ButlerError) -> dict[str, str]:
     headers: dict[str, str] = {}
     if err.status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="butler"'
     if err.retry_after is not None:
         headers["Retry-After"] = str(err.retry_after)
-    return json_response(err.to_json(), status=err.status, headers=headers)
+    return headers
+
+
+def render_error(request: web.Request, err: ButlerError) -> web.Response:
+    for render in request.app.get(ERROR_RENDERERS, ()):
+        response = render(request, err)
+        if response is not None:
+            return response
+    return error_response(err)
 
 
 def protocol_error(status: int, exc: BaseException | None) -> ButlerError:
@@ -77,22 +95,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ButlerError as err:
-        return error_response(err)
+        return render_error(request, err)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = _HTTP_CODES.get(exc.status, "invalid_request" if exc.status < 500 else "overloaded")
         message = "request body too large" if exc.status == 413 else exc.reason
         mapped = RequestError(code, message) if exc.status < 500 else Unavailable(code, message)
-        return error_response(mapped)
+        return render_error(request, mapped)
     except asyncio.CancelledError:
         raise
     except Exception:
         # The client learns only that it failed; the operator gets the traceback.
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return json_response(
-            {"error": {"code": "internal_error", "message": "internal error"}}, status=500
-        )
+        return render_error(request, Unavailable("internal_error", "internal error"))
 
 
 def auth_middleware(verifier: TokenVerifier, public_paths: Collection[str]) -> Any:
@@ -136,6 +152,8 @@ async def read_json(request: web.Request, *, max_depth: int, body_seconds: float
         async with asyncio.timeout(body_seconds):
             raw = await request.read()
     except TimeoutError:
+        report(request.app, SLOW_BODY, f"answered 408 to {request.remote}: request body not "
+               f"received within {body_seconds:g}s (server.body_timeout_seconds)")
         raise RequestError(
             "request_timeout", f"request body not received within {body_seconds:g}s"
         ) from None

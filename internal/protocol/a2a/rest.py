@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from internal.protocol.a2a import jsonwire, rest_codec
+from internal.protocol.a2a import jsonwire, rest_codec, sse
 from internal.protocol.a2a.errors import RequestError
 from internal.protocol.a2a.http_common import identity_of, json_response, read_json
+from internal.protocol.a2a.openapi import BUTLER_V2, BUTLER_V2_PATH, document_route
 from internal.protocol.a2a.service import TaskService
 from internal.protocol.a2a.types import TaskEvent, TaskState
 
@@ -38,6 +38,7 @@ class RestBinding:
             web.post("/v2/tasks/{id}/cancel", self.cancel),
             web.post("/v2/tasks/{id}/input", self.answer),
             web.get("/v2/tasks/{id}/events", self.events),
+            document_route(BUTLER_V2_PATH, *BUTLER_V2),
         ]
 
     async def _body(self, request: web.Request) -> dict[str, object]:
@@ -95,60 +96,16 @@ class RestBinding:
     async def events(self, request: web.Request) -> web.StreamResponse:
         stream = self.service.events(identity_of(request), request.match_info["id"])
         first = await anext(stream)  # raises 404 before any bytes are sent
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        })
-        await response.prepare(request)
-        try:
-            await response.write(sse_frame(first))
-            await self._follow(request, response, stream)
-            await response.write_eof()
-        except ConnectionResetError:
-            pass  # the client left; _follow has already let go of the subscription
-        return response
+        timing = sse.SseTiming(self.limits.sse_keepalive_seconds, self.limits.sse_poll_seconds)
+        return await sse.stream(request, sse_frame(first), _frames(stream), timing)
 
-    async def _follow(self, request: web.Request, response: web.StreamResponse,
-                      stream: AsyncIterator[TaskEvent]) -> None:
-        """Write events until the final one; stop early when the client goes away.
 
-        aiohttp does not cancel a handler whose client disconnected, so the stream is
-        pumped by a task of its own while this loop checks the connection every
-        ``sse_poll_seconds`` and sends a keep-alive comment when it has been quiet.
-        """
-        queue: asyncio.Queue[TaskEvent | None] = asyncio.Queue()
-
-        async def pump() -> None:
-            try:
-                async for event in stream:
-                    queue.put_nowait(event)
-            finally:
-                queue.put_nowait(None)
-
-        pumper = asyncio.create_task(pump())
-        quiet = 0.0
-        try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(queue.get(), self.limits.sse_poll_seconds)
-                except TimeoutError:
-                    if request.transport is None or request.transport.is_closing():
-                        return
-                    quiet += self.limits.sse_poll_seconds
-                    if quiet >= self.limits.sse_keepalive_seconds:
-                        await response.write(b": keepalive\n\n")
-                        quiet = 0.0
-                    continue
-                if event is None:
-                    return
-                await response.write(sse_frame(event))
-                quiet = 0.0
-        finally:
-            # Cancelling the pump closes the engine's stream, which unsubscribes it.
-            pumper.cancel()
-            await asyncio.wait([pumper])
-            if not pumper.cancelled():
-                pumper.result()
+async def _frames(stream: AsyncIterator[TaskEvent]) -> AsyncIterator[bytes]:
+    try:
+        async for event in stream:
+            yield sse_frame(event)
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
 
 
 def sse_frame(event: TaskEvent) -> bytes:

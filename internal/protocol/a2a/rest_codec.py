@@ -32,6 +32,7 @@ BUDGET_HEADER = "X-Swarm-Budget-USD"
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_DEPTH = re.compile(r"\s*[0-9]{1,6}\s*")  # ASCII: str.isdigit() also takes superscripts
 MAX_CHAIN = 64
 MAX_BUDGET = Decimal("1000000")
 MAX_TEXT = 256 * 1024
@@ -153,7 +154,7 @@ def decode_envelope(body: Mapping[str, Any], headers: Mapping[str, str]) -> Enve
         chain = from_header
     chain = chain or ()
     depth = headers.get(DEPTH_HEADER)
-    if depth is not None and (not depth.strip().isdigit() or int(depth) != len(chain)):
+    if depth is not None and (not _DEPTH.fullmatch(depth) or int(depth) != len(chain)):
         raise _bad(f"{DEPTH_HEADER} must equal the chain length ({len(chain)})",
                    "invalid_envelope")
     budget: Decimal | None = None
@@ -276,6 +277,15 @@ def decode_cost(value: Any) -> CostNode:
     )
 
 
+def _list(value: Any, where: str) -> list[Any]:
+    """An optional list in a peer's answer: absent (or null) is empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad(f"{where} must be a list")
+    return value
+
+
 def decode_task(value: Any) -> Task:
     """A task as a peer reports it; strict enough that garbage fails loudly."""
     data = _mapping(value, "task")
@@ -286,7 +296,7 @@ def decode_task(value: Any) -> Task:
     result = data.get("result") or {}
     _mapping(result, "result")
     artifacts = []
-    for i, raw in enumerate(result.get("artifacts", []) or []):
+    for i, raw in enumerate(_list(result.get("artifacts"), "result.artifacts")):
         item = _mapping(raw, f"artifacts[{i}]")
         artifacts.append(Artifact(
             artifact_id=str(item.get("artifact_id", "")),
@@ -317,7 +327,7 @@ def decode_task(value: Any) -> Task:
         skill=str(data.get("skill", "")),
         history=tuple(
             StatusEntry(TaskState(h["state"]), str(h.get("at", "")), str(h.get("message", "")))
-            for h in data.get("history", []) if isinstance(h, dict)
+            for h in _list(data.get("history"), "history") if isinstance(h, dict)
             and h.get("state") in TaskState.__members__.values()
         ),
         parts=decode_parts(result.get("parts", []) or [], "result.parts"),
@@ -326,7 +336,7 @@ def decode_task(value: Any) -> Task:
         status_message=str(status.get("message", "")),
         budget=budget,
         cost=decode_cost(data["cost"]) if data.get("cost") is not None else None,
-        chain=tuple(str(c) for c in swarm.get("caller_chain", []) or []),
+        chain=tuple(str(c) for c in _list(swarm.get("caller_chain"), "swarm.caller_chain")),
         trace_id=str(swarm.get("trace_id", "") or ""),
     )
 

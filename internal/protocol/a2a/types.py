@@ -102,6 +102,24 @@ class Envelope:
 
 
 @dataclass(frozen=True, slots=True)
+class Message:
+    """An A2A message: the caller's (role ``user``) or this agent's (``agent``).
+
+    ``at`` is when it arrived; the A2A bindings order a task's history by it.
+    """
+
+    message_id: str
+    role: str
+    parts: tuple[Part, ...]
+    context_id: str = ""
+    task_id: str = ""
+    metadata: dict[str, Any] | None = None
+    extensions: tuple[str, ...] = ()
+    reference_task_ids: tuple[str, ...] = ()
+    at: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class TaskRequest:
     text: str = ""
     id: str | None = None
@@ -112,6 +130,7 @@ class TaskRequest:
     skill: str | None = None
     blocking: bool = True
     timeout_seconds: float | None = None
+    message: Message | None = None  # the A2A message this request came from, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +162,7 @@ class Task:
     cost: CostNode | None = None
     chain: tuple[str, ...] = ()
     trace_id: str = ""
+    messages: tuple[Message, ...] = ()  # the caller's A2A messages, oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +170,7 @@ class TaskEvent:
     """A change seen by subscribers: a new status, or a new artifact."""
 
     task: Task
-    kind: str  # "status" | "artifact"
+    kind: str  # "status" | "artifact"; the A2A streams also use "task" for their first event
     artifact: Artifact | None = None
 
     @property
@@ -162,3 +182,17 @@ class TaskEvent:
 class TaskPage:
     tasks: tuple[Task, ...]
     next_cursor: str | None
+    total: int | None = None  # how many tasks match the filters, when the store counted them
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfig:
+    """Where to send a task's status updates (A2A push notifications)."""
+
+    id: str
+    task_id: str
+    url: str
+    token: str = field(default="", repr=False)
+    auth_scheme: str = ""
+    auth_credentials: str = field(default="", repr=False)
+    wire: str = "1.0"  # the protocol version whose payload shape the webhook receives

@@ -1,0 +1,1 @@
+"""The pieces of bench/run.py: one module per scenario, plus process and report helpers."""

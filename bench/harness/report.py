@@ -1,0 +1,185 @@
+"""Results as tables: printed as text, or as Markdown for docs/performance.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Table = tuple[str, list[str], list[list[str]]]  # title, header, rows
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else str(value)
+
+
+def _inbound(res: dict[str, Any]) -> Table:
+    rows = []
+    series = [("Butler /v2/tasks", res.get("butler_v2")),
+              ("Butler JSON-RPC SendMessage", res.get("butler_jsonrpc")),
+              ("a2a-sdk, SQLite store (durable)", res.get("reference_sqlite", {}).get("results")),
+              ("a2a-sdk, in-memory store", res.get("reference_memory", {}).get("results"))]
+    for label, data in series:
+        if isinstance(data, list):
+            rows += [[label, str(r["connections"]), _f(r["rps"], 0), _f(r["p50_ms"]),
+                      _f(r["p99_ms"]), str(r["bad"]), _f(r.get("noise_cpu_pct", 0), 0)]
+                     for r in data]
+        elif data is not None:
+            rows.append([label, "-", str(data), "", "", "", ""])
+    return ("Inbound blocking echo task (auth on; noise = CPU % other processes took)",
+            ["server", "conns", "req/s", "p50 ms", "p99 ms", "bad", "noise %"], rows)
+
+
+def _ratios(res: dict[str, Any]) -> Table:
+    rows = []
+    for ref, label in (("vs_sqlite", "/v2 vs a2a-sdk SQLite (same workload)"),
+                       ("vs_memory", "/v2 vs a2a-sdk in-memory (not durable)"),
+                       ("jsonrpc_vs_sqlite", "JSON-RPC vs a2a-sdk SQLite")):
+        rows += [[label, str(r["connections"]), f"{_f(r['throughput_x'])}x",
+                  f"{_f(r['p50_x'], 3)}", f"{_f(r['p99_x'], 3)}"]
+                 for r in res.get("ratios", {}).get(ref, [])]
+    return ("Butler / reference (throughput: higher is better; latency: lower is better)",
+            ["comparison", "conns", "throughput", "p50 ratio", "p99 ratio"], rows)
+
+
+def _hops(res: dict[str, Any]) -> Table:
+    rows = [[str(c["instances"]), _f(c["p50_ms"]), _f(c["p99_ms"]),
+             _f(c.get("added_p50_ms", "-")), _f(c.get("added_p99_ms", "-")),
+             _f(c.get("noise_cpu_pct", 0), 0)]
+            for c in res.get("chains", [])]
+    if "per_hop_p50_ms" in res:
+        rows.append(["per hop (avg)", "", "", _f(res["per_hop_p50_ms"]),
+                     _f(res["per_hop_p99_ms"]), ""])
+    return ("Delegation chains, 1 connection (added = this chain minus the one before)",
+            ["instances", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "noise %"],
+            rows)
+
+
+def _registry(res: dict[str, Any]) -> Table:
+    rows = []
+    for kind in ("sqlite", "redis"):
+        data = res.get(kind)
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            rows.append([kind, "-", str(data), "", "", "", "", "", ""])
+            continue
+        for s in data["scales"]:
+            noise = max(s["http_c1"].get("noise_cpu_pct", 0), s["http_c16"].get("noise_cpu_pct", 0))
+            rows.append([kind, str(s["agents"]), _f(s["http_c1"]["p50_ms"]),
+                         _f(s["http_c1"]["p99_ms"]), _f(s["http_c16"]["rps"], 0),
+                         _f(s["store_query"]["p50_ms"]), _f(s["store_query"]["p99_ms"]),
+                         _f(s["store_upserts_per_s"], 0), _f(noise, 0)])
+    return ("Registry capability query (limit 20; HTTP at 1 connection, and at 16)",
+            ["store", "agents", "HTTP p50 ms", "HTTP p99 ms", "16 conns req/s",
+             "store p50 ms", "store p99 ms", "store upserts/s", "noise %"], rows)
+
+
+def _registry_writes(res: dict[str, Any]) -> Table:
+    rows = []
+    for kind in ("sqlite", "redis"):
+        data = res.get(kind)
+        if isinstance(data, dict):
+            reg, text = data["http_registrations"], data["free_text_c1"]
+            rows.append([kind, str(reg["agents_before"]), _f(reg["rps"], 0),
+                         _f(reg["p99_ms"]), _f(text["p50_ms"]), _f(text["max_ms"]),
+                         _f(data["registry_rss_mb"], 1)])
+    return ("Registry writes (HTTP PUT, 16 connections) and free-text queries matching "
+            "nothing (a full scan; one at a time)",
+            ["store", "agents before", "registrations/s", "PUT p99 ms", "free-text p50 ms",
+             "free-text max ms", "registry RSS MB"], rows)
+
+
+def _memory(res: dict[str, Any]) -> Table:
+    rows = []
+    for label, mem in (("Butler", res.get("butler_memory")),
+                       ("a2a-sdk SQLite", res.get("reference_sqlite", {}).get("memory")),
+                       ("a2a-sdk in-memory", res.get("reference_memory", {}).get("memory"))):
+        if mem:
+            rows.append([label, _f(mem["idle_rss_mb"], 1), _f(mem["loaded_rss_mb"], 1),
+                         _f(mem["peak_rss_mb"], 1)])
+    return ("Memory (VmRSS; loaded = right after the 64-connection run)",
+            ["process", "idle MB", "after load MB", "peak MB"], rows)
+
+
+def _storage(res: dict[str, Any]) -> Table:
+    st = res.get("butler_storage") or {}
+    rows = [[str(st["tasks"]), str(st["audit_records"]), _f(st["audit_records_per_task"])]
+            ] if "tasks" in st else []
+    return ("Butler's writes for the /v2 runs (warm-ups included)",
+            ["tasks stored", "audit records", "audit records per task"], rows)
+
+
+def _targets(res: dict[str, Any]) -> Table:
+    return ("Targets (measured, never asserted in tests)",
+            ["target", "goal", "measured", "met"],
+            [[t["name"], t["goal"], t["measured"],
+              "n/a" if t["met"] is None else "yes" if t["met"] else "no"]
+             for t in res.get("targets", [])])
+
+
+def tables(results: dict[str, Any]) -> list[Table]:
+    out = [_inbound(results.get("inbound", {})), _ratios(results.get("inbound", {})),
+           _hops(results.get("hops", {})), _registry(results.get("registry", {})),
+           _registry_writes(results.get("registry", {})), _memory(results.get("inbound", {})),
+           _storage(results.get("inbound", {})),
+           _targets(results)]
+    return [t for t in out if t[2]]
+
+
+def text(results: dict[str, Any]) -> str:
+    return _text(tables(results))
+
+
+def _text(tabs: list[Table]) -> str:
+    lines = []
+    for title, header, rows in tabs:
+        widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+        lines += ["", title,
+                  "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+                  "  ".join("-" * w for w in widths)]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+                  for row in rows]
+    return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    return _markdown(tables(results))
+
+
+def _markdown(tabs: list[Table]) -> str:
+    out = []
+    for title, header, rows in tabs:
+        out += [f"**{title}**", "", "| " + " | ".join(header) + " |",
+                "|" + "|".join("---" for _ in header) + "|"]
+        out += ["| " + " | ".join(row) + " |" for row in rows]
+        out.append("")
+    return "\n".join(out)
+
+
+def hotspots(profile: dict[str, Any]) -> list[Table]:
+    if "self" not in profile:
+        return []
+    threads = [t["thread"] for t in profile["threads"]]
+    kinds = [[k["kind"], _f(k["percent"], 1)]
+             + [_f(k["by_thread"].get(t, 0.0), 1) for t in threads] for k in profile["kinds"]]
+    kinds.append(["all", "100.0"] + [_f(t["percent"], 1) for t in profile["threads"]])
+    return [
+        (f"Where the CPU goes (py-spy, {profile['active_samples']} busy samples; % of busy)",
+         ["kind of work (by the frame on top)", "%"] + [f"% {t}" for t in threads], kinds),
+        ("Top functions by self time", ["[thread] function", "%"],
+         [[f"`{f['function']}`", _f(f["percent"], 1)] for f in profile["self"]]),
+        ("Butler's functions by inclusive time", ["function", "%"],
+         [[f"`{f['function']}`", _f(f["percent"], 1)] for f in profile["inclusive"]]),
+    ]
+
+
+def hotspots_markdown(profile: dict[str, Any]) -> str:
+    if "self" not in profile:
+        return f"Profile: {profile.get('skipped', 'not run')}\n"
+    return _markdown(hotspots(profile))
+
+
+def hotspots_text(profile: dict[str, Any]) -> str:
+    if "self" not in profile:
+        return f"Profile: {profile.get('skipped', 'not run')}"
+    return _text([(t, h, [[c.strip("`") for c in r] for r in rows])
+                  for t, h, rows in hotspots(profile)[:2]])

@@ -1,0 +1,54 @@
+"""The issue's targets, checked against a run's results (reported, never asserted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+THROUGHPUT_X = 10.0
+P99_AT_64_MS = 25.0
+PER_HOP_P50_MS = 2.0
+REGISTRY_P99_MS = 5.0
+IDLE_RSS_MB = 80.0
+
+
+def _at(series: Any, conns: int) -> dict[str, Any] | None:
+    if not isinstance(series, list):
+        return None
+    return next((r for r in series if r["connections"] == conns), None)
+
+
+def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    inbound = results.get("inbound", {})
+    top = max((r["connections"] for r in inbound.get("butler_v2", [])), default=0)
+    ratio = _at(inbound.get("ratios", {}).get("vs_sqlite"), top)
+    if ratio is not None and ratio["throughput_x"] is not None:
+        out.append({"name": f"/v2/tasks throughput vs a2a-sdk ({top} conns, both durable)",
+                    "goal": f">= {THROUGHPUT_X:g}x", "measured": f"{ratio['throughput_x']}x",
+                    "met": ratio["throughput_x"] >= THROUGHPUT_X})
+    butler = _at(inbound.get("butler_v2"), 64)
+    if butler is not None:
+        out.append({"name": "/v2/tasks p99 at 64 connections, durable",
+                    "goal": f"<= {P99_AT_64_MS:g} ms", "measured": f"{butler['p99_ms']:.1f} ms",
+                    "met": butler["p99_ms"] <= P99_AT_64_MS})
+    hops = results.get("hops", {})
+    if "per_hop_p50_ms" in hops:
+        out.append({"name": "per-hop overhead p50", "goal": f"<= {PER_HOP_P50_MS:g} ms",
+                    "measured": f"{hops['per_hop_p50_ms']:.2f} ms",
+                    "met": hops["per_hop_p50_ms"] <= PER_HOP_P50_MS})
+    for kind in ("sqlite", "redis"):
+        data = results.get("registry", {}).get(kind)
+        if not isinstance(data, dict) or not data.get("scales"):
+            continue
+        last = data["scales"][-1]
+        p99 = last["http_c1"]["p99_ms"]
+        out.append({"name": f"registry query p99, {kind}, {last['agents']} agents (HTTP)",
+                    "goal": f"<= {REGISTRY_P99_MS:g} ms", "measured": f"{p99:.2f} ms",
+                    # Below 100k agents (--quick) the target cannot be judged.
+                    "met": p99 <= REGISTRY_P99_MS if last["agents"] >= 100_000 else None})
+    memory = inbound.get("butler_memory")
+    if memory:
+        out.append({"name": "idle RSS of the daemon", "goal": f"<= {IDLE_RSS_MB:g} MB",
+                    "measured": f"{memory['idle_rss_mb']:.1f} MB",
+                    "met": memory["idle_rss_mb"] <= IDLE_RSS_MB})
+    return out

@@ -1,0 +1,43 @@
+"""Value checks shared by every section of the config."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from butler.config.node import Node
+
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+BUILTIN_SKILLS = ("echo", "memory.write", "memory.read", "memory.search")
+
+
+def ident(node: Node) -> str:
+    text = node.string(max_len=128)
+    if not ID.fullmatch(text):
+        node.fail("must be letters, digits and . _ : - (starting with a letter or digit)")
+    return text
+
+
+def url(node: Node) -> str:
+    text = node.string()
+    if not re.fullmatch(r"https?://[^\s/@]+(:\d+)?(/\S*)?", text):
+        node.fail(f"expected an http:// or https:// URL without credentials, got {text!r}")
+    return text.rstrip("/")
+
+
+def secret(k: dict[str, Node], base: Path, prefix: str = "token") -> str:
+    """A bearer token from ``<prefix>_env`` (a variable's name) or ``<prefix>_file``."""
+    env_key, file_key = f"{prefix}_env", f"{prefix}_file"
+    if env_key in k:
+        var = k[env_key].string()
+        if var not in k[env_key].env:
+            k[env_key].fail(f"environment variable {var} is not set")
+        return k[env_key].env[var].strip()
+    if file_key in k:
+        tpath = Path(k[file_key].string())
+        tpath = tpath if tpath.is_absolute() else base / tpath
+        try:
+            return tpath.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            k[file_key].fail(f"cannot read token file: {exc}")
+    return ""

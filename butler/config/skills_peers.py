@@ -1,0 +1,96 @@
+"""Skills and peers: what this instance runs, and whom it may delegate to."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+
+from butler.config import model as m
+from butler.config.common import BUILTIN_SKILLS, ident, secret, url
+from butler.config.node import Node
+
+
+def parse_skill(node: Node) -> m.SkillConfig:
+    k = node.mapping({
+        "id", "name", "description", "capabilities", "tags", "examples", "cost_usd",
+        "timeout_seconds", "expose", "tier", "builtin", "command", "python", "max_output_bytes",
+    })
+    if "id" not in k:
+        node.fail("a skill needs an id")
+    skill_id = ident(k["id"])
+    runners = [key for key in ("builtin", "command", "python") if key in k]
+    if len(runners) != 1:
+        node.fail("a skill needs exactly one of builtin, command, python")
+    builtin = k["builtin"].choice(BUILTIN_SKILLS) if "builtin" in k else None
+    command = k["command"].strings() if "command" in k else None
+    if command is not None and not command:
+        k["command"].fail("command needs at least the program to run")
+    python = k["python"].string() if "python" in k else None
+    if python is not None and not re.fullmatch(r"[\w.]+:[\w.]+", python):
+        k["python"].fail("expected 'package.module:function'")
+    default_caps = (builtin,) if builtin and builtin != "echo" else (skill_id,)
+    return m.SkillConfig(
+        id=skill_id,
+        name=k["name"].string(max_len=200) if "name" in k else skill_id,
+        description=k["description"].string(allow_empty=True) if "description" in k else "",
+        capabilities=tuple(_capability(n) for n in k["capabilities"].items())
+        if "capabilities" in k else default_caps,
+        tags=k["tags"].strings() if "tags" in k else (),
+        examples=k["examples"].strings() if "examples" in k else (),
+        cost_usd=k["cost_usd"].money() if "cost_usd" in k else Decimal("0"),
+        timeout_seconds=k["timeout_seconds"].number(minimum=0.01) if "timeout_seconds" in k
+        else 60.0,
+        expose=k["expose"].boolean() if "expose" in k else False,
+        tier=ident(k["tier"]) if "tier" in k else None,
+        builtin=builtin,
+        command=command,
+        python=python,
+        max_output_bytes=k["max_output_bytes"].integer(minimum=1)
+        if "max_output_bytes" in k else 1024 * 1024,
+    )
+
+
+def _capability(node: Node) -> str:
+    text = ident(node)
+    return text
+
+
+def parse_peer(node: Node, base: Path) -> m.PeerConfig:
+    k = node.mapping({
+        "name", "url", "token_env", "token_file", "capabilities", "spend_cap_usd", "cost_usd",
+        "connect_timeout_seconds", "timeout_seconds", "max_response_bytes", "ca_file",
+        "protocol",
+    })
+    for required in ("name", "url"):
+        if required not in k:
+            node.fail(f"a peer needs {required}")
+    token = secret(k, base)
+    if not token:
+        node.fail("a peer needs token_env or token_file holding its bearer token")
+    d = m.PeerConfig(name="", url="")
+    return m.PeerConfig(
+        name=ident(k["name"]),
+        url=url(k["url"]),
+        token=token,
+        capabilities=tuple(_capability(n) for n in k["capabilities"].items())
+        if "capabilities" in k else (),
+        spend_cap_usd=k["spend_cap_usd"].money() if "spend_cap_usd" in k else None,
+        cost_usd=k["cost_usd"].money() if "cost_usd" in k else d.cost_usd,
+        connect_timeout_seconds=k["connect_timeout_seconds"].number(minimum=0.01)
+        if "connect_timeout_seconds" in k else d.connect_timeout_seconds,
+        timeout_seconds=k["timeout_seconds"].number(minimum=0.01) if "timeout_seconds" in k
+        else d.timeout_seconds,
+        max_response_bytes=k["max_response_bytes"].integer(minimum=1024)
+        if "max_response_bytes" in k else d.max_response_bytes,
+        ca_file=_existing_file(k["ca_file"], base) if "ca_file" in k else None,
+        protocol=k["protocol"].choice(("butler", "a2a")) if "protocol" in k else d.protocol,
+    )
+
+
+def _existing_file(node: Node, base: Path) -> Path:
+    path = Path(node.string())
+    path = path if path.is_absolute() else base / path
+    if not path.is_file():
+        node.fail(f"no such file: {path}")
+    return path

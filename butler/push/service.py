@@ -1,0 +1,79 @@
+"""A2A push notifications: config CRUD per task (``PushService``) and delivery."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from butler.config.model import PushNotificationsConfig
+from butler.engine.engine import TaskEngine
+from butler.push.dispatcher import PushDispatcher
+from butler.push.guard import PushGuard, WebhookRefused
+from butler.push.store import SqlitePushStore
+from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.errors import RequestError
+from internal.protocol.a2a.types import PushConfig
+
+
+class PushNotifications:
+    def __init__(self, config: PushNotificationsConfig, engine: TaskEngine, data_dir: Path,
+                 guard: PushGuard | None = None) -> None:
+        self.config = config
+        self.engine = engine
+        self.guard = guard or PushGuard(allow_private=config.allow_private_networks)
+        self.store = SqlitePushStore(data_dir / "push.db")
+        self.dispatcher = PushDispatcher(self.guard, max_attempts=config.max_attempts,
+                                         timeout=config.timeout_seconds)
+
+    @property
+    def enabled(self) -> bool:
+        return self.config.enabled
+
+    async def start(self) -> None:
+        for config in await self.store.all_configs():
+            self.dispatcher.track(config)
+        self.engine.hub.listen(self.dispatcher.on_event)
+
+    async def aclose(self) -> None:
+        await self.dispatcher.aclose()
+        await self.store.close()
+
+    async def validate(self, config: PushConfig) -> None:
+        try:
+            await self.guard.check_url(config.url)
+        except WebhookRefused as exc:
+            raise RequestError("invalid_params", str(exc)) from None
+
+    async def create(self, caller: Identity, config: PushConfig) -> PushConfig:
+        """Tracked before anything awaits a store: a task created together with its config
+        (``SendMessage`` with a push config) has not run yet, so no update is missed."""
+        await self.engine.get(caller, config.task_id)  # a live task: answered without a wait
+        existing = self.dispatcher.configs(config.task_id)
+        config_id = config.id or uuid.uuid4().hex
+        if len(existing) >= self.config.max_configs_per_task and config_id not in existing:
+            raise RequestError("invalid_params", f"a task has at most "
+                               f"{self.config.max_configs_per_task} push notification configs")
+        stored = PushConfig(id=config_id, task_id=config.task_id, url=config.url,
+                            token=config.token, auth_scheme=config.auth_scheme,
+                            auth_credentials=config.auth_credentials, wire=config.wire)
+        self.dispatcher.track(stored)
+        await self.store.put(stored)
+        return stored
+
+    async def get(self, caller: Identity, task_id: str, config_id: str) -> PushConfig:
+        for config in await self.list_configs(caller, task_id):
+            if config.id == config_id:
+                return config
+        raise RequestError("task_not_found",
+                           f"task {task_id} has no push notification config {config_id!r}")
+
+    async def list_configs(self, caller: Identity, task_id: str) -> list[PushConfig]:
+        await self.engine.get(caller, task_id)
+        return await self.store.list_configs(task_id)
+
+    async def delete(self, caller: Identity, task_id: str, config_id: str) -> None:
+        await self.engine.get(caller, task_id)
+        if not await self.store.delete(task_id, config_id):
+            raise RequestError("task_not_found",
+                               f"task {task_id} has no push notification config {config_id!r}")
+        self.dispatcher.untrack(task_id, config_id)

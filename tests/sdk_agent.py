@@ -1,0 +1,124 @@
+"""A standard A2A agent built with the official a2a-sdk server, served by uvicorn on
+127.0.0.1 port 0: what a Butler delegates to in the interop tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events.event_queue_v2 import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.server.tasks.task_updater import TaskUpdater
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Message,
+    Part,
+)
+from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+
+@dataclass
+class Seen:
+    """What the agent received: headers and messages of each request."""
+
+    headers: list[dict[str, str]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+
+class Shout(AgentExecutor):
+    """Answers with the text in upper case: as a task with an artifact, or a message."""
+
+    def __init__(self, seen: Seen, reply: str) -> None:
+        self.seen = seen
+        self.reply = reply
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None
+        self.seen.messages.append(context.message)
+        loud = context.get_user_input().upper()
+        if self.reply == "message":
+            await event_queue.enqueue_event(new_text_message(loud))
+            return
+        task = context.current_task or new_task_from_user_message(context.message)
+        await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.start_work()
+        await asyncio.sleep(0.05)
+        if self.reply == "fail":
+            await updater.failed(new_text_message("cannot shout that"))
+            return
+        await updater.add_artifact([Part(text=loud)], name="shout")
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        return None
+
+
+def _bearer(token: str, seen: Seen) -> Callable[..., Awaitable[Response]]:
+    async def check(request: Request, call_next: Callable[[Request], Awaitable[Response]]
+                    ) -> Response:
+        seen.headers.append(dict(request.headers))
+        if request.url.path != "/.well-known/agent-card.json" and \
+                request.headers.get("authorization") != f"Bearer {token}":
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return await call_next(request)
+
+    return check
+
+
+@dataclass
+class SdkAgent:
+    url: str
+    seen: Seen
+
+
+@contextlib.asynccontextmanager
+async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0",
+                    streaming: bool = True, reply: str = "task") -> AsyncIterator[SdkAgent]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    rpc_url = url + "/a2a/jsonrpc"
+    seen = Seen()
+    card = AgentCard(
+        name="shouter", description="shouts", version="1.0",
+        supported_interfaces=[AgentInterface(
+            url=rpc_url if binding == "JSONRPC" else url, protocol_binding=binding,
+            protocol_version=version)],
+        capabilities=AgentCapabilities(streaming=streaming),
+        default_input_modes=["text/plain"], default_output_modes=["text/plain"],
+        skills=[AgentSkill(id="shout", name="Shout", description="upper-cases", tags=["x"])])
+    handler = DefaultRequestHandler(agent_executor=Shout(seen, reply),
+                                    task_store=InMemoryTaskStore(), agent_card=card)
+    routes: list[Any] = create_agent_card_routes(card)
+    routes += create_jsonrpc_routes(handler, "/a2a/jsonrpc", enable_v0_3_compat=True)
+    routes += create_rest_routes(handler)
+    app = Starlette(routes=routes)
+    app.add_middleware(BaseHTTPMiddleware, dispatch=_bearer(token, seen))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                           ws="none"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        yield SdkAgent(url, seen)
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()

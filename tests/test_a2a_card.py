@@ -1,0 +1,97 @@
+"""The A2A agent card: the well-known URL (public, cached) and the extended card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+from a2a.client.card_resolver import parse_agent_card
+from a2a.compat.v0_3 import types as v03
+from a2a.types import GetExtendedAgentCardRequest
+
+from tests.a2a_support import JSONRPC, rpc, sdk_client
+from tests.support import ECHO, Swarm
+
+WELL_KNOWN = "/.well-known/agent-card.json"
+SWARM_URI = "urn:butler:a2a:ext:swarm:v1"
+
+
+def skill(skill_id: str, *caps: str, **extra: Any) -> dict[str, Any]:
+    return {"id": skill_id, "builtin": "echo", "capabilities": list(caps), "expose": True,
+            **extra}
+
+
+async def fetch(http: aiohttp.ClientSession, url: str,
+                headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    async with http.get(url + WELL_KNOWN, headers=headers or {}) as resp:
+        body = await resp.json() if resp.status == 200 else None
+        return resp.status, resp.headers, body
+
+
+async def test_well_known_card_is_a_public_a2a_1_0_card(
+    swarm: Swarm, http: aiohttp.ClientSession,
+) -> None:
+    home = await swarm.start("home", skills=[
+        {**ECHO, "name": "Echo", "description": "says it back", "tags": ["util"],
+         "examples": ["hello"]},
+        skill("secret", "secret.cap", tier="gold"), skill("hidden", "h", expose=False)])
+    status, headers, card = await fetch(http, home.url)
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    assert card["name"] == "home butler" and card["version"] and card["description"]
+    assert {(i["protocolBinding"], i["protocolVersion"], i["url"])
+            for i in card["supportedInterfaces"]} == {
+        ("JSONRPC", "1.0", home.url + JSONRPC), ("HTTP+JSON", "1.0", home.url),
+        ("JSONRPC", "0.3", home.url + JSONRPC)}
+    caps = card["capabilities"]
+    assert caps["streaming"] is True and caps["pushNotifications"] is True
+    assert caps["extendedAgentCard"] is True
+    assert [e["uri"] for e in caps["extensions"]] == [SWARM_URI]
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert card["securityRequirements"] == [{"schemes": {"bearer": {"list": []}}}]
+    assert card["defaultInputModes"] and card["defaultOutputModes"]
+    # Anonymous callers see only untiered, exposed skills.
+    assert card["skills"] == [{"id": "echo", "name": "Echo", "description": "says it back",
+                               "tags": ["util", "echo"], "examples": ["hello"]}]
+    # The official SDK reads it, and picks the 1.0 interfaces.
+    parsed = parse_agent_card(dict(card))
+    assert parsed.name == "home butler" and parsed.capabilities.streaming
+    assert [s.id for s in parsed.skills] == ["echo"]
+
+
+async def test_card_caching_headers(swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home")
+    status, headers, _ = await fetch(http, home.url)
+    etag, modified = headers["ETag"], headers["Last-Modified"]
+    assert status == 200 and etag.startswith('"') and "max-age=" in headers["Cache-Control"]
+    status, again, body = await fetch(http, home.url, {"If-None-Match": etag})
+    assert status == 304 and body is None and again["ETag"] == etag
+    status, _, _ = await fetch(http, home.url, {"If-None-Match": '"other"'})
+    assert status == 200
+    status, _, _ = await fetch(http, home.url, {"If-Modified-Since": modified})
+    assert status == 304
+
+
+async def test_legacy_0_3_fields_are_switchable(swarm: Swarm, http: aiohttp.ClientSession,
+                                                ) -> None:
+    home = await swarm.start("home")
+    _, _, card = await fetch(http, home.url)
+    assert card["url"] == home.url + JSONRPC and card["preferredTransport"] == "JSONRPC"
+    assert card["protocolVersion"] == "0.3.0" and card["supportsAuthenticatedExtendedCard"]
+    legacy = v03.AgentCard.model_validate(card)  # what a 0.3 client reads
+    assert legacy.url == home.url + JSONRPC and legacy.security == [{"bearer": []}]
+    office = await swarm.start("office", configurations={"a2a": {"legacy_v03_card": False}})
+    _, _, card = await fetch(http, office.url)
+    assert not {"url", "preferredTransport", "protocolVersion"} & set(card)
+
+
+async def test_extended_card_shows_the_callers_tier(swarm: Swarm) -> None:
+    home = await swarm.start(
+        "home", callers={"operator": {}, "vip": {"tier": "gold"}},
+        skills=[ECHO, skill("secret", "secret.cap", tier="gold")])
+    async with sdk_client(home, "vip") as client:
+        card = await client.get_extended_agent_card(GetExtendedAgentCardRequest())
+        assert sorted(s.id for s in card.skills) == ["echo", "secret"]
+    status, body = await rpc(home, "GetExtendedAgentCard", {})
+    assert status == 200 and [s["id"] for s in body["result"]["skills"]] == ["echo"]
+    status, body = await rpc(home, "GetExtendedAgentCard", {}, who="vip")
+    assert sorted(s["id"] for s in body["result"]["skills"]) == ["echo", "secret"]

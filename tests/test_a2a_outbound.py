@@ -1,0 +1,98 @@
+"""A Butler delegating to standard A2A agents: an a2a-sdk server (every interface it can
+pick, streaming or polling, task or message replies) and a Butler reached over A2A."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.sdk_agent import sdk_agent
+from tests.support import Instance, Swarm, config_dict, new_pair, post_task, start_instance
+
+URI = "urn:butler:a2a:ext:swarm:v1"
+
+
+async def butler_with_peer(swarm: Swarm, url: str, token: str, **peer: Any) -> Instance:
+    token_file = swarm.tmp / "peer.token"
+    token_file.write_text(token)
+    cfg, tokens = config_dict(swarm.tmp, "home", peers=[{
+        "name": "shouter", "url": url, "token_file": str(token_file), "protocol": "a2a",
+        "capabilities": ["shout"], **peer}])
+    inst = await start_instance(swarm.tmp, swarm.session, cfg, tokens)
+    swarm.instances.append(inst)
+    return inst
+
+
+@pytest.mark.parametrize(("binding", "version", "streaming"), [
+    ("JSONRPC", "1.0", True), ("JSONRPC", "1.0", False), ("HTTP+JSON", "1.0", True),
+    ("HTTP+JSON", "1.0", False), ("JSONRPC", "0.3", True), ("JSONRPC", "0.3", False),
+])
+async def test_delegate_to_an_sdk_agent(swarm: Swarm, binding: str, version: str,
+                                        streaming: bool) -> None:
+    token, _ = new_pair()
+    async with sdk_agent(token, binding=binding, version=version, streaming=streaming) as agent:
+        home = await butler_with_peer(swarm, agent.url, token, cost_usd="0.10")
+        status, task = await post_task(home, {"task": "hello there",
+                                              "capabilities_needed": ["shout"]})
+        assert status == 200 and task["state"] == "completed", task
+        assert task["output"] == "HELLO THERE"
+        assert task["budget"]["spent_usd"] == "0.10"
+        assert task["cost"]["children"][0]["agent"] == "shouter"
+        message = agent.seen.messages[0]
+        envelope = dict(message.metadata)[URI]
+        assert list(envelope["callerChain"]) == ["operator", "home"]
+        assert envelope["budgetUsd"] == "5.00" and envelope["depth"] == 2
+        sent = [h for h in agent.seen.headers if h.get("x-swarm-agent-chain")]
+        assert sent and sent[0]["x-swarm-agent-chain"] == "operator,home"
+        assert sent[0]["a2a-version"] == version and sent[0]["a2a-extensions"] == URI
+
+
+async def test_message_only_reply_and_a_failing_agent(swarm: Swarm) -> None:
+    token, _ = new_pair()
+    async with sdk_agent(token, reply="message", streaming=False) as agent:
+        home = await butler_with_peer(swarm, agent.url, token)
+        _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+        assert task["state"] == "completed" and task["output"] == "HI"
+    await swarm.stop(home)
+    async with sdk_agent(token, reply="fail") as agent:
+        home = await butler_with_peer(swarm, agent.url, token)
+        _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+        assert task["state"] == "failed" and task["error"]["code"] == "peer_error"
+        assert "cannot shout that" in task["error"]["message"]
+
+
+async def test_a_wrong_token_or_no_agent_fails_cleanly(swarm: Swarm) -> None:
+    token, _ = new_pair()
+    async with sdk_agent(token) as agent:
+        home = await butler_with_peer(swarm, agent.url, "not-the-token")
+        _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+        assert task["state"] == "failed" and task["error"]["code"] == "peer_error"
+    await swarm.stop(home)
+    home = await butler_with_peer(swarm, agent.url, token, connect_timeout_seconds=1)
+    _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+    assert task["state"] == "failed" and task["error"]["code"] == "peer_unreachable"
+
+
+async def test_a_butler_over_a2a_keeps_its_refusals(swarm: Swarm, tmp_path: Path,
+                                                     http: aiohttp.ClientSession) -> None:
+    office = await swarm.start(
+        "office", callers={"home": {}}, swarm={"max_depth": 1},
+        skills=[{"id": "shout", "builtin": "echo", "capabilities": ["shout"], "expose": True}])
+    token_file = tmp_path / "home-to-office.token"
+    token_file.write_text(office.tokens["home"])
+    cfg, tokens = config_dict(tmp_path, "home", callers={"operator": {"bound": False}}, peers=[{
+        "name": "office", "url": office.url, "token_file": str(token_file), "protocol": "a2a",
+        "capabilities": ["shout"]}])
+    home = await start_instance(tmp_path, http, cfg, tokens)
+    swarm.instances.append(home)
+    _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+    assert task["state"] == "completed" and task["output"] == "hi"
+    assert task["cost"]["children"][0]["agent"] == "office"
+    # With one hop already in the chain, office (max_depth 1) refuses: final, not retried.
+    _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"],
+                                     "caller_chain": ["origin"]})
+    assert task["state"] == "failed" and task["error"]["code"] == "depth_exceeded", task
+    assert "office" in task["error"]["message"]

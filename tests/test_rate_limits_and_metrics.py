@@ -1,0 +1,101 @@
+"""Rate limits answer 429 with Retry-After before any work; /metrics counts what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import aiohttp
+
+from tests.delegation_support import free_port
+from tests.support import ECHO, Swarm, command_skill
+
+SLOW = [sys.executable, "-c", "import time; time.sleep(5)"]
+
+
+async def test_per_caller_limit_is_429_with_retry_after(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    home = await swarm.start("home", callers={"alice": {}, "bob": {}}, extra={
+        "rate_limits": {"per_caller_per_second": 1, "per_caller_burst": 3,
+                        "per_address_per_second": 0}})
+    statuses = []
+    for _ in range(6):
+        async with http.get(f"{home.url}/v2/card", headers=home.headers("alice")) as resp:
+            statuses.append(resp.status)
+            if resp.status == 429:
+                assert int(resp.headers["Retry-After"]) >= 1
+                assert (await resp.json())["error"]["code"] == "rate_limited"
+    assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:]
+    async with http.get(f"{home.url}/v2/card", headers=home.headers("bob")) as resp:
+        assert resp.status == 200  # another caller has its own bucket
+
+
+async def test_per_address_limit_applies_before_authentication(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    home = await swarm.start("home", extra={
+        "rate_limits": {"per_address_per_second": 1, "per_address_burst": 2}})
+    statuses = []
+    for _ in range(4):
+        async with http.get(f"{home.url}/v2/card",
+                            headers={"Authorization": "Bearer wrong"}) as resp:
+            statuses.append(resp.status)
+    assert statuses[:2] == [401, 401] and statuses[2:] == [429, 429]
+
+
+async def test_running_tasks_per_caller_are_capped_before_any_work(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    home = await swarm.start("home", skills=[ECHO, command_skill("slow", SLOW)],
+                             extra={"rate_limits": {"max_inflight_tasks_per_caller": 2}})
+    for _ in range(2):
+        async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                             json={"task": "x", "skill": "slow", "mode": "async"}) as resp:
+            assert resp.status == 202
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": "x", "skill": "echo"}) as resp:
+        assert resp.status == 429
+        assert resp.headers["Retry-After"] == "1"
+    page = await home.client().list_tasks()
+    assert len(page["tasks"]) == 2  # the refused one was never created
+
+
+async def test_metrics_count_requests_tasks_and_refusals(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    home = await swarm.start("home", callers={"operator": {"bound": False}})
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": "x", "skill": "echo"}) as resp:
+        assert resp.status == 200
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": "x", "skill": "echo", "caller_chain": ["home"]}) as resp:
+        assert resp.status == 409
+    async with http.get(f"{home.url}/metrics") as resp:
+        assert resp.status == 401  # on the main port, metrics need a token
+    async with http.get(f"{home.url}/metrics", headers=home.headers()) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    assert 'butler_http_requests_total{route="POST /v2/tasks",status="200"} 1' in text
+    assert 'butler_http_requests_total{route="POST /v2/tasks",status="409"} 1' in text
+    assert 'butler_tasks_finished_total{state="completed"} 1' in text
+    assert 'butler_refusals_total{code="loop_detected"} 1' in text
+    assert "# TYPE butler_budget_spent_usd_total counter" in text
+
+
+async def test_metrics_on_a_separate_loopback_port(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    port = free_port()
+    home = await swarm.start("home", extra={"metrics": {"listen": f"127.0.0.1:{port}"}})
+    async with http.get(f"{home.url}/metrics", headers=home.headers()) as resp:
+        assert resp.status == 404
+    for _ in range(20):
+        try:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                assert resp.status == 200
+                assert "butler_http_requests_total" in await resp.text()
+                return
+        except aiohttp.ClientConnectionError:
+            await asyncio.sleep(0.05)
+    raise AssertionError("metrics port never answered")
