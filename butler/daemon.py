@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from butler.a2a_wiring import standard_a2a
 from butler.audit import AuditLog
+from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.model import Config, http_url
 from butler.delegation.registry_link import RegistryLink
@@ -91,8 +92,8 @@ class Daemon:
     _runner: web.AppRunner | None = field(default=None, init=False)
     _server: asyncio.Server | None = field(default=None, init=False)
 
-    def _record(self, audit: AuditLog, kind: str, fields: dict[str, Any]) -> None:
-        _safe_audit(audit, kind, fields)
+    def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
+        audit.submit(kind, fields)
         observe_audit(self.metrics, kind, fields)
 
     @property
@@ -108,8 +109,10 @@ class Daemon:
         self._closers.append(memory.close)
         catalog = SkillCatalog(build_skills(cfg.skills, memory),
                                cfg.mcp_server.allowed_capabilities)
-        audit = AuditLog(cfg.data_dir / "audit.db")
-        self._closers.append(audit.close)
+        audit_log = AuditLog(cfg.data_dir / "audit.db")
+        self._closers.append(audit_log.close)
+        audit = AuditWriter(audit_log)
+        self._closers.append(audit.close)  # closed first: flushes into the open log
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
         self._closers.append(self.tracer_provider.shutdown)
@@ -203,13 +206,6 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
         else:
             if purged:
                 log.info("purged %d expired workspace entries", purged)
-
-
-def _safe_audit(audit: AuditLog, kind: str, fields: dict[str, Any]) -> None:
-    try:
-        audit.append(kind, **fields)
-    except Exception:
-        log.exception("could not write audit record %s", kind)
 
 
 def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
@@ -360,9 +356,13 @@ async def _listen(server: web.Server, cfg: Config, handler_args: dict[str, Any],
     # once. With a queue only as deep as the cap, the kernel dropped the rest of the
     # burst mid-handshake and those clients hung for up to ~30 s of SYN-ACK retries.
     backlog = max(cap, socket.SOMAXCONN)
+    tls = server_tls(cfg)
+    # A client that never finishes the TLS handshake is as slow as one that never sends
+    # its request head: same deadline.
+    handshake = cfg.limits.header_timeout_seconds if tls is not None else None
     return await loop.create_server(factory, cfg.a2a.bind_address, cfg.a2a.port,
                                     family=family, reuse_address=True, backlog=backlog,
-                                    ssl=server_tls(cfg))
+                                    ssl=tls, ssl_handshake_timeout=handshake)
 
 
 def server_tls(cfg: Config) -> ssl.SSLContext | None:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from hypothesis import settings
 
 from tests.delegation_support import Mesh
 from tests.support import Swarm
@@ -34,3 +35,7 @@ async def mesh(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Mes
         yield m
     finally:
         await m.close()
+
+
+# Every property test at length: pytest --hypothesis-profile=release (docs/operations.md).
+settings.register_profile("release", max_examples=2000, deadline=None)

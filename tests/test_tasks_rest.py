@@ -268,3 +268,11 @@ async def test_malformed_json_and_budget(swarm: Swarm, tmp_path: Path) -> None:
         assert (await resp.json())["error"]["code"] == "malformed_json"
     status, body = await post_task(home, {"task": "x", "budget": "lots"})
     assert status == 400 and body["error"]["code"] == "invalid_envelope"
+
+
+async def test_numbers_in_input_stay_numbers(swarm: Swarm) -> None:
+    # Regression: fractions were read as exact decimals and came back as strings.
+    home = await swarm.start("home")
+    status, task = await post_task(home, {"skill": "echo", "input": {"x": 0.5, "n": [1, 2.25]}})
+    assert status == 200
+    assert task["result"]["parts"][0]["data"] == {"x": 0.5, "n": [1, 2.25]}

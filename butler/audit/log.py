@@ -179,20 +179,16 @@ class AuditLog:
         trace_id: str | None = None,
         detail: Mapping[str, Any] | None = None,
     ) -> AuditRecord:
-        if isinstance(chain, str):
-            raise TypeError("chain must be a sequence of identities, not a single str")
-        fields: dict[str, Any] = {
-            "kind": _text("kind", kind),
-            "caller": _text("caller", caller),
-            "task_id": _opt_text("task_id", task_id),
-            "chain": tuple(_text("chain item", hop) for hop in chain),
-            "budget_before": _budget("budget_before", budget_before),
-            "budget_after": _budget("budget_after", budget_after),
-            "decision": _text("decision", decision),
-            "code": _opt_text("code", code),
-            "trace_id": _opt_text("trace_id", trace_id),
-            "detail": _normalize_detail(detail),
-        }
+        return self.append_many([dict(
+            kind=kind, caller=caller, task_id=task_id, chain=chain,
+            budget_before=budget_before, budget_after=budget_after, decision=decision,
+            code=code, trace_id=trace_id, detail=detail,
+        )])[0]
+
+    def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[AuditRecord]:
+        """Append several records, chained in order, in one transaction (one fsync)."""
+        checked = [_checked_fields(**entry) for entry in entries]
+        records: list[AuditRecord] = []
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
@@ -202,28 +198,31 @@ class AuditLog:
                 head = self._read_head()
                 if head is None:
                     raise AuditError("audit_head is missing; run `butler audit verify`")
-                unsealed = AuditRecord(
-                    seq=head[0] + 1,
-                    at=datetime.now(UTC).isoformat(timespec="microseconds"),
-                    prev_hash=head[1],
-                    hash="",
-                    **fields,
-                )
-                record = dataclasses.replace(unsealed, hash=unsealed.compute_hash())
-                conn.execute(
-                    f"INSERT INTO audit ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    _to_row(record),
-                )
-                conn.execute(
-                    "UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1",
-                    (record.seq, record.hash),
-                )
+                seq, prev = head
+                for fields in checked:
+                    unsealed = AuditRecord(
+                        seq=seq + 1,
+                        at=datetime.now(UTC).isoformat(timespec="microseconds"),
+                        prev_hash=prev,
+                        hash="",
+                        **fields,
+                    )
+                    record = dataclasses.replace(unsealed, hash=unsealed.compute_hash())
+                    conn.execute(
+                        f"INSERT INTO audit ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        _to_row(record),
+                    )
+                    records.append(record)
+                    seq, prev = record.seq, record.hash
+                if records:
+                    conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1",
+                                 (seq, prev))
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        return record
+        return records
 
     def head(self) -> tuple[int, str]:
         """(last seq, last hash); keep a copy elsewhere to detect a wholesale rewrite."""
@@ -488,3 +487,32 @@ def _stored_budget(name: str, value: object) -> Decimal | None:
     if not amount.is_finite() or str(amount) != text:
         raise AuditError(f"{name} is not in canonical form")
     return amount
+
+
+def _checked_fields(
+    *,
+    kind: str,
+    caller: str,
+    task_id: str | None,
+    chain: Sequence[str],
+    budget_before: Decimal | None,
+    budget_after: Decimal | None,
+    decision: str,
+    code: str | None = None,
+    trace_id: str | None = None,
+    detail: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    if isinstance(chain, str):
+        raise TypeError("chain must be a sequence of identities, not a single str")
+    return {
+        "kind": _text("kind", kind),
+        "caller": _text("caller", caller),
+        "task_id": _opt_text("task_id", task_id),
+        "chain": tuple(_text("chain item", hop) for hop in chain),
+        "budget_before": _budget("budget_before", budget_before),
+        "budget_after": _budget("budget_after", budget_after),
+        "decision": _text("decision", decision),
+        "code": _opt_text("code", code),
+        "trace_id": _opt_text("trace_id", trace_id),
+        "detail": _normalize_detail(detail),
+    }

@@ -95,6 +95,12 @@ async def run_daemon(config: Config) -> int:
     from butler.delegation.wiring import make_delegator
 
     daemon = Daemon(config, delegator_factory=make_delegator)
+    # Signals are caught from the start: one that arrives while starting stops cleanly
+    # right after, instead of killing the process half-way.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
         await daemon.start()
     except PluginError as exc:
@@ -105,10 +111,6 @@ async def run_daemon(config: Config) -> int:
         log.error("cannot start: %s", exc)
         return 1
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down: finishing in-flight requests")
     await daemon.stop()

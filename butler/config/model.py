@@ -57,10 +57,10 @@ class A2AConfig:
 class RateLimitConfig:
     """Token buckets (0 turns a limit off) and a cap on each caller's running tasks."""
 
-    per_caller_per_second: float = 200.0
-    per_caller_burst: float = 400.0
-    per_address_per_second: float = 500.0
-    per_address_burst: float = 1000.0
+    per_caller_per_second: float = 1000.0
+    per_caller_burst: float = 2000.0
+    per_address_per_second: float = 2000.0
+    per_address_burst: float = 4000.0
     max_inflight_tasks_per_caller: int = 256
 
 

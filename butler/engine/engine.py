@@ -149,6 +149,10 @@ class TaskEngine:
             task = await self._plan_delegation(task, request, admitted)
         else:
             require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
+        if not task.state.terminal:
+            # Its run starts right after this commit: record it as working in the same
+            # write, rather than committing "submitted" and then "working".
+            task = _working(task)
         await self.store.put(task)
         self._live[task.id] = task
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
@@ -323,6 +327,8 @@ class TaskEngine:
         current = self._live.get(task_id)
         if current is None or current.state.terminal:
             return None
+        if not changes and message is None and state in (None, current.state):
+            return current  # nothing to record
         now = now_iso()
         if (state is not None and state is not current.state) or message is not None:
             entry = StatusEntry(state or current.state, now, message or "")
@@ -362,6 +368,11 @@ class TaskEngine:
 
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
+
+
+def _working(task: Task) -> Task:
+    return replace(task, state=TaskState.WORKING,
+                   history=(*task.history, StatusEntry(TaskState.WORKING, task.updated_at)))
 
 
 def _finish(task: Task, state: TaskState, code: str, message: str) -> Task:

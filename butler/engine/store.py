@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from butler.engine.batch_writer import BatchWriter
 from internal.protocol.a2a import jsonwire, rest_codec
 from internal.protocol.a2a.errors import RequestError
 from internal.protocol.a2a.types import Message, Task, TaskPage, TaskState
@@ -99,22 +100,17 @@ class SqliteTaskStore:
         # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash or
         # power loss can roll back the last transactions. See docs/tasks.md.
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_SCHEMA)
+        # Writes go through their own connection and thread, batched; reads use this one.
+        self._writer = BatchWriter(path, _upsert)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def put(self, task: Task) -> None:
-        await self._run(self._put, task)
-
-    def _put(self, task: Task) -> None:
-        self._db.execute(
-            "INSERT INTO tasks(id, owner, context_id, state, terminal, updated_at, body) "
-            "VALUES (?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
-            "terminal=excluded.terminal, updated_at=excluded.updated_at, body=excluded.body",
-            (task.id, task.owner, task.context_id, task.state.value, int(task.state.terminal),
-             task.updated_at, encode_row(task)),
-        )
+        """Returns once the task's row is committed (together with any others queued)."""
+        await asyncio.wrap_future(self._writer.submit(task))
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._run(
@@ -189,8 +185,19 @@ class SqliteTaskStore:
         return int(await self._run(purge))
 
     async def close(self) -> None:
+        await asyncio.to_thread(self._writer.close)
         await self._run(self._db.close)
         self._pool.shutdown(wait=True)
+
+
+def _upsert(task: Task) -> tuple[str, tuple[Any, ...]]:
+    return (
+        "INSERT INTO tasks(id, owner, context_id, state, terminal, updated_at, body) "
+        "VALUES (?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
+        "terminal=excluded.terminal, updated_at=excluded.updated_at, body=excluded.body",
+        (task.id, task.owner, task.context_id, task.state.value, int(task.state.terminal),
+         task.updated_at, encode_row(task)),
+    )
 
 
 def _encode_cursor(seq: int, updated_at: str | None) -> str:

@@ -203,9 +203,12 @@ class RedisStore:
             ) if t is not None]
             index = self._idx(*terms[0]) if terms else f"{self._p}names"
             start = f"({after}" if after else "-"
+            # With at most one indexed term and no words, nearly every name in the index
+            # matches: read just a page, not a whole scan batch.
+            batch = limit + 1 if len(terms) <= 1 and not query.words else _SCAN_BATCH
             found: list[AgentEntry] = []
             while len(found) <= limit:
-                names = await self._r.zrangebylex(index, start, "+", start=0, num=_SCAN_BATCH)
+                names = await self._r.zrangebylex(index, start, "+", start=0, num=batch)
                 if not names:
                     break
                 async with self._r.pipeline(transaction=False) as pipe:
@@ -219,7 +222,7 @@ class RedisStore:
                         words=query.words,
                     ):
                         found.append(entry)
-                if len(names) < _SCAN_BATCH:
+                if len(names) < batch:
                     break
                 start = f"({names[-1]}"
             if len(found) > limit:

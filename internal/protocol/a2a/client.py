@@ -13,6 +13,7 @@ import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -70,8 +71,9 @@ class PeerClient:
             raise DelegationFailed("peer_unreachable",
                                    f"cannot connect to {self.name}: {exc.os_error}") from None
         except (aiohttp.ClientError, OSError) as exc:
+            # Only the kind of failure: aiohttp's text may quote the peer's raw bytes.
             raise DelegationFailed("peer_error",
-                                   f"{self.name}: {type(exc).__name__}: {exc}") from None
+                                   f"{self.name}: {_describe(exc)}") from None
 
     async def request(
         self, method: str, path: str, *, body: Any = None,
@@ -148,16 +150,16 @@ class PeerClient:
                                    f"{self.name} sent an invalid task: {err.message}") from None
 
     async def get(self, task_id: str, *, timeout: float | None = None) -> Task:
-        return self._task(await self.request("GET", f"/v2/tasks/{task_id}", timeout=timeout))
+        return self._task(await self.request("GET", f"/v2/tasks/{quote(task_id, safe='')}", timeout=timeout))
 
     async def cancel(self, task_id: str) -> Task:
-        return self._task(await self.request("POST", f"/v2/tasks/{task_id}/cancel"))
+        return self._task(await self.request("POST", f"/v2/tasks/{quote(task_id, safe='')}/cancel"))
 
     async def answer(self, task_id: str, text: str, *, input: dict[str, Any] | None = None,
                      blocking: bool = True) -> Task:
         body = rest_codec.encode_request(TaskRequest(text=text, input=input or {},
                                                      blocking=blocking))
-        return self._task(await self.request("POST", f"/v2/tasks/{task_id}/input", body=body))
+        return self._task(await self.request("POST", f"/v2/tasks/{quote(task_id, safe='')}/input", body=body))
 
     async def list_tasks(self, *, state: str | None = None, cursor: str | None = None,
                          limit: int = 50) -> dict[str, Any]:
@@ -172,7 +174,7 @@ class PeerClient:
         """Server-sent events of a task: (event name, decoded data) until the stream ends."""
         with self._mapped(self._timeout):
             async with self._session.get(
-                f"{self.base_url}/v2/tasks/{task_id}/events", headers=self._headers(),
+                f"{self.base_url}/v2/tasks/{quote(task_id, safe='')}/events", headers=self._headers(),
                 allow_redirects=False, ssl=self._tls,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             ) as resp:
@@ -188,3 +190,9 @@ class PeerClient:
                     elif not line and data_lines:
                         yield name, jsonwire.loads("\n".join(data_lines), max_depth=128)
                         name, data_lines = "message", []
+
+
+def _describe(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    kind = type(exc).__name__
+    return f"{kind} (HTTP {status})" if isinstance(status, int) else kind

@@ -65,3 +65,16 @@ def _nesting(text: str) -> int:
         elif ch in "]}":
             depth -= 1
     return deepest
+
+
+def plain_numbers(value: Any) -> Any:
+    """User data back to ordinary JSON numbers: ``loads`` reads every fraction as a
+    Decimal so that money stays exact, but a skill's input is not money and must come
+    out as the number it went in as, not as a string."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_numbers(v) for v in value]
+    return value

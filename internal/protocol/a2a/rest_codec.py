@@ -11,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from internal.protocol.a2a.errors import RequestError
+from internal.protocol.a2a.jsonwire import plain_numbers
 from internal.protocol.a2a.types import (
     Artifact,
     Budget,
@@ -82,12 +83,13 @@ def decode_parts(value: Any, where: str = "parts") -> tuple[Part, ...]:
         meta = item.get("metadata")
         if meta is not None and not isinstance(meta, dict):
             raise _bad(f"{where}[{i}].metadata must be an object")
+        meta = plain_numbers(meta) if meta is not None else None
         if isinstance(item.get("text"), str):
             parts.append(Part(text=item["text"], metadata=meta))
         elif isinstance(item.get("data"), dict):
-            parts.append(Part(data=item["data"], metadata=meta))
+            parts.append(Part(data=plain_numbers(item["data"]), metadata=meta))
         elif isinstance(item.get("file"), dict):
-            parts.append(Part(file=item["file"], metadata=meta))
+            parts.append(Part(file=plain_numbers(item["file"]), metadata=meta))
         else:
             raise _bad(f"{where}[{i}] needs text (string), data (object) or file (object)")
     return tuple(parts)
@@ -104,7 +106,7 @@ def decode_task_request(body: Any) -> TaskRequest:
     input_ = data.get("input", {})
     if input_ is None:
         input_ = {}
-    _mapping(input_, "input")
+    input_ = plain_numbers(_mapping(input_, "input"))
     parts = decode_parts(data["parts"]) if "parts" in data else ()
     if not text and not input_ and not parts:
         raise _bad("a task needs task (text), input or parts")
