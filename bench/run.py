@@ -58,7 +58,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         p.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     quick = args.quick
     args.seconds = args.seconds or (2.0 if quick else 8.0)
-    args.warmup = args.warmup if args.warmup is not None else (1.0 if quick else 2.0)
+    args.warmup = args.warmup if args.warmup is not None else (0.0 if quick else 2.0)
     args.connections = [int(c) for c in args.connections.split(",")]
     args.scales = ([int(s) for s in args.scales.split(",")] if args.scales
                    else [1000, 10000] if quick else [1000, 10000, 100_000])

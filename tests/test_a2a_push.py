@@ -128,8 +128,13 @@ async def test_config_in_send_message_and_retries(swarm: Swarm) -> None:
             "message": plain_message("hi", metadata={"skill": "ask"}),
             "configuration": {"taskPushNotificationConfig": {"url": hook.url, "token": "t"}}})
         assert body["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-        await hook.wait_for(4)  # working: 503, 503, ok; then input-required
-        assert states(hook) == ["TASK_STATE_WORKING"] * 3 + ["TASK_STATE_INPUT_REQUIRED"]
+        await hook.wait_for(3)  # input-required: 503, 503, then delivered
+        assert states(hook) == ["TASK_STATE_INPUT_REQUIRED"] * 3
+        assert all(h["X-A2A-Notification-Token"] == "t" for h, _ in hook.received)
+        _, body = await rpc(home, "SendMessage", {"message": plain_message(
+            "Ada", taskId=body["result"]["task"]["id"])})
+        await hook.wait_for(5)
+        assert states(hook)[3:] == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
 
 
 async def test_rest_push_routes(swarm: Swarm) -> None:
@@ -215,7 +220,7 @@ async def test_v03_push_methods_and_payload(swarm: Swarm) -> None:
                              extra=QUICK_STOP)
     task_id = await ask_task(home)
     async with webhook() as hook:
-        status, body = await rpc(home, "tasks/pushNotificationConfig/set", {
+        _, body = await rpc(home, "tasks/pushNotificationConfig/set", {
             "taskId": task_id, "pushNotificationConfig": {"url": hook.url, "token": "old"}},
             version="0.3")
         config_id = body["result"]["pushNotificationConfig"]["id"]

@@ -119,7 +119,7 @@ async def test_v03_wire_shapes(swarm: Swarm) -> None:
 
 @pytest.mark.parametrize(("method", "params", "version", "code"), [
     ("message/send", {"message": {"kind": "message", "messageId": "m", "role": "user",
-                                  "parts": [{"kind": "text", "text": "x"}]}}, "1.0", -32009),
+                                  "parts": [{"kind": "text", "text": "x"}]}}, "1.0", -32603),
     ("tasks/get", {"id": "nope"}, None, -32001),
     ("tasks/get", {}, None, -32602),
     ("message/send", {"message": {"messageId": "m", "role": "robot",

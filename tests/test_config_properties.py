@@ -69,7 +69,7 @@ def parses_or_config_error(text: str, base: Path) -> None:
         assert isinstance(config, Config)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(shaped(TREE))
 def test_any_structure_loads_or_is_one_config_error(data: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,8 +92,7 @@ def check_response(data: Any, sent: dict[str, Any]) -> None:
         assert data["id"] == raw_id
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(envelopes, st.sampled_from(["1.0", "0.3", "", "2.0", "x"]))
 def test_any_request_gets_a_json_rpc_answer(daemon: tuple[str, str], body: dict[str, Any],
                                             version: str) -> None:

@@ -113,8 +113,7 @@ def expected(event: TaskEvent) -> tuple[str, Any]:
     return "status", rest_codec.encode_task(event.task)
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(events, min_size=1, max_size=5), st.sampled_from([b"", b": keepalive\n\n"]))
 async def test_server_sent_events_round_trip(peer: PeerClient, sent: list[TaskEvent],
                                              comment: bytes) -> None:

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -119,6 +120,10 @@ class A2APeerClient:
         except TimeoutError:
             raise DelegationFailed("peer_timeout",
                                    f"{self.name} did not answer within {timeout:g}s") from None
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise DelegationFailed(
+                "peer_tls_error", f"{self.name}: certificate not trusted: {exc.certificate_error}"
+            ) from None
         except aiohttp.ClientConnectorError as exc:
             raise DelegationFailed("peer_unreachable",
                                    f"cannot connect to {self.name}: {exc.os_error}") from None
@@ -221,8 +226,8 @@ class A2APeerClient:
             status, data = await self._call("POST", iface.url, self._rpc_body(
                 iface, "get", {"id": task_id}), headers, deadline)
         else:
-            status, data = await self._call("GET", f"{iface.url}/tasks/{task_id}", None, headers,
-                                            deadline)
+            status, data = await self._call("GET", f"{iface.url}/tasks/{quote(task_id, safe='')}",
+                                            None, headers, deadline)
         return self._task_of(iface, self._unwrap(iface, status, data))
 
     async def _stream(self, iface: Interface, params: dict[str, Any],

@@ -12,7 +12,7 @@ A Butler task maps onto an A2A task like this (docs/protocol.md):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from internal.protocol.a2a.types import (
@@ -30,7 +30,6 @@ PROTOCOL_VERSION = "1.0"
 LEGACY_VERSION = "0.3"
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +89,6 @@ class CardInfo:
     legacy_v03: bool = False
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def jsonrpc_url(self) -> str:

@@ -109,19 +109,20 @@ class A2AOperations:
 
     async def _start(self, caller: Identity, params: SendParams, envelope: Envelope,
                      *, blocking: bool) -> Task:
-        message = params.message
-        if params.push is not None:
-            await self._pushes().validate(params.push)
-        if not message.task_id:
-            task = await self.service.submit(caller, to_request(message, blocking=blocking),
-                                             envelope)
-        else:
-            task = await self._follow_up(caller, message, blocking=blocking)
-        if params.push is not None:
-            await self._pushes().create(caller, replace(params.push, task_id=task.id))
+        """Submit or resume; a push config given with the message sees every update."""
+        message, push = params.message, params.push
+        if push is not None:
+            await self._pushes().validate(push)
+        if message.task_id:
+            return await self._follow_up(caller, message, blocking=blocking, push=push)
+        task = await self.service.submit(caller, to_request(message, blocking=blocking),
+                                         envelope)
+        if push is not None:  # the task has not started running yet: nothing awaited since
+            await self._pushes().create(caller, replace(push, task_id=task.id))
         return task
 
-    async def _follow_up(self, caller: Identity, message: Message, *, blocking: bool) -> Task:
+    async def _follow_up(self, caller: Identity, message: Message, *, blocking: bool,
+                         push: PushConfig | None) -> Task:
         task = await self.service.get(caller, message.task_id)
         if message.context_id and message.context_id != task.context_id:
             raise bad(f"contextId {message.context_id!r} does not match the context "
@@ -132,6 +133,8 @@ class A2AOperations:
         if task.state is not TaskState.INPUT_REQUIRED:
             raise unsupported(f"task {task.id} is {task.state.value}, not waiting for input")
         reply = to_request(replace(message, context_id=task.context_id), blocking=blocking)
+        if push is not None:
+            await self._pushes().create(caller, replace(push, task_id=task.id))
         try:
             return await self.service.answer(caller, task.id, reply)
         except StateConflict as err:

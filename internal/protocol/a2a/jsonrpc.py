@@ -128,7 +128,9 @@ class JsonRpcBinding:
             method = body.get("method")
             if not isinstance(method, str) or not method:
                 raise _invalid("method must be a non-empty string")
-            dialect = self._dialect(method)  # errors from here on in the method's version
+            # From here on, errors take the shape of the method's version (as the SDK does:
+            # a 0.3 method's version error is -32603, which 0.3 clients know).
+            dialect = self._dialect(method)
             self._check_version(method, dialect, request.headers)
             params = body.get("params", {})
             if not isinstance(params, dict):
