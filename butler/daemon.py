@@ -5,15 +5,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import socket
 import ssl
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from aiohttp.web_request import BaseRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -40,24 +37,16 @@ from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider
-from internal.protocol.a2a import jsonwire
 from internal.protocol.a2a.auth import TokenVerifier
 from internal.protocol.a2a.http_common import (
     ERROR_RENDERERS,
     auth_middleware,
     error_middleware,
-    error_response,
     inflight_middleware,
     json_response,
-    protocol_error,
 )
-from internal.protocol.a2a.incidents import (
-    CONNECTION_CAP,
-    INCIDENTS,
-    MALFORMED_HTTP,
-    SLOW_HEADERS,
-    IncidentLog,
-)
+from internal.protocol.a2a.incidents import INCIDENTS, IncidentLog
+from internal.protocol.a2a.listener import ListenSettings, listen
 from internal.protocol.a2a.openapi import BUTLER_V2_PATH
 from internal.protocol.a2a.ratelimit import (
     TokenBuckets,
@@ -147,14 +136,18 @@ class Daemon:
         app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
         self.incidents = IncidentLog(logging.getLogger("butler.http"))
         app[INCIDENTS] = self.incidents
-        handler_args = _handler_args(cfg)
+        settings = ListenSettings(
+            host=cfg.a2a.bind_address, port=cfg.a2a.port,
+            max_connections=cfg.limits.max_connections,
+            header_timeout_seconds=cfg.limits.header_timeout_seconds,
+            body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))
         self._runner = web.AppRunner(
             app, handle_signals=False,
-            shutdown_timeout=cfg.limits.shutdown_grace_seconds, **handler_args,
+            shutdown_timeout=cfg.limits.shutdown_grace_seconds, **settings.handler_args(),
         )
         await self._runner.setup()
         assert self._runner.server is not None
-        self._server = await _listen(self._runner.server, cfg, handler_args, self.incidents)
+        self._server = await listen(self._runner.server, settings, self.incidents)
         self.port = self._server.sockets[0].getsockname()[1]
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
             log.warning("bound to all interfaces without agent.url: peers and registries "
@@ -254,115 +247,6 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-def _handler_args(cfg: Config) -> dict[str, Any]:
-    """Per-connection settings. aiohttp's keep-alive timer starts when a connection opens
-    and again after each response, and closes it if no complete request head arrived:
-    that is the header timeout. After an error reply to a request whose body was not
-    read (413, 408), the rest of the body is drained for at most the body timeout."""
-    return {
-        "access_log": None,
-        "keepalive_timeout": cfg.limits.header_timeout_seconds,
-        "lingering_time": min(10.0, cfg.limits.body_timeout_seconds),
-    }
-
-
-_REFUSE_503 = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-)
-
-
-class _Refuse(asyncio.Protocol):
-    def __init__(self, incidents: IncidentLog, cap: int) -> None:
-        self._incidents = incidents
-        self._cap = cap
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        body = jsonwire.dumps_bytes({"error": {"code": "overloaded",
-                                               "message": "too many connections"}})
-        assert isinstance(transport, asyncio.Transport)
-        self._incidents.report(CONNECTION_CAP, f"refused a connection from "
-                               f"{_peer(transport)}: {self._cap} open (server.max_connections)")
-        transport.write(_REFUSE_503 % (len(body), body))
-        transport.close()
-
-
-class _Connection(web.RequestHandler):
-    """aiohttp's connection handler, counted from creation (not from ``connection_made``,
-    which runs later: a burst of accepts would otherwise all pass the cap) and answering
-    malformed HTTP with a JSON error instead of text quoting the raw request. Hostile
-    clients are reported as incidents (rate-limited), never logged once per connection."""
-
-    def __init__(self, server: web.Server, open_now: weakref.WeakSet[_Connection],
-                 incidents: IncidentLog, **kwargs: Any) -> None:
-        super().__init__(server, **kwargs)
-        self._open_now = open_now
-        self._incidents = incidents
-        open_now.add(self)
-
-    def _process_keepalive(self) -> None:
-        # aiohttp's keep-alive timer is the header timeout (see _handler_args). Closing an
-        # idle kept-alive connection is routine; one that never sent a whole request head
-        # is a slow or idle client holding a slot.
-        was_open = not self._force_close
-        transport = self.transport
-        super()._process_keepalive()
-        if was_open and self._force_close and self._request_count == 0:
-            self._incidents.report(
-                SLOW_HEADERS, f"closed a connection from {_peer(transport)}: no complete "
-                f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._open_now.discard(self)
-        super().connection_lost(exc)
-
-    def handle_error(self, request: BaseRequest, status: int = 500,
-                     exc: BaseException | None = None,
-                     message: str | None = None) -> web.StreamResponse:
-        if request.writer.output_size > 0:
-            raise ConnectionError("response already started; cannot send an error")
-        if status >= 500:
-            log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
-        else:
-            # Never the exception text: aiohttp quotes the offending bytes in it.
-            self._incidents.report(MALFORMED_HTTP, f"rejected a request from {request.remote}: "
-                                   f"{type(exc).__name__ if exc is not None else status}")
-        response = error_response(protocol_error(status, exc))
-        response.force_close()
-        return response
-
-
-def _peer(transport: asyncio.BaseTransport | None) -> str:
-    peer = transport.get_extra_info("peername") if transport is not None else None
-    return str(peer[0]) if isinstance(peer, tuple) and peer else "an unknown address"
-
-
-async def _listen(server: web.Server, cfg: Config, handler_args: dict[str, Any],
-                  incidents: IncidentLog) -> asyncio.Server:
-    """Listen with a cap on open connections: past it, a 503 and close."""
-    cap = cfg.limits.max_connections
-    loop = asyncio.get_running_loop()
-    open_now: weakref.WeakSet[_Connection] = weakref.WeakSet()
-
-    def factory() -> asyncio.Protocol:
-        if len(open_now) >= cap:
-            return _Refuse(incidents, cap)
-        return _Connection(server, open_now, incidents, loop=loop, **handler_args)
-
-    family = socket.AF_INET6 if ":" in cfg.a2a.bind_address else socket.AF_INET
-    # A deep accept queue: a burst past the cap is accepted and refused with a 503 at
-    # once. With a queue only as deep as the cap, the kernel dropped the rest of the
-    # burst mid-handshake and those clients hung for up to ~30 s of SYN-ACK retries.
-    backlog = max(cap, socket.SOMAXCONN)
-    tls = server_tls(cfg)
-    # A client that never finishes the TLS handshake is as slow as one that never sends
-    # its request head: same deadline.
-    handshake = cfg.limits.header_timeout_seconds if tls is not None else None
-    return await loop.create_server(factory, cfg.a2a.bind_address, cfg.a2a.port,
-                                    family=family, reuse_address=True, backlog=backlog,
-                                    ssl=tls, ssl_handshake_timeout=handshake)
 
 
 def server_tls(cfg: Config) -> ssl.SSLContext | None:

@@ -144,15 +144,9 @@ def _codes(doc: ApiDoc, schema: Mapping[str, Any]) -> set[str]:
 
 
 def fuzz_operation(doc: ApiDoc, schema: Any, method: str, path: str, mode: Any, *,
-                   base_url: str, token: str, examples: int,
-                   plain_malformed_http: bool = False) -> None:
+                   base_url: str, token: str, examples: int) -> None:
     """schemathesis cases for one operation: no 5xx, no hang, and every answer one the
-    document describes, with an error code it lists for that operation and status.
-
-    ``plain_malformed_http``: tolerate aiohttp's text/plain 400 for malformed HTTP (a
-    request line over 8190 bytes), which the registry still sends; see
-    tests/registry/test_registry_openapi.py::test_malformed_http_is_a_json_error.
-    """
+    document describes, with an error code it lists for that operation and status."""
     checks = [not_a_server_error, status_code_conformance, content_type_conformance,
               response_headers_conformance, response_schema_conformance]
     auth = {"Authorization": f"Bearer {token}"}
@@ -162,10 +156,6 @@ def fuzz_operation(doc: ApiDoc, schema: Any, method: str, path: str, mode: Any, 
         @given(case=schema[path][method].as_strategy(mode))
         def fuzz(case: Any) -> None:
             response = case.call(base_url=base_url, session=session, headers=auth, timeout=10)
-            media = response.headers.get("content-type", [""])[0]  # lowercase keys, lists
-            if plain_malformed_http and response.status_code == 400 and \
-                    media.startswith("text/plain"):
-                return
             case.validate_response(response, checks=checks)
             if response.status_code >= 400:
                 code = response.json()["error"]["code"]

@@ -281,3 +281,19 @@ def _task() -> Any:
                 request=TaskRequest(), created_at="2026-01-01T00:00:00.000000Z",
                 updated_at="2026-01-01T00:00:00.000000Z",
                 history=(StatusEntry(TaskState.WORKING, "2026-01-01T00:00:00.000000Z"),))
+
+
+async def test_configs_go_when_their_task_is_purged(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, ASK], daemon_kwargs=LOOPBACK_OK,
+                             extra={**QUICK_STOP, "tasks": {"retention_hours": 0.0002}})
+    task_id = await ask_task(home)
+    await rpc(home, "CreateTaskPushNotificationConfig",
+              {"taskId": task_id, "id": "gone", "url": "http://127.0.0.1:9/h"})
+    async with home.session.post(f"{home.url}/v2/tasks/{task_id}/cancel",
+                                 headers=home.headers()) as resp:
+        assert resp.status == 200
+    push = home.daemon.push
+    assert push is not None
+    async with asyncio.timeout(10):  # retention is 0.72 s; the purge runs every second
+        while await push.store.list_configs(task_id):
+            await asyncio.sleep(0.1)

@@ -83,4 +83,4 @@ def test_registry_never_answers_outside_its_document(
 ) -> None:
     schema = schemathesis.openapi.from_dict(REGISTRY.doc)
     fuzz_operation(REGISTRY, schema, method, path, mode, base_url=registry[0],
-                   token=registry[1], examples=EXAMPLES, plain_malformed_http=True)
+                   token=registry[1], examples=EXAMPLES)

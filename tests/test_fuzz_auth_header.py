@@ -93,10 +93,7 @@ class RawClient:
         return int(lines[0].split()[1]), body
 
 
-async def fuzz(port: int, path: str, token: str, count: int, *,
-               plain_malformed_http: bool = False) -> dict[int, int]:
-    """``plain_malformed_http``: the registry still answers malformed HTTP with aiohttp's
-    text/plain 400 (test_registry_openapi.py::test_malformed_http_is_a_json_error)."""
+async def fuzz(port: int, path: str, token: str, count: int) -> dict[int, int]:
     rng = random.Random(SEED)
     values = list(headers(rng, token, count))
     seen: dict[int, int] = {}
@@ -111,8 +108,6 @@ async def fuzz(port: int, path: str, token: str, count: int, *,
                     raise AssertionError(f"no answer to {value[:120]!r}") from exc
                 seen[status] = seen.get(status, 0) + 1
                 assert status in (200, 400, 401), f"{status} for {value[:120]!r}: {body[:200]!r}"
-                if status == 400 and plain_malformed_http and not body.startswith(b"{"):
-                    continue
                 if status != 200:
                     code = json.loads(body)["error"]["code"]
                     assert code in ERROR_CODES[status], (value[:120], code)
@@ -142,8 +137,7 @@ async def test_registry_survives_generated_authorization_headers(
     store = await SqliteStore.open(tmp_path / "registry.db")
     await reg.start(store)
     try:
-        seen = await fuzz(reg.port, "/v1/agents", TOKENS["alice"], max(COUNT // 5, 100),
-                          plain_malformed_http=True)
+        seen = await fuzz(reg.port, "/v1/agents", TOKENS["alice"], max(COUNT // 5, 100))
         assert seen[401] > 0 and seen[200] >= 1
         async with http.get(f"{reg.url}/v1/agents",
                             headers={"Authorization": f"Bearer {TOKENS['alice']}"}) as resp:

@@ -38,6 +38,6 @@ def secret(k: dict[str, Node], base: Path, prefix: str = "token") -> str:
         tpath = tpath if tpath.is_absolute() else base / tpath
         try:
             return tpath.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
             k[file_key].fail(f"cannot read token file: {exc}")
     return ""

@@ -151,7 +151,7 @@ def _tls(node: Node | None) -> m.TlsConfig | None:
     cert, key_file = Path(k["cert_file"].string()), Path(k["key_file"].string())
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key_file)
-    except (OSError, ssl.SSLError) as exc:
+    except (OSError, ssl.SSLError, ValueError) as exc:
         node.fail(f"cannot load the certificate and key: {exc}")
     return m.TlsConfig(cert_file=cert, key_file=key_file)
 

@@ -114,8 +114,12 @@ class Node:
                 self.fail(f"expected a number, got {self._expand(value)!r}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(f"expected a number, got {_kind(value)}")
-        if not math.isfinite(value):
-            self.fail(f"expected a finite number, got {value}")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            finite = False
+        if not finite:
+            self.fail(f"expected a finite number, got {str(value)[:40]}")
         if minimum is not None and value < minimum:
             self.fail(f"must be >= {minimum}, got {value}")
         return float(value)
@@ -177,6 +181,10 @@ def yaml_root(text: str, file: str, env: Mapping[str, str] | None) -> Node:
     """The parsed document as a ``Node``; YAML syntax errors name the line."""
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(file, "", "invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer longer than Python will convert
+        raise ConfigError(file, "", f"invalid YAML: {str(exc)[:120]}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "?"

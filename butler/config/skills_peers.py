@@ -89,7 +89,10 @@ def parse_peer(node: Node, base: Path) -> m.PeerConfig:
 
 
 def _existing_file(node: Node, base: Path) -> Path:
-    path = Path(node.string())
+    text = node.string()
+    if "\0" in text:
+        node.fail("a path cannot contain a NUL byte")
+    path = Path(text)
     path = path if path.is_absolute() else base / path
     if not path.is_file():
         node.fail(f"no such file: {path}")

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -68,6 +68,8 @@ class TaskEngine:
         self._runs: dict[str, TaskRun] = {}
         self._claims: dict[str, asyncio.Event] = {}
         self._purger: asyncio.Task[None] | None = None
+        # Called with the ids of purged tasks, so what belongs to them goes too.
+        self.purge_listeners: list[Callable[[list[str]], Awaitable[None]]] = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -104,7 +106,9 @@ class TaskEngine:
             with contextlib.suppress(Exception):
                 purged = await self.store.purge_terminal(iso_before(self._retention))
                 if purged:
-                    log.info("purged %d terminal task(s) past retention", purged)
+                    log.info("purged %d terminal task(s) past retention", len(purged))
+                    for listener in self.purge_listeners:
+                        await listener(purged)
             await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
 
     # -- requests ----------------------------------------------------------------
@@ -315,6 +319,10 @@ class TaskEngine:
                 event = await queue.get()
                 if event is None:
                     return
+                # A change is applied in memory, committed, then published: the snapshot
+                # above may already show one whose event is still queued. Skip those.
+                if event.task.updated_at <= task.updated_at:
+                    continue
                 yield event
                 if event.final:
                     return

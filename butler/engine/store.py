@@ -48,7 +48,7 @@ class TaskStore(Protocol):
         by_update: bool = False,
     ) -> TaskPage: ...
     async def open_tasks(self) -> list[Task]: ...
-    async def purge_terminal(self, updated_before: str) -> int: ...
+    async def purge_terminal(self, updated_before: str) -> list[str]: ...
     async def close(self) -> None: ...
 
 
@@ -175,14 +175,17 @@ class SqliteTaskStore:
         )
         return [decode_row(r[0]) for r in rows]
 
-    async def purge_terminal(self, updated_before: str) -> int:
-        def purge() -> int:
-            cur = self._db.execute(
-                "DELETE FROM tasks WHERE terminal=1 AND updated_at<?", (updated_before,)
-            )
-            return cur.rowcount
+    async def purge_terminal(self, updated_before: str) -> list[str]:
+        """Delete terminal tasks last updated before then; returns their ids."""
+        def purge() -> list[str]:
+            rows = self._db.execute(
+                "DELETE FROM tasks WHERE terminal=1 AND updated_at<? RETURNING id",
+                (updated_before,),
+            ).fetchall()
+            return [r[0] for r in rows]
 
-        return int(await self._run(purge))
+        ids: list[str] = await self._run(purge)
+        return ids
 
     async def close(self) -> None:
         await asyncio.to_thread(self._writer.close)
@@ -212,9 +215,9 @@ def _decode_cursor(cursor: str, by_update: bool) -> tuple[str, int]:
         padded = cursor + "=" * (-len(cursor) % 4)
         position = json.loads(base64.urlsafe_b64decode(padded))
         seq, updated_at = position["s"], position.get("u", "")
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise RequestError("invalid_params", "invalid cursor") from None
-    if not isinstance(seq, int) or not isinstance(updated_at, str) or by_update != bool(
-            updated_at):
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63 \
+            or not isinstance(updated_at, str) or by_update != bool(updated_at):
         raise RequestError("invalid_params", "invalid cursor")
     return updated_at, seq

@@ -33,6 +33,7 @@ class PushNotifications:
         for config in await self.store.all_configs():
             self.dispatcher.track(config)
         self.engine.hub.listen(self.dispatcher.on_event)
+        self.engine.purge_listeners.append(self.store.delete_for_tasks)
 
     async def aclose(self) -> None:
         await self.dispatcher.aclose()

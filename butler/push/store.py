@@ -68,6 +68,13 @@ class SqlitePushStore:
             "DELETE FROM push_configs WHERE task_id=? AND id=?", (task_id, config_id)))
         return bool(cur.rowcount)
 
+    async def delete_for_tasks(self, task_ids: list[str]) -> None:
+        def delete() -> None:
+            self._db.executemany("DELETE FROM push_configs WHERE task_id=?",
+                                 [(t,) for t in task_ids])
+
+        await self._run(delete)
+
     async def all_configs(self) -> list[PushConfig]:
         rows = await self._run(lambda: self._db.execute(
             f"SELECT {_COLUMNS} FROM push_configs ORDER BY task_id, seq").fetchall())

@@ -17,14 +17,12 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from aiohttp import web
-
 from butler.config.node import ConfigError
 from butler.registry.client import RegistryClient, RegistryError
 from butler.registry.clock import SystemClock
 from butler.registry.config import RegistryServiceConfig, load_registry_config
 from butler.registry.model import AgentEntry
-from butler.registry.service import build_registry_app
+from butler.registry.service import start_registry
 from butler.registry.store import open_store
 
 URL_ENV = "BUTLER_REGISTRY_URL"
@@ -136,13 +134,9 @@ async def serve(config: RegistryServiceConfig) -> int:
     except Exception as exc:
         return _fail(f"cannot open store {config.store_display}: {exc}", code=1)
     try:
-        runner = web.AppRunner(build_registry_app(config, store, SystemClock()),
-                               handle_signals=False, access_log=None)
-        await runner.setup()
+        running = await start_registry(config, store, SystemClock())
         try:
-            site = web.TCPSite(runner, config.bind_address, config.port)
-            await site.start()
-            host, port = runner.addresses[0][:2]
+            host, port = running.address
             print(f"butler registry listening on http://{host}:{port} "
                   f"(store: {config.store_display})", flush=True)
             stop = asyncio.Event()
@@ -152,7 +146,7 @@ async def serve(config: RegistryServiceConfig) -> int:
             await stop.wait()
             print("butler registry: shutting down", flush=True)
         finally:
-            await runner.cleanup()
+            await running.close()
     finally:
         await store.close()
     return 0

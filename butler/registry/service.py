@@ -45,6 +45,8 @@ from internal.protocol.a2a.http_common import (
     json_response,
     read_json,
 )
+from internal.protocol.a2a.incidents import INCIDENTS, IncidentLog
+from internal.protocol.a2a.listener import ListenSettings, listen
 from internal.protocol.a2a.openapi import document_route
 from internal.protocol.a2a.ratelimit import TokenBuckets, limited
 
@@ -267,3 +269,38 @@ def decode_cursor(cursor: str) -> str:
     except (binascii.Error, UnicodeDecodeError, ValueError, RequestError):
         pass
     raise bad("cursor", "not a cursor this registry issued")
+
+
+@dataclass
+class RunningRegistry:
+    runner: web.AppRunner
+    server: asyncio.Server
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return str(host), int(port)
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.runner.cleanup()
+
+
+async def start_registry(config: RegistryServiceConfig, store: RegistryStore,
+                         clock: Clock) -> RunningRegistry:
+    """Serve on the shared listener: the connection cap, the header deadline, JSON
+    answers to malformed HTTP and rate-limited incident logs, as the daemon has."""
+    app = build_registry_app(config, store, clock)
+    incidents = IncidentLog(logging.getLogger("butler.http"))
+    app[INCIDENTS] = incidents
+    settings = ListenSettings(host=config.bind_address, port=config.port,
+                              body_timeout_seconds=config.body_timeout_seconds)
+    runner = web.AppRunner(app, handle_signals=False, **settings.handler_args())
+    await runner.setup()
+    assert runner.server is not None
+    try:
+        server = await listen(runner.server, settings, incidents)
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return RunningRegistry(runner, server)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
-
 from butler.registry.clock import ManualClock
 from butler.registry.config import RegistryServiceConfig
-from butler.registry.service import build_registry_app
+from butler.registry.service import RunningRegistry, start_registry
 from butler.registry.store import RegistryStore
 from internal.protocol.a2a.auth import Identity, TokenEntry, hash_token
 
@@ -74,23 +73,22 @@ class LiveRegistry:
         self.clock = clock
         self.port = 0
         self.store: RegistryStore | None = None
-        self._runner: web.AppRunner | None = None
+        self._running: RunningRegistry | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, store: RegistryStore) -> None:
+        """Served exactly as ``butler registry serve`` serves it."""
         self.store = store
-        self._runner = web.AppRunner(build_registry_app(self.config, store, self.clock))
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        config = dataclasses.replace(self.config, bind_address="127.0.0.1", port=self.port)
+        self._running = await start_registry(config, store, self.clock)
+        self.port = self._running.address[1]
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._running is not None:
+            await self._running.close()
+            self._running = None
 
 

@@ -163,9 +163,6 @@ async def _status(w: Walker, method: str, template: str) -> int:
         return resp.status
 
 
-@pytest.mark.xfail(strict=True, reason="the registry uses aiohttp's own handler for malformed "
-                   "HTTP, which answers text/plain; the daemon's _Connection answers JSON. "
-                   "When fixed, drop plain_malformed_http from the fuzz tests too")
 async def test_malformed_http_is_a_json_error(registry: LiveRegistry) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", registry.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"x" * 9000 + b"\r\n\r\n")

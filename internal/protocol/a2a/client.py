@@ -181,8 +181,8 @@ class PeerClient:
                 if resp.status != 200:
                     self._decode(resp.status, await self._read_capped(resp))
                 name, data_lines = "message", []
-                async for raw_line in resp.content:
-                    line = raw_line.decode("utf-8").rstrip("\r\n")
+                async for raw_line in self._lines(resp):
+                    line = raw_line.decode("utf-8", "replace").rstrip("\r")
                     if line.startswith("event:"):
                         name = line[6:].strip()
                     elif line.startswith("data:"):
@@ -190,6 +190,22 @@ class PeerClient:
                     elif not line and data_lines:
                         yield name, jsonwire.loads("\n".join(data_lines), max_depth=128)
                         name, data_lines = "message", []
+
+
+    async def _lines(self, resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        """Lines of a stream, each at most ``max_response_bytes`` (aiohttp's own line
+        reader stops at 128 KiB, and a task's output can be longer)."""
+        buffer = b""
+        async for chunk in resp.content.iter_any():
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                yield line
+            if len(buffer) > self._max:
+                raise DelegationFailed("peer_error",
+                                       f"{self.name} sent an event over {self._max} bytes")
+        if buffer:
+            yield buffer
 
 
 def _describe(exc: BaseException) -> str:

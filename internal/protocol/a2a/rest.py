@@ -74,7 +74,8 @@ class RestBinding:
                 names = ", ".join(s.value for s in TaskState)
                 raise RequestError("invalid_params", f"state must be one of {names}") from None
         limit_text = query.get("limit", "50")
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= self.limits.max_page_size:
+        if not (limit_text.isascii() and limit_text.isdigit()) \
+                or not 1 <= int(limit_text) <= self.limits.max_page_size:
             raise RequestError("invalid_params",
                                f"limit must be an integer in 1..{self.limits.max_page_size}")
         page = await self.service.list_tasks(
