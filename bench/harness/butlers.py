@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness.procs import Server, free_port, start
 
+from harness.procs import Server, free_port, start
 from internal.protocol.a2a.auth import hash_token, new_token
 
 CAPABILITY = "bench.echo"
