@@ -14,7 +14,7 @@ import contextlib
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -32,6 +32,7 @@ from internal.protocol.a2a.a2a_model import (
     version_matches,
 )
 from internal.protocol.a2a.a2a_peer import apply_event, bad_answer, decode_task, message_task
+from internal.protocol.a2a.client import transport_errors
 from internal.protocol.a2a.errors import (
     BUTLER_DOMAIN,
     ERROR_TABLE,
@@ -111,25 +112,8 @@ class A2APeerClient:
     def __repr__(self) -> str:
         return f"A2APeerClient({self.base_url!r})"
 
-    @contextlib.contextmanager
-    def _mapped(self, timeout: float) -> Iterator[None]:
-        try:
-            yield
-        except ButlerError:
-            raise
-        except TimeoutError:
-            raise DelegationFailed("peer_timeout",
-                                   f"{self.name} did not answer within {timeout:g}s") from None
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise DelegationFailed(
-                "peer_tls_error", f"{self.name}: certificate not trusted: {exc.certificate_error}"
-            ) from None
-        except aiohttp.ClientConnectorError as exc:
-            raise DelegationFailed("peer_unreachable",
-                                   f"cannot connect to {self.name}: {exc.os_error}") from None
-        except (aiohttp.ClientError, OSError, UnicodeDecodeError) as exc:
-            raise DelegationFailed("peer_error",
-                                   f"{self.name}: {type(exc).__name__}: {exc}") from None
+    def _mapped(self, timeout: float) -> contextlib.AbstractContextManager[None]:
+        return transport_errors(self.name, timeout)
 
     def _left(self, deadline: float) -> float:
         left = min(deadline - time.monotonic(), self._timeout)

@@ -54,26 +54,8 @@ class PeerClient:
             headers.update(extra)
         return headers
 
-    @contextlib.contextmanager
-    def _mapped(self, timeout: float) -> Iterator[None]:
-        try:
-            yield
-        except ButlerError:
-            raise
-        except TimeoutError:
-            raise DelegationFailed("peer_timeout",
-                                   f"{self.name} did not answer within {timeout:g}s") from None
-        except aiohttp.ClientConnectorCertificateError as exc:
-            raise DelegationFailed(
-                "peer_tls_error", f"{self.name}: certificate not trusted: {exc.certificate_error}"
-            ) from None
-        except aiohttp.ClientConnectorError as exc:
-            raise DelegationFailed("peer_unreachable",
-                                   f"cannot connect to {self.name}: {exc.os_error}") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            # Only the kind of failure: aiohttp's text may quote the peer's raw bytes.
-            raise DelegationFailed("peer_error",
-                                   f"{self.name}: {_describe(exc)}") from None
+    def _mapped(self, timeout: float) -> contextlib.AbstractContextManager[None]:
+        return transport_errors(self.name, timeout)
 
     async def request(
         self, method: str, path: str, *, body: Any = None,
@@ -206,6 +188,28 @@ class PeerClient:
                                        f"{self.name} sent an event over {self._max} bytes")
         if buffer:
             yield buffer
+
+
+@contextlib.contextmanager
+def transport_errors(name: str, timeout: float) -> Iterator[None]:
+    """Every transport failure talking to a peer, as one ``DelegationFailed`` code."""
+    try:
+        yield
+    except ButlerError:
+        raise
+    except TimeoutError:
+        raise DelegationFailed("peer_timeout",
+                               f"{name} did not answer within {timeout:g}s") from None
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise DelegationFailed(
+            "peer_tls_error", f"{name}: certificate not trusted: {exc.certificate_error}"
+        ) from None
+    except aiohttp.ClientConnectorError as exc:
+        raise DelegationFailed("peer_unreachable",
+                               f"cannot connect to {name}: {exc.os_error}") from None
+    except (aiohttp.ClientError, OSError, UnicodeDecodeError) as exc:
+        # Only the kind of failure: aiohttp's text may quote the peer's raw bytes.
+        raise DelegationFailed("peer_error", f"{name}: {_describe(exc)}") from None
 
 
 def _describe(exc: BaseException) -> str:
