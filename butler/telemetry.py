@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Mapping
 
 from opentelemetry import trace
@@ -20,6 +19,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from butler.config.model import TelemetryConfig
+from butler.ids import IDS
 from internal.protocol.a2a.types import Envelope
 
 log = logging.getLogger("butler.telemetry")
@@ -63,9 +63,9 @@ def parent_context(envelope: Envelope) -> tuple[Context, str]:
         span_ctx = trace.get_current_span(ctx).get_span_context()
         if span_ctx.is_valid:
             return ctx, format(span_ctx.trace_id, "032x")
-    trace_id = envelope.trace_id or secrets.token_hex(16)
+    trace_id = envelope.trace_id or IDS.hex128()
     remote = SpanContext(
-        trace_id=int(trace_id, 16), span_id=int.from_bytes(secrets.token_bytes(8)) or 1,
+        trace_id=int(trace_id, 16), span_id=IDS.span_id(),
         is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
     return trace.set_span_in_context(NonRecordingSpan(remote)), trace_id

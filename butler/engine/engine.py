@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from decimal import Decimal
@@ -20,6 +19,7 @@ from butler.engine.clock import iso_before, now_iso
 from butler.engine.events import EventHub
 from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.store import TaskStore
+from butler.ids import IDS
 from butler.logs import TRACE_ID
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
@@ -217,8 +217,8 @@ class TaskEngine:
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
                   trace_id: str, skill: Skill | None) -> Task:
         now = now_iso()
-        task_id = request.id or uuid.uuid4().hex
-        context_id = request.context_id or uuid.uuid4().hex
+        task_id = request.id or IDS.hex128()
+        context_id = request.context_id or IDS.hex128()
         message = request.message
         return Task(
             id=task_id,

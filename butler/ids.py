@@ -1,0 +1,34 @@
+"""Ids for tasks, contexts and traces: unique, not secret.
+
+A task id grants nothing (a caller only ever sees its own tasks), so these come from a
+fast generator seeded from the OS, not from the OS per id: at hundreds of tasks a second,
+urandom calls were a measurable share of the event loop (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+
+class IdSource:
+    """Seeded on first use, and again in a forked child, which must not repeat ids."""
+
+    def __init__(self) -> None:
+        self._pid = -1
+        self._rng = random.Random()  # noqa: S311 -- ids, not secrets (see above)
+
+    def _source(self) -> random.Random:
+        if self._pid != os.getpid():
+            self._rng.seed(os.urandom(32))
+            self._pid = os.getpid()
+        return self._rng
+
+    def hex128(self) -> str:
+        return f"{self._source().getrandbits(128):032x}"
+
+    def span_id(self) -> int:
+        return self._source().getrandbits(64) or 1
+
+
+IDS = IdSource()
