@@ -90,3 +90,49 @@ async def test_registry_exports_its_size(http: aiohttp.ClientSession,
     async with http.get(f"{registry.url}/metrics", headers=auth("root")) as resp:
         assert resp.status == 200
         assert "butler_registry_agents 2\n" in await resp.text()
+
+
+@pytest.mark.parametrize(("url", "loopback", "private", "allowed"), [
+    ("http://127.0.0.1:8081", True, True, True),
+    ("http://127.0.0.1:8081", False, True, False),
+    ("http://localhost:8081", False, True, False),  # names are resolved, then checked
+    ("http://192.168.1.20:8081", True, True, True),
+    ("http://192.168.1.20:8081", True, False, False),
+    ("http://10.0.0.5", True, False, False),
+    ("http://169.254.169.254/latest", True, True, False),  # cloud metadata: never
+    ("http://[fe80::1]:8081", True, True, False),  # link-local: never
+    ("ftp://192.168.1.20", True, True, False),
+    ("http://user:secret@192.168.1.20", True, True, False),
+])
+async def test_registry_urls_pass_the_outbound_policy_or_are_ignored(
+    url: str, loopback: bool, private: bool, allowed: bool
+) -> None:
+    from butler.delegation.outbound_policy import OutboundPolicy, PolicyViolation
+
+    policy = OutboundPolicy(allow_loopback=loopback, allow_private=private)
+    if allowed:
+        await policy.check_url(url)
+    else:
+        with pytest.raises(PolicyViolation):
+            await policy.check_url(url)
+
+
+async def test_a_registry_entry_failing_the_policy_is_not_a_candidate(
+    tmp_path: Path, http: aiohttp.ClientSession, registry: LiveRegistry
+) -> None:
+    from butler.delegation.discovery import RegistryDiscovery
+    from butler.delegation.outbound_policy import OutboundPolicy
+    from butler.registry.client import RegistryClient
+    from tests.registry.registry_support import auth, make_card
+
+    for name, url in (("metadata", "http://169.254.169.254"), ("office", "http://127.0.0.1:9")):
+        async with http.put(f"{registry.url}/v1/agents/{name}", headers=auth("alice"), json={
+                "card": make_card(name), "url": url, "ttl_seconds": 60}) as resp:
+            assert resp.status == 201
+    client = RegistryClient(registry.url, TOKENS["root"], session=http)
+    discovery = RegistryDiscovery(client, self_name="home", peer_token="t", static=(),
+                                  policy=OutboundPolicy(), cache_seconds=0)
+    assert [c.name for c in await discovery(["memory.search"])] == ["office"]
+    strict = RegistryDiscovery(client, self_name="home", peer_token="t", static=(),
+                               policy=OutboundPolicy(allow_loopback=False), cache_seconds=0)
+    assert await strict(["memory.search"]) == []
