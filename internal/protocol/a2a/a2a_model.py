@@ -174,3 +174,19 @@ def version_matches(requested: str, supported: str) -> bool:
     except ValueError:
         return False
     return 2 <= len(asked) <= 3 and asked[:2] == have[:2]
+
+
+def message_fields(message: Message) -> dict[str, Any]:
+    """The optional fields of a message, spelled the same in A2A 0.3 and 1.0."""
+    out: dict[str, Any] = {}
+    if message.context_id:
+        out["contextId"] = message.context_id
+    if message.task_id:
+        out["taskId"] = message.task_id
+    if message.metadata:
+        out["metadata"] = message.metadata
+    if message.extensions:
+        out["extensions"] = list(message.extensions)
+    if message.reference_task_ids:
+        out["referenceTaskIds"] = list(message.reference_task_ids)
+    return out

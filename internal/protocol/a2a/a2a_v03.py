@@ -12,6 +12,7 @@ from internal.protocol.a2a.a2a_model import (
     SendParams,
     history,
     interrupted_or_terminal,
+    message_fields,
     status_message,
     task_artifacts,
     trim_history,
@@ -145,16 +146,7 @@ def encode_message(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": "message", "messageId": message.message_id,
                            "role": message.role,
                            "parts": [encode_part(p) for p in message.parts]}
-    if message.context_id:
-        out["contextId"] = message.context_id
-    if message.task_id:
-        out["taskId"] = message.task_id
-    if message.metadata:
-        out["metadata"] = message.metadata
-    if message.extensions:
-        out["extensions"] = list(message.extensions)
-    if message.reference_task_ids:
-        out["referenceTaskIds"] = list(message.reference_task_ids)
+    out.update(message_fields(message))
     return out
 
 

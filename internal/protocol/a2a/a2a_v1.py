@@ -18,6 +18,7 @@ from internal.protocol.a2a.a2a_model import (
     ListQuery,
     SendParams,
     history,
+    message_fields,
     status_message,
     task_artifacts,
     trim_history,
@@ -215,16 +216,7 @@ def encode_message(message: Message) -> dict[str, Any]:
         "role": "ROLE_AGENT" if message.role == "agent" else "ROLE_USER",
         "parts": [encode_part(p) for p in message.parts],
     }
-    if message.context_id:
-        out["contextId"] = message.context_id
-    if message.task_id:
-        out["taskId"] = message.task_id
-    if message.metadata:
-        out["metadata"] = message.metadata
-    if message.extensions:
-        out["extensions"] = list(message.extensions)
-    if message.reference_task_ids:
-        out["referenceTaskIds"] = list(message.reference_task_ids)
+    out.update(message_fields(message))
     return out
 
 
