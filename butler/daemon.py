@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Tracer
 
 from butler.a2a_wiring import standard_a2a
 from butler.audit import AuditLog
@@ -36,7 +37,7 @@ from butler.push.guard import PushGuard
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
-from butler.telemetry import build_tracer_provider
+from butler.telemetry import build_tracer_provider, task_tracer
 from internal.protocol.a2a.auth import TokenVerifier
 from internal.protocol.a2a.http_common import (
     ERROR_RENDERERS,
@@ -72,6 +73,7 @@ class Daemon:
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
     tracer_provider: TracerProvider = field(init=False)
+    tracer: Tracer = field(init=False)
     registry_link: RegistryLink = field(init=False)
     metrics: ButlerMetrics = field(default_factory=ButlerMetrics, init=False)
     incidents: IncidentLog = field(init=False)
@@ -105,12 +107,14 @@ class Daemon:
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
         self._closers.append(self.tracer_provider.shutdown)
+        self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
+                                  or cfg.telemetry.exporter != "none")
         store = SqliteTaskStore(cfg.data_dir / "tasks.db")
         workspace = SqliteWorkspace(cfg.data_dir / "workspace.db", cfg.swarm.workspace_ttl_hours)
         self._closers.append(workspace.close)
         deps = RunDeps(
             agent_id=cfg.agent.id,
-            tracer=self.tracer_provider.get_tracer("butler"),
+            tracer=self.tracer,
             audit=lambda kind, **f: self._record(audit, kind, f),
             max_children=cfg.swarm.max_children_per_task,
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,

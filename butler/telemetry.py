@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
 )
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, NoOpTracer, SpanContext, TraceFlags, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from butler.config.model import TelemetryConfig
@@ -49,6 +49,13 @@ def build_tracer_provider(
             kwargs = {"endpoint": config.otlp_endpoint} if config.otlp_endpoint else {}
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(**kwargs)))
     return provider
+
+
+def task_tracer(provider: TracerProvider, *, exporting: bool) -> Tracer:
+    """With nothing to export, spans need only carry the trace from hop to hop: the
+    no-op tracer passes each task's (remote) parent context through untouched, and
+    recording spans nobody reads cost a few percent of every task (docs/performance.md)."""
+    return provider.get_tracer("butler") if exporting else NoOpTracer()
 
 
 def parent_context(envelope: Envelope) -> tuple[Context, str]:

@@ -110,3 +110,46 @@ async def test_audit_records_decisions_and_verify_detects_an_edit(
     bad = _butler("audit", "verify", "-c", config)
     assert bad.returncode == 1
     assert "record 1" in bad.stdout
+
+
+async def test_without_an_exporter_the_trace_still_crosses_hops(
+    mesh: Mesh, http: aiohttp.ClientSession
+) -> None:
+    from aiohttp import web
+
+    seen: list[dict[str, str]] = []
+
+    async def peer(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"id": "p1", "state": "completed", "result": {"parts": [
+            {"kind": "text", "text": "ok"}]}})
+
+    app = web.Application()
+    app.router.add_post("/v2/tasks", peer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        mesh.agent("home", skills=[])  # telemetry.exporter: none (the default)
+        mesh.agent("office")
+        mesh.link("home", "office", ["x.work"], name="far", url=url)
+        agents = await mesh.start()
+        for traceparent in (None, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"):
+            headers = {**agents["home"].headers()}
+            if traceparent:
+                headers["traceparent"] = traceparent
+            async with http.post(f"{agents['home'].url}/v2/tasks", headers=headers,
+                                 json={"task": "t", "capabilities_needed": ["x.work"]}) as r:
+                body = await r.json()
+            assert body["state"] == "completed", body
+            sent = seen[-1]
+            trace_id = body["swarm"]["trace_id"]
+            assert sent["X-Swarm-Trace-ID"] == trace_id
+            assert sent["traceparent"].split("-")[1] == trace_id
+            assert sent["traceparent"].endswith("-01")  # sampled: a peer that exports keeps it
+            if traceparent:
+                assert trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+    finally:
+        await runner.cleanup()

@@ -16,7 +16,7 @@ def make_delegator(daemon: Daemon) -> PeerDelegator:
     return PeerDelegator(
         agent_id=cfg.agent.id,
         static=from_config(cfg.peers),
-        tracer=daemon.tracer_provider.get_tracer("butler"),
+        tracer=daemon.tracer,
         audit=daemon.engine.deps.audit,
         max_concurrency=cfg.swarm.max_outbound_concurrency,
         discover=daemon.registry_link.discovery,
