@@ -99,3 +99,28 @@ async def test_metrics_on_a_separate_loopback_port(
         except aiohttp.ClientConnectionError:
             await asyncio.sleep(0.05)
     raise AssertionError("metrics port never answered")
+
+
+async def test_every_kind_of_refusal_is_counted_and_audited(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    # Regression: only refusals from the envelope check were recorded, not a budget too
+    # small for the skill, nor a forbidden tier.
+    home = await swarm.start("home", callers={"operator": {"bound": False}}, skills=[
+        {"id": "pricey", "builtin": "echo", "cost_usd": "1.00", "expose": True},
+        {"id": "gold", "builtin": "echo", "expose": True, "tier": "gold"}])
+    for body, status in (({"task": "x", "skill": "pricey", "budget": "0.10"}, 402),
+                         ({"task": "x", "skill": "gold"}, 403)):
+        async with http.post(f"{home.url}/v2/tasks", headers=home.headers(), json=body) as r:
+            assert r.status == status
+    async with http.get(f"{home.url}/metrics", headers=home.headers()) as resp:
+        text = await resp.text()
+    assert 'butler_refusals_total{code="budget_exhausted"} 1' in text
+    assert 'butler_refusals_total{code="forbidden"} 1' in text
+    config = home.daemon.config
+    await swarm.stop(home)
+    from butler.audit import AuditLog
+
+    with AuditLog(config.data_dir / "audit.db") as audit:
+        codes = [r.code for r in audit.tail(10) if r.kind == "refusal"]
+    assert codes == ["budget_exhausted", "forbidden"]

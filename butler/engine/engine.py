@@ -144,15 +144,24 @@ class TaskEngine:
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
                               retry_after=1)
-        admitted = self._admit(caller, request, envelope)
-        skill = self._choose_skill(caller, request)
         parent, trace_id = parent_context(envelope)
         TRACE_ID.set(trace_id)
-        task = self._new_task(caller, request, admitted, trace_id, skill)
-        if skill is None:
-            task = await self._plan_delegation(task, request, admitted)
-        else:
-            require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
+        try:
+            admitted = self.policy.admit(envelope, caller)
+            skill = self._choose_skill(caller, request)
+            task = self._new_task(caller, request, admitted, trace_id, skill)
+            if skill is None:
+                task = await self._plan_delegation(task, request, admitted)
+            else:
+                require_affordable(skill.config.cost_usd, admitted.budget_usd,
+                                   f"skill {skill.id}")
+        except (Refusal, AuthError) as err:
+            # Every refusal, whichever check made it, is recorded once, here.
+            self.deps.audit("refusal", caller=caller.name, task_id=request.id,
+                            chain=envelope.chain, budget_before=envelope.budget_usd,
+                            budget_after=envelope.budget_usd, decision="refused",
+                            code=err.code, trace_id=trace_id)
+            raise
         if not task.state.terminal:
             # Its run starts right after this commit: record it as working in the same
             # write, rather than committing "submitted" and then "working".
@@ -169,18 +178,6 @@ class TaskEngine:
         self._runs[task.id] = run
         run.start()
         return task
-
-    def _admit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Admitted:
-        try:
-            return self.policy.admit(envelope, caller)
-        except Exception as err:
-            code = getattr(err, "code", "refused")
-            self.deps.audit("refusal", caller=caller.name, task_id=request.id,
-                            chain=envelope.chain, budget_before=envelope.budget_usd,
-                            budget_after=envelope.budget_usd, decision="refused", code=code,
-                            trace_id=envelope.trace_id)
-            self.deps.count_refusal(code)
-            raise
 
     def _choose_skill(self, caller: Identity, request: TaskRequest) -> Skill | None:
         named = self.catalog.find(request.skill) if request.skill is not None else None
@@ -209,7 +206,6 @@ class TaskEngine:
                            f"neither this agent nor any known peer provides {', '.join(caps)}")
         require_affordable(price, admitted.budget_usd, f"delegating {', '.join(caps)}")
         if not self.policy.can_delegate(admitted.chain):
-            self.deps.count_refusal("depth_exceeded")
             raise Refusal("depth_exceeded",
                           f"delegating would exceed max_depth {self.policy.max_depth}")
         return replace(task, skill=DELEGATE_SKILL)
@@ -363,7 +359,6 @@ class TaskEngine:
                         budget_after=budget.left_usd if budget else None,
                         decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=task.trace_id)
-        self.deps.count_task(task.state.value)
 
     async def publish_artifact(self, task_id: str, artifact: Any) -> None:
         current = self._live.get(task_id)

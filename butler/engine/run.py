@@ -82,8 +82,6 @@ class RunDeps:
     agent_id: str
     tracer: Tracer = field(default_factory=lambda: trace.get_tracer("butler"))
     audit: Callable[..., None] = _no_audit
-    count_refusal: Callable[[str], None] = lambda code: None
-    count_task: Callable[[str], None] = lambda state: None
     workspace: Workspace = field(default_factory=_NoWorkspace)
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
