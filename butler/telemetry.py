@@ -58,24 +58,29 @@ def task_tracer(provider: TracerProvider, *, exporting: bool) -> Tracer:
     return provider.get_tracer("butler") if exporting else NoOpTracer()
 
 
-def parent_context(envelope: Envelope) -> tuple[Context, str]:
-    """The remote parent of a task's span, and the trace id the task carries.
+def trace_of(envelope: Envelope) -> tuple[str, Context | None]:
+    """The trace id a task carries, and its remote parent when the caller sent one.
 
     W3C ``traceparent`` wins; else the reference implementation's bare trace id; else a
-    new trace starts here.
+    new trace starts here. Without a ``traceparent`` the parent is made only when needed
+    (``remote_parent``): most tasks never delegate nor record a span.
     """
     if envelope.traceparent:
         ctx = _PROPAGATOR.extract({"traceparent": envelope.traceparent,
                                    "tracestate": envelope.tracestate or ""})
         span_ctx = trace.get_current_span(ctx).get_span_context()
         if span_ctx.is_valid:
-            return ctx, format(span_ctx.trace_id, "032x")
-    trace_id = envelope.trace_id or IDS.hex128()
+            return format(span_ctx.trace_id, "032x"), ctx
+    return envelope.trace_id or IDS.hex128(), None
+
+
+def remote_parent(trace_id: str) -> Context:
+    """A sampled remote parent in trace ``trace_id``, for a task whose caller sent none."""
     remote = SpanContext(
         trace_id=int(trace_id, 16), span_id=IDS.span_id(),
         is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
-    return trace.set_span_in_context(NonRecordingSpan(remote)), trace_id
+    return trace.set_span_in_context(NonRecordingSpan(remote))
 
 
 def inject_headers(headers: dict[str, str], ctx: Context | None = None) -> None:

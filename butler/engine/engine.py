@@ -24,7 +24,7 @@ from butler.logs import TRACE_ID
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
-from butler.telemetry import parent_context
+from butler.telemetry import trace_of
 from internal.protocol.a2a.auth import Identity
 from internal.protocol.a2a.errors import (
     AuthError,
@@ -67,6 +67,8 @@ class TaskEngine:
         self._live: dict[str, Task] = {}
         self._runs: dict[str, TaskRun] = {}
         self._claims: dict[str, asyncio.Event] = {}
+        # Blocking callers, woken once their task is committed terminal or interrupted.
+        self._settle_waiters: dict[str, list[asyncio.Future[Task]]] = {}
         self._purger: asyncio.Task[None] | None = None
         # Called with the ids of purged tasks, so what belongs to them goes too.
         self.purge_listeners: list[Callable[[list[str]], Awaitable[None]]] = []
@@ -144,11 +146,13 @@ class TaskEngine:
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
                               retry_after=1)
-        parent, trace_id = parent_context(envelope)
+        trace_id, parent = trace_of(envelope)
         TRACE_ID.set(trace_id)
         try:
             admitted = self.policy.admit(envelope, caller)
             skill = self._choose_skill(caller, request)
+            # A task with a skill starts running right after its commit: it is recorded
+            # as working in that first write, not as "submitted" and then "working".
             task = self._new_task(caller, request, admitted, trace_id, skill)
             if skill is None:
                 task = await self._plan_delegation(task, request, admitted)
@@ -162,10 +166,6 @@ class TaskEngine:
                             budget_after=envelope.budget_usd, decision="refused",
                             code=err.code, trace_id=trace_id)
             raise
-        if not task.state.terminal:
-            # Its run starts right after this commit: record it as working in the same
-            # write, rather than committing "submitted" and then "working".
-            task = _working(task)
         await self.store.put(task)
         self._live[task.id] = task
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
@@ -208,7 +208,7 @@ class TaskEngine:
         if not self.policy.can_delegate(admitted.chain):
             raise Refusal("depth_exceeded",
                           f"delegating would exceed max_depth {self.policy.max_depth}")
-        return replace(task, skill=DELEGATE_SKILL)
+        return _working(replace(task, skill=DELEGATE_SKILL))
 
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
                   trace_id: str, skill: Skill | None) -> Task:
@@ -222,12 +222,13 @@ class TaskEngine:
             messages=() if message is None else (
                 replace(message, task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
-            state=TaskState.SUBMITTED,
+            state=TaskState.SUBMITTED if skill is None else TaskState.WORKING,
             request=request,
             created_at=now,
             updated_at=now,
             skill=skill.id if skill else "",
-            history=(StatusEntry(TaskState.SUBMITTED, now),),
+            history=(StatusEntry(TaskState.SUBMITTED, now),) if skill is None else (
+                StatusEntry(TaskState.SUBMITTED, now), StatusEntry(TaskState.WORKING, now)),
             budget=Budget(admitted.budget_usd),
             chain=admitted.chain,
             trace_id=trace_id,
@@ -246,16 +247,21 @@ class TaskEngine:
 
     async def wait(self, task_id: str) -> Task:
         """Until the task is terminal or waits on its caller."""
-        async with self.hub.subscribe(task_id) as queue:
-            current = self._live.get(task_id) or await self.store.get(task_id)
-            if current is None:
-                raise RequestError("task_not_found", f"no task {task_id}")
-            while not (current.state.terminal or current.state.interrupted):
-                event = await queue.get()
-                if event is None:
-                    break
-                current = event.task
-            return self._live.get(task_id) or current
+        current = self._live.get(task_id) or await self.store.get(task_id)
+        if current is None:
+            raise RequestError("task_not_found", f"no task {task_id}")
+        if current.state.terminal or current.state.interrupted:
+            return current
+        waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+        waiters = self._settle_waiters.setdefault(task_id, [])
+        waiters.append(waiter)
+        try:
+            return await waiter
+        finally:
+            if not waiter.done():
+                waiters.remove(waiter)
+                if not waiters:
+                    self._settle_waiters.pop(task_id, None)
 
     async def get(self, caller: Identity, task_id: str) -> Task:
         task = self._live.get(task_id) or await self.store.get(task_id)
@@ -334,20 +340,21 @@ class TaskEngine:
         if not changes and message is None and state in (None, current.state):
             return current  # nothing to record
         now = now_iso()
-        if (state is not None and state is not current.state) or message is not None:
-            entry = StatusEntry(state or current.state, now, message or "")
-            changes["history"] = current.history + (entry,)
-        task = replace(current, updated_at=now, **changes)
-        if state is not None:
-            task = replace(task, state=state)
-        if message is not None or state not in (None, current.state):
+        new_state = current.state if state is None else state
+        if new_state is not current.state or message is not None:
+            changes["history"] = current.history + (StatusEntry(new_state, now, message or ""),)
             # A new state without a message clears the old one, as its history entry does.
-            task = replace(task, status_message=message or "")
+            changes["status_message"] = message or ""
+        task = replace(current, updated_at=now, state=new_state, **changes)
         self._live[task_id] = task
         if task.state.terminal:
             self._finalise(task)
         await self.store.put(task)
         self.hub.publish(TaskEvent(task, "status"))
+        if task.state.terminal or task.state.interrupted:
+            for waiter in self._settle_waiters.pop(task_id, ()):
+                if not waiter.done():
+                    waiter.set_result(task)
         return task
 
     def _finalise(self, task: Task) -> None:

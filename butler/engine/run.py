@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -10,11 +11,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from butler.logs import TRACE_ID
+from butler.telemetry import remote_parent
 from butler.skills.base import (
     DelegationError,
     DelegationResult,
@@ -86,10 +89,15 @@ class RunDeps:
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
 
+    @property
+    def recording(self) -> bool:
+        """Whether spans are recorded at all; the no-op tracer's still cost a few percent."""
+        return not isinstance(self.tracer, NoOpTracer)
+
 
 class TaskRun:
     def __init__(self, engine: TaskEngine, task: Task, skill: Skill | None, admitted: Admitted,
-                 caller: Identity, timeout: float, parent: Context) -> None:
+                 caller: Identity, timeout: float, parent: Context | None) -> None:
         self.engine = engine
         self.deps = engine.deps
         self.task_id = task.id
@@ -104,7 +112,7 @@ class TaskRun:
         self.handle: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[FollowUp] | None = None
         self._charged = Decimal("0")
-        self._parent = parent
+        self._parent = parent  # None: made on first use (see ``_trace_parent``)
 
     def start(self) -> None:
         self.handle = asyncio.create_task(self._main(), name=f"task-{self.task_id}")
@@ -120,23 +128,39 @@ class TaskRun:
     async def _main(self) -> None:
         TRACE_ID.set(self.task.trace_id)  # this asyncio task's own context: its log lines
         started = time.monotonic()
-        span = self.deps.tracer.start_span("butler.task", context=self._parent, attributes={
+        if self.deps.recording:
+            span = self.deps.tracer.start_span("butler.task", context=self._trace_parent(),
+                                               attributes=self._span_attributes())
+            with trace.use_span(span, end_on_exit=True):
+                state = await self._finish(started)
+                span.set_attribute("butler.state", state.value)
+        else:
+            await self._finish(started)
+
+    def _span_attributes(self) -> dict[str, Any]:
+        return {
             "butler.task_id": self.task_id, "butler.skill": self.task.skill,
             "butler.caller_chain": list(self.chain), "butler.depth": len(self.chain),
             "butler.budget_usd": str(self.ledger.start),
-        })
-        with trace.use_span(span, end_on_exit=True):
-            state, changes = await self._outcome()
-            span.set_attribute("butler.state", state.value)
-            node = CostNode(
-                agent=self.deps.agent_id, skill=self.task.skill, cost_usd=self._charged,
-                duration_ms=int((time.monotonic() - started) * 1000), status=state.value,
-                children=tuple(self.children),
-            )
-            await self.engine.update(
-                self.task_id, state=state, budget=Budget(self.ledger.start, self.ledger.spent),
-                cost=node, **changes,
-            )
+        }
+
+    def _trace_parent(self) -> Context:
+        if self._parent is None:
+            self._parent = remote_parent(self.task.trace_id)
+        return self._parent
+
+    async def _finish(self, started: float) -> TaskState:
+        state, changes = await self._outcome()
+        node = CostNode(
+            agent=self.deps.agent_id, skill=self.task.skill, cost_usd=self._charged,
+            duration_ms=int((time.monotonic() - started) * 1000), status=state.value,
+            children=tuple(self.children),
+        )
+        await self.engine.update(
+            self.task_id, state=state, budget=Budget(self.ledger.start, self.ledger.spent),
+            cost=node, **changes,
+        )
+        return state
 
     async def _outcome(self) -> tuple[TaskState, dict[str, Any]]:
         await self.engine.update(self.task_id, state=TaskState.WORKING)
@@ -174,9 +198,10 @@ class TaskRun:
             text=request.text, input=dict(request.input), parts=request.parts,
             caller=self.caller.name, chain=self.chain, trace_id=self.task.trace_id, _host=self,
         )
-        with self.deps.tracer.start_as_current_span(
+        span = self.deps.tracer.start_as_current_span(
             "butler.skill", attributes={"butler.skill": self.skill.id}
-        ):
+        ) if self.deps.recording else contextlib.nullcontext()
+        with span:
             try:
                 result = to_result(await self.skill.run(ctx))
             except BaseException:
@@ -224,6 +249,10 @@ class TaskRun:
                               f"a task may delegate at most {self.deps.max_children} times")
         if not self.engine.policy.can_delegate(self.chain):
             raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+        if not trace.get_current_span().get_span_context().is_valid:
+            # Nothing records spans here, but the outbound call must still carry the
+            # trace: it reads the parent from the current context.
+            otel_context.attach(self._trace_parent())
         grant = self.ledger.reserve(self.ledger.left, "delegation")
         child_request = TaskRequest(text=task, input=input or {},
                                     capabilities_needed=tuple(capabilities),
