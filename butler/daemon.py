@@ -39,11 +39,10 @@ from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.protocol.a2a.auth import TokenVerifier
+from internal.protocol.a2a.gate import gate_middleware
 from internal.protocol.a2a.http_common import (
     ERROR_RENDERERS,
-    auth_middleware,
     error_middleware,
-    inflight_middleware,
     json_response,
 )
 from internal.protocol.a2a.incidents import INCIDENTS, IncidentLog
@@ -51,8 +50,6 @@ from internal.protocol.a2a.listener import ListenSettings, listen
 from internal.protocol.a2a.openapi import BUTLER_V2_PATH
 from internal.protocol.a2a.ratelimit import (
     TokenBuckets,
-    address_limit_middleware,
-    caller_limit_middleware,
 )
 from internal.protocol.a2a.rest import RestBinding, RestLimits
 from internal.protocol.a2a.service import PushService
@@ -217,10 +214,11 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
         middlewares=[
             metrics_middleware(metrics),
             error_middleware,
-            address_limit_middleware(_buckets(rl.per_address_per_second, rl.per_address_burst)),
-            inflight_middleware(cfg.limits.max_inflight),
-            auth_middleware(verifier, PUBLIC_PATHS),
-            caller_limit_middleware(_buckets(rl.per_caller_per_second, rl.per_caller_burst)),
+            gate_middleware(
+                verifier=verifier, public_paths=PUBLIC_PATHS,
+                max_inflight=cfg.limits.max_inflight,
+                per_address=_buckets(rl.per_address_per_second, rl.per_address_burst),
+                per_caller=_buckets(rl.per_caller_per_second, rl.per_caller_burst)),
         ],
     )
     if cfg.metrics.enabled and not cfg.metrics.listen:

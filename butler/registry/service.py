@@ -37,11 +37,10 @@ from butler.registry.model import (
 from butler.registry.store import AgentNotFound, Query, RegistryStore
 from internal.protocol.a2a.auth import TokenVerifier
 from internal.protocol.a2a.errors import RequestError, Unavailable
+from internal.protocol.a2a.gate import gate_middleware
 from internal.protocol.a2a.http_common import (
-    auth_middleware,
     error_middleware,
     identity_of,
-    inflight_middleware,
     json_response,
     read_json,
 )
@@ -79,8 +78,9 @@ def build_registry_app(
         client_max_size=config.max_card_bytes + _BODY_OVERHEAD,
         middlewares=[
             error_middleware,
-            inflight_middleware(config.max_inflight),
-            auth_middleware(TokenVerifier(config.tokens), public_paths={"/healthz", OPENAPI_PATH}),
+            gate_middleware(verifier=TokenVerifier(config.tokens),
+                            public_paths={"/healthz", OPENAPI_PATH},
+                            max_inflight=config.max_inflight),
         ],
     )
     per_minute = config.max_writes_per_minute

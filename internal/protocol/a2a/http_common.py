@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
 from internal.protocol.a2a import jsonwire
-from internal.protocol.a2a.auth import Identity, TokenVerifier
+from internal.protocol.a2a.auth import Identity
 from internal.protocol.a2a.errors import ButlerError, RequestError, Unavailable
 from internal.protocol.a2a.incidents import SLOW_BODY, report
 
@@ -111,35 +111,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return render_error(request, Unavailable("internal_error", "internal error"))
 
 
-def auth_middleware(verifier: TokenVerifier, public_paths: Collection[str]) -> Any:
-    public = frozenset(public_paths)
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in public:
-            request[IDENTITY] = verifier.identify(request.headers.get("Authorization"))
-        return await handler(request)
-
-    return middleware
-
-
-def inflight_middleware(max_inflight: int) -> Any:
-    """Answers 503 with Retry-After instead of queueing past ``max_inflight``."""
-    state = {"n": 0}
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if state["n"] >= max_inflight:
-            raise Unavailable("overloaded", "too many requests in flight", retry_after=1)
-        state["n"] += 1
-        try:
-            return await handler(request)
-        finally:
-            state["n"] -= 1
-
-    return middleware
-
-
 _JSON_TYPES = ("application/json", "application/octet-stream", "")
 
 
@@ -149,8 +120,11 @@ async def read_json(request: web.Request, *, max_depth: int, body_seconds: float
     if request.body_exists and ctype not in _JSON_TYPES and not ctype.endswith("+json"):
         raise RequestError("unsupported_media_type", f"expected application/json, got {ctype}")
     try:
-        async with asyncio.timeout(body_seconds):
-            raw = await request.read()
+        if request.content.is_eof():
+            raw = await request.read()  # all there already: no deadline to arm
+        else:
+            async with asyncio.timeout(body_seconds):
+                raw = await request.read()
     except TimeoutError:
         report(request.app, SLOW_BODY, f"answered 408 to {request.remote}: request body not "
                f"received within {body_seconds:g}s (server.body_timeout_seconds)")

@@ -6,12 +6,8 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
-
-from aiohttp import web
 
 from internal.protocol.a2a.errors import Unavailable
-from internal.protocol.a2a.http_common import IDENTITY, Handler
 
 MAX_TRACKED = 10_000
 
@@ -68,32 +64,3 @@ class InflightCounter:
             self._counts.pop(key, None)
         else:
             self._counts[key] = count
-
-
-def address_limit_middleware(buckets: TokenBuckets | None) -> Any:
-    """Before authentication, so floods of bad tokens are limited too."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if buckets is not None:
-            wait = buckets.take(request.remote or "?")
-            if wait:
-                raise limited("per address", wait)
-        return await handler(request)
-
-    return middleware
-
-
-def caller_limit_middleware(buckets: TokenBuckets | None) -> Any:
-    """After authentication: each identity gets its own bucket."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        ident = request.get(IDENTITY)
-        if buckets is not None and ident is not None:
-            wait = buckets.take(ident.name)
-            if wait:
-                raise limited("per caller", wait)
-        return await handler(request)
-
-    return middleware
