@@ -55,7 +55,12 @@ class Counter(_Metric):
     def inc(self, *labels: str, amount: int | Decimal = 1) -> None:
         key = self._key(labels)
         with self._lock:
-            self._values[key] = Decimal(self._values.get(key, 0)) + amount
+            current = self._values.get(key, 0)
+            # Counting stays in ints (cheap); an amount in USD turns the sample Decimal.
+            if isinstance(amount, int) and not isinstance(current, Decimal):
+                self._values[key] = current + amount
+            else:
+                self._values[key] = Decimal(current) + amount
 
     def value(self, *labels: str) -> float | Decimal:
         return self._values.get(self._key(labels), 0)

@@ -1,10 +1,22 @@
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
+
+_second = -1
+_prefix = ""
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """UTC now as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``. Called several times per task: the
+    date and time of day are formatted once per second, the microseconds each time."""
+    global _second, _prefix
+    now = time.time()
+    second = int(now)
+    if second != _second:
+        _prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second = second
+    return f"{_prefix}.{int((now - second) * 1_000_000):06d}Z"
 
 
 def iso_before(seconds: float) -> str:

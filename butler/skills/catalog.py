@@ -65,6 +65,7 @@ class SkillCatalog:
     def __init__(self, skills: Iterable[Skill], allowed_capabilities: tuple[str, ...] | None):
         self._skills = tuple(skills)
         self._allowed = None if allowed_capabilities is None else frozenset(allowed_capabilities)
+        self._visible: dict[str | None, list[Skill]] = {}
 
     def _advertised(self, skill: Skill) -> bool:
         if self._allowed is None:
@@ -73,7 +74,13 @@ class SkillCatalog:
 
     def visible(self, identity: Identity | None) -> list[Skill]:
         """Skills this caller may see and call (the card shows exactly these)."""
-        return [s for s in self._skills if s.visible_to(identity) and self._advertised(s)]
+        # Visibility depends on the tier alone, and every task asks: computed once per tier.
+        tier = None if identity is None else identity.tier
+        found = self._visible.get(tier)
+        if found is None:
+            found = [s for s in self._skills if s.visible_to(identity) and self._advertised(s)]
+            self._visible[tier] = found
+        return list(found)
 
     def capabilities(self, identity: Identity | None) -> list[str]:
         caps: dict[str, None] = {}
