@@ -17,7 +17,6 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from butler.logs import TRACE_ID
-from butler.telemetry import remote_parent
 from butler.skills.base import (
     DelegationError,
     DelegationResult,
@@ -30,6 +29,7 @@ from butler.skills.base import (
 )
 from butler.swarm.admission import Admitted
 from butler.swarm.ledger import BudgetLedger
+from butler.telemetry import remote_parent
 from internal.protocol.a2a.auth import Identity
 from internal.protocol.a2a.errors import ButlerError
 from internal.protocol.a2a.types import (

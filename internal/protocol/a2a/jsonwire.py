@@ -1,4 +1,11 @@
-"""JSON on the wire: exact decimals in, exact decimals out, bounded nesting."""
+"""JSON on the wire: exact decimals in, exact decimals out, bounded nesting.
+
+orjson does the work where it gives the same answer as the standard library, which is
+nearly always; it is five to eight times faster, and every task is encoded several times
+(answer, stored row). The standard library stays the reference: whatever orjson refuses
+(integers past 64 bits, lone surrogates) or cannot read exactly (fractions, which must
+become ``Decimal``) goes to ``json``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,11 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from internal.protocol.a2a.errors import RequestError
+
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
 def _default(value: Any) -> Any:
@@ -18,11 +29,21 @@ def _default(value: Any) -> Any:
 
 
 def dumps(data: Any) -> str:
-    return json.dumps(data, default=_default, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return _std_dumps(data)
 
 
 def dumps_bytes(data: Any) -> bytes:
-    return dumps(data).encode("utf-8")
+    try:
+        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _std_dumps(data).encode("utf-8")
+
+
+def _std_dumps(data: Any) -> str:
+    return json.dumps(data, default=_default, ensure_ascii=False, separators=(",", ":"))
 
 
 def _no_constant(name: str) -> Any:
@@ -39,9 +60,32 @@ def loads(raw: bytes | str, *, max_depth: int = 32) -> Any:
     if text.count("{") + text.count("[") > max_depth and _nesting(text) > max_depth:
         raise RequestError("invalid_request", f"JSON nested deeper than {max_depth} levels")
     try:
+        fast = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass  # the standard library decides, and words the error
+    else:
+        # orjson reads fractions, and integers past 64 bits, as binary floats: a document
+        # with any float is read again, with its fractions as exact Decimals.
+        if not _has_float(fast):
+            return fast
+    try:
         return json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise RequestError("malformed_json", f"malformed JSON: {exc}") from None
+
+
+def _has_float(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        return False
+    for item in value:  # noqa: SIM110 -- a loop, not any(): this runs on every body
+        if _has_float(item):
+            return True
+    return False
 
 
 def _nesting(text: str) -> int:
