@@ -3,6 +3,7 @@ any bytes in) and server-sent events (what the server frames, the client reads b
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -38,6 +39,23 @@ def test_any_bytes_parse_or_fail_as_a_request_error(raw: bytes) -> None:
 @given(json_values)
 def test_json_round_trips_exactly(value: Any) -> None:
     assert jsonwire.loads(jsonwire.dumps_bytes(value), max_depth=64) == plain(value)
+
+
+@given(json_values, st.booleans())
+def test_orjson_reads_and_writes_what_the_standard_library_does(value: Any,
+                                                                 ascii_only: bool) -> None:
+    """orjson does the work (docs/performance.md); ``json`` is the reference it must match:
+    fractions as exact Decimals, integers of any size, the same bytes out."""
+    reference = json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
+    assert jsonwire.dumps(value) == reference
+    text = json.dumps(value, default=float, ensure_ascii=ascii_only, indent=1)
+    assert jsonwire.loads(text, max_depth=64) == json.loads(text, parse_float=Decimal)
+
+
+def test_lone_surrogates_and_huge_integers_take_the_standard_path() -> None:
+    assert jsonwire.loads('["\\ud800", 123456789012345678901234567890, -1.50]') == [
+        "\ud800", 123456789012345678901234567890, Decimal("-1.50")]
+    assert jsonwire.dumps({"s": "\ud800", "n": 2**70}) == '{"s":"\ud800","n":%d}' % 2**70
 
 
 @given(st.integers(0, 3000), st.sampled_from(["[", '{"a":']), st.booleans())
