@@ -40,10 +40,11 @@ class PeerClient:
         self.name = name or self.base_url
         self._token = token
         self._session = session
-        self._connect_timeout = connect_timeout
         self._timeout = timeout
         self._max = max_response_bytes
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
+        # aiohttp's own total stays off: ``request`` bounds the whole exchange itself.
+        self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
 
     def __repr__(self) -> str:
         return f"PeerClient({self.base_url!r})"
@@ -70,8 +71,7 @@ class PeerClient:
         with self._mapped(total):
             async with asyncio.timeout(total), self._session.request(
                 method, self.base_url + path, data=data, headers=hdrs, allow_redirects=False,
-                ssl=self._tls,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
+                ssl=self._tls, timeout=self._client_timeout,
             ) as resp:
                 raw = await self._read_capped(resp)
                 return self._decode(resp.status, raw)
@@ -79,6 +79,8 @@ class PeerClient:
     async def _read_capped(self, resp: aiohttp.ClientResponse) -> bytes:
         if resp.content_length is not None and resp.content_length > self._max:
             raise DelegationFailed("peer_error", f"{self.name} answer exceeds {self._max} bytes")
+        if resp.content_length is not None:
+            return await resp.read()  # its length is known, and within the cap
         chunks, size = [], 0
         async for chunk in resp.content.iter_chunked(65536):
             size += len(chunk)
@@ -157,8 +159,7 @@ class PeerClient:
         with self._mapped(self._timeout):
             async with self._session.get(
                 f"{self.base_url}/v2/tasks/{_q(task_id)}/events", headers=self._headers(),
-                allow_redirects=False, ssl=self._tls,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
+                allow_redirects=False, ssl=self._tls, timeout=self._client_timeout,
             ) as resp:
                 if resp.status != 200:
                     self._decode(resp.status, await self._read_capped(resp))
