@@ -103,14 +103,14 @@ class SqliteTaskStore:
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_SCHEMA)
         # Writes go through their own connection and thread, batched; reads use this one.
-        self._writer = BatchWriter(path, _upsert)
+        self._writer = BatchWriter(path, _UPSERT, _upsert_args)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def put(self, task: Task) -> None:
         """Returns once the task's row is committed (together with any others queued)."""
-        await asyncio.wrap_future(self._writer.submit(task))
+        await self._writer.submit(task)
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._run(
@@ -193,14 +193,16 @@ class SqliteTaskStore:
         self._pool.shutdown(wait=True)
 
 
-def _upsert(task: Task) -> tuple[str, tuple[Any, ...]]:
-    return (
-        "INSERT INTO tasks(id, owner, context_id, state, terminal, updated_at, body) "
-        "VALUES (?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
-        "terminal=excluded.terminal, updated_at=excluded.updated_at, body=excluded.body",
-        (task.id, task.owner, task.context_id, task.state.value, int(task.state.terminal),
-         task.updated_at, encode_row(task)),
-    )
+_UPSERT = (
+    "INSERT INTO tasks(id, owner, context_id, state, terminal, updated_at, body) "
+    "VALUES (?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
+    "terminal=excluded.terminal, updated_at=excluded.updated_at, body=excluded.body"
+)
+
+
+def _upsert_args(task: Task) -> tuple[Any, ...]:
+    return (task.id, task.owner, task.context_id, task.state.value, int(task.state.terminal),
+            task.updated_at, encode_row(task))
 
 
 def _encode_cursor(seq: int, updated_at: str | None) -> str:
