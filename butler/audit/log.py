@@ -10,7 +10,6 @@ Callers pass identities (agent ids, task ids), never tokens: nothing here accept
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -20,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
+from json.encoder import encode_basestring
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -32,6 +32,7 @@ _COLUMNS: Final = (
     "seq, at, kind, caller, task_id, chain, budget_before, budget_after, "
     "decision, code, trace_id, detail, prev_hash, hash"
 )
+_INSERT: Final = f"INSERT INTO audit ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _PAGE: Final = 256
 
 _SCHEMA: Final = (
@@ -92,7 +93,10 @@ class AuditRecord:
 
     def compute_hash(self) -> str:
         """The hash this record should carry given its other fields."""
-        return hashlib.sha256(_canonical(self._payload()).encode("utf-8")).hexdigest()
+        return _digest(self.seq, self.at, self.kind, self.caller, self.task_id,
+                       _canonical(list(self.chain)), _dec_text(self.budget_before),
+                       _dec_text(self.budget_after), self.decision, self.code,
+                       self.trace_id, _canonical(self.detail), self.prev_hash)
 
     def _payload(self) -> dict[str, Any]:
         return {
@@ -187,8 +191,15 @@ class AuditLog:
 
     def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[AuditRecord]:
         """Append several records, chained in order, in one transaction (one fsync)."""
-        checked = [_checked_fields(**entry) for entry in entries]
-        records: list[AuditRecord] = []
+        return [entry.record(row) for entry, row in self._write(entries)]
+
+    def write_many(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """``append_many`` for callers that do not need the records back."""
+        self._write(entries)
+
+    def _write(self, entries: Sequence[Mapping[str, Any]]) -> list[tuple[_Entry, _Row]]:
+        checked = [_Entry(**entry) for entry in entries]
+        written: list[tuple[_Entry, _Row]] = []
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
@@ -199,22 +210,14 @@ class AuditLog:
                 if head is None:
                     raise AuditError("audit_head is missing; run `butler audit verify`")
                 seq, prev = head
-                for fields in checked:
-                    unsealed = AuditRecord(
-                        seq=seq + 1,
-                        at=datetime.now(UTC).isoformat(timespec="microseconds"),
-                        prev_hash=prev,
-                        hash="",
-                        **fields,
-                    )
-                    record = dataclasses.replace(unsealed, hash=unsealed.compute_hash())
-                    conn.execute(
-                        f"INSERT INTO audit ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        _to_row(record),
-                    )
-                    records.append(record)
-                    seq, prev = record.seq, record.hash
-                if records:
+                for entry in checked:
+                    seq += 1
+                    row = entry.row(seq, datetime.now(UTC).isoformat(timespec="microseconds"),
+                                    prev)
+                    written.append((entry, row))
+                    prev = row[-1]
+                if written:
+                    conn.executemany(_INSERT, [row for _, row in written])
                     conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1",
                                  (seq, prev))
                 conn.execute("COMMIT")
@@ -222,7 +225,7 @@ class AuditLog:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        return records
+        return written
 
     def head(self) -> tuple[int, str]:
         """(last seq, last hash); keep a copy elsewhere to detect a wholesale rewrite."""
@@ -345,6 +348,27 @@ def _canonical(value: Any) -> str:
     )
 
 
+def _digest(seq: int, at: str, kind: str, caller: str, task_id: str | None,
+            chain_text: str, before: str | None, after: str | None, decision: str,
+            code: str | None, trace_id: str | None, detail_text: str, prev_hash: str) -> str:
+    """SHA-256 of ``_canonical(payload)``, spelled out: the keys in sorted order, each
+    string escaped by the function ``json.dumps`` itself uses, chain and detail already
+    canonical. Byte for byte the documented encoding, without building the payload."""
+    text = (
+        f'{{"at":{encode_basestring(at)},"budget_after":{_json_opt(after)},'
+        f'"budget_before":{_json_opt(before)},"caller":{encode_basestring(caller)},'
+        f'"chain":{chain_text},"code":{_json_opt(code)},'
+        f'"decision":{encode_basestring(decision)},"detail":{detail_text},'
+        f'"kind":{encode_basestring(kind)},"prev_hash":{encode_basestring(prev_hash)},'
+        f'"seq":{seq:d},"task_id":{_json_opt(task_id)},"trace_id":{_json_opt(trace_id)}}}'
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _json_opt(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
+
+
 def _detail_default(value: object) -> str:
     # Amounts are Decimals throughout the daemon; keep them exact as strings, never floats.
     if isinstance(value, Decimal):
@@ -363,6 +387,8 @@ def _clean(value: str) -> str:
 
 
 def _text(name: str, value: object) -> str:
+    if type(value) is str and value.isascii():
+        return value  # nothing to clean, and the common case
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     return _clean(value)
@@ -399,25 +425,6 @@ def _normalize_detail(detail: Mapping[str, Any] | None) -> dict[str, Any]:
     loaded = json.loads(_clean(encoded))
     assert isinstance(loaded, dict)
     return loaded
-
-
-def _to_row(record: AuditRecord) -> tuple[Any, ...]:
-    return (
-        record.seq,
-        record.at,
-        record.kind,
-        record.caller,
-        record.task_id,
-        _canonical(list(record.chain)),
-        _dec_text(record.budget_before),
-        _dec_text(record.budget_after),
-        record.decision,
-        record.code,
-        record.trace_id,
-        _canonical(record.detail),
-        record.prev_hash,
-        record.hash,
-    )
 
 
 def _from_row(row: tuple[Any, ...]) -> AuditRecord:
@@ -489,30 +496,71 @@ def _stored_budget(name: str, value: object) -> Decimal | None:
     return amount
 
 
-def _checked_fields(
-    *,
-    kind: str,
-    caller: str,
-    task_id: str | None,
-    chain: Sequence[str],
-    budget_before: Decimal | None,
-    budget_after: Decimal | None,
-    decision: str,
-    code: str | None = None,
-    trace_id: str | None = None,
-    detail: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    if isinstance(chain, str):
-        raise TypeError("chain must be a sequence of identities, not a single str")
-    return {
-        "kind": _text("kind", kind),
-        "caller": _text("caller", caller),
-        "task_id": _opt_text("task_id", task_id),
-        "chain": tuple(_text("chain item", hop) for hop in chain),
-        "budget_before": _budget("budget_before", budget_before),
-        "budget_after": _budget("budget_after", budget_after),
-        "decision": _text("decision", decision),
-        "code": _opt_text("code", code),
-        "trace_id": _opt_text("trace_id", trace_id),
-        "detail": _normalize_detail(detail),
-    }
+_Row = tuple[Any, ...]
+
+
+class _Entry:
+    """One record's fields, checked and in stored form, waiting for its seq and time."""
+
+    __slots__ = (
+        "budget_after",
+        "budget_before",
+        "caller",
+        "chain",
+        "chain_text",
+        "code",
+        "decision",
+        "detail",
+        "detail_text",
+        "kind",
+        "task_id",
+        "trace_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        caller: str,
+        task_id: str | None,
+        chain: Sequence[str],
+        budget_before: Decimal | None,
+        budget_after: Decimal | None,
+        decision: str,
+        code: str | None = None,
+        trace_id: str | None = None,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        if isinstance(chain, str):
+            raise TypeError("chain must be a sequence of identities, not a single str")
+        self.kind = _text("kind", kind)
+        self.caller = _text("caller", caller)
+        self.task_id = _opt_text("task_id", task_id)
+        self.chain = tuple([_text("chain item", hop) for hop in chain])
+        self.chain_text = "[" + ",".join(map(encode_basestring, self.chain)) + "]"
+        self.budget_before = _budget("budget_before", budget_before)
+        self.budget_after = _budget("budget_after", budget_after)
+        self.decision = _text("decision", decision)
+        self.code = _opt_text("code", code)
+        self.trace_id = _opt_text("trace_id", trace_id)
+        # Nothing to normalise in the common case of no detail at all.
+        self.detail = _normalize_detail(detail) if detail else {}
+        self.detail_text = _canonical(self.detail) if self.detail else "{}"
+
+    def row(self, seq: int, at: str, prev_hash: str) -> _Row:
+        """The stored row, in ``_COLUMNS`` order, hash last."""
+        before, after = _dec_text(self.budget_before), _dec_text(self.budget_after)
+        digest = _digest(seq, at, self.kind, self.caller, self.task_id, self.chain_text,
+                         before, after, self.decision, self.code, self.trace_id,
+                         self.detail_text, prev_hash)
+        return (seq, at, self.kind, self.caller, self.task_id, self.chain_text, before,
+                after, self.decision, self.code, self.trace_id, self.detail_text, prev_hash,
+                digest)
+
+    def record(self, row: _Row) -> AuditRecord:
+        return AuditRecord(
+            seq=row[0], at=row[1], kind=self.kind, caller=self.caller, task_id=self.task_id,
+            chain=self.chain, budget_before=self.budget_before,
+            budget_after=self.budget_after, decision=self.decision, code=self.code,
+            trace_id=self.trace_id, detail=self.detail, prev_hash=row[12], hash=row[13],
+        )

@@ -75,11 +75,11 @@ class AuditWriter:
         if not batch:
             return
         try:
-            self._audit.append_many(batch)
+            self._audit.write_many(batch)
         except Exception:
             # One bad record must not take the rest of its batch with it.
             for entry in batch:
                 try:
-                    self._audit.append_many([entry])
+                    self._audit.write_many([entry])
                 except Exception:
                     log.exception("could not write audit record %s", entry.get("kind"))

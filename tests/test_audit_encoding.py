@@ -1,0 +1,127 @@
+"""The stored audit format is the documented one, byte for byte, whatever the fields hold:
+append() builds each row and its hash without going through json.dumps of the payload,
+so check it against json.dumps, and against a row written the documented way by hand."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from butler.audit import AuditLog
+from butler.audit.log import GENESIS_HASH
+
+COLUMNS = ["seq", "at", "kind", "caller", "task_id", "chain", "budget_before",
+           "budget_after", "decision", "code", "trace_id", "detail", "prev_hash", "hash"]
+
+# Quotes, backslashes, control characters, non-ASCII, U+2028 and lone surrogates.
+texts = st.text(alphabet=st.sampled_from(list('a"\\\n\x00\x1fé✓\u2028\ud800')) | st.characters(),
+                max_size=12)
+amounts = st.none() | st.decimals(allow_nan=False, allow_infinity=False, places=4)
+json_leaves = st.none() | st.booleans() | st.integers() | texts | st.decimals(
+    allow_nan=False, allow_infinity=False, places=2)
+details = st.none() | st.dictionaries(texts, st.recursive(
+    json_leaves, lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(texts, inner, max_size=3), max_leaves=6), max_size=4)
+entries = st.fixed_dictionaries({
+    "kind": texts, "caller": texts, "task_id": st.none() | texts,
+    "chain": st.lists(texts, max_size=3), "budget_before": amounts, "budget_after": amounts,
+    "decision": texts, "code": st.none() | texts, "trace_id": st.none() | texts,
+    "detail": details,
+})
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def documented_hash(row: dict[str, Any]) -> str:
+    payload = {k: v for k, v in row.items() if k != "hash"}
+    payload["chain"] = json.loads(payload["chain"])
+    payload["detail"] = json.loads(payload["detail"])
+    return hashlib.sha256(canonical(payload).encode("utf-8")).hexdigest()
+
+
+def stored_rows(path: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM audit ORDER BY seq")]
+    finally:
+        conn.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(entries, min_size=1, max_size=4))
+def test_rows_and_hashes_are_the_documented_encoding(batch: list[dict[str, Any]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "audit.db"
+        with AuditLog(path) as log:
+            records = log.append_many(batch)
+            assert log.verify().ok
+            assert log.tail(len(batch)) == records
+        prev = GENESIS_HASH
+        for row, record in zip(stored_rows(path), records, strict=True):
+            assert row["chain"] == canonical(json.loads(row["chain"]))
+            assert row["detail"] == canonical(json.loads(row["detail"]))
+            assert row["prev_hash"] == prev
+            assert row["hash"] == documented_hash(row) == record.hash == record.compute_hash()
+            prev = row["hash"]
+
+
+def test_write_many_continues_the_same_chain(tmp_path: Path) -> None:
+    entry = {"kind": "inbound", "caller": "operator", "task_id": "t1", "chain": ["operator"],
+             "budget_before": Decimal("1.00"), "budget_after": None, "decision": "accepted"}
+    with AuditLog(tmp_path / "audit.db") as log:
+        log.write_many([entry, entry])
+        (third,) = log.append_many([entry])
+        log.write_many([{**entry, "detail": {"n": Decimal("0.10")}}])
+        assert third.seq == 3
+        assert log.head()[0] == 4
+        assert log.verify().ok
+        assert log.tail(1)[0].detail == {"n": "0.10"}
+
+
+def test_a_log_written_the_documented_way_verifies_and_continues(tmp_path: Path) -> None:
+    """As an older Butler (or any JSON library) would have written it."""
+    path = tmp_path / "audit.db"
+    AuditLog(path).close()
+    row: dict[str, Any] = {
+        "seq": 1, "at": "2026-01-02T03:04:05.000006+00:00", "kind": "inbound",
+        "caller": "peer-é", "task_id": None, "chain": canonical(["origin", "peer-é"]),
+        "budget_before": "10.00", "budget_after": "7.25", "decision": "accept", "code": None,
+        "trace_id": "ab" * 16, "detail": canonical({"note": "✓ \"q\"", "n": [1, 2]}),
+        "prev_hash": GENESIS_HASH,
+    }
+    row["hash"] = documented_hash(row)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"INSERT INTO audit ({', '.join(COLUMNS)}) VALUES "
+                     f"({', '.join('?' * len(COLUMNS))})", [row[c] for c in COLUMNS])
+        conn.execute("UPDATE audit_head SET seq = 1, hash = ? WHERE id = 1", (row["hash"],))
+    conn.close()
+    with AuditLog(path) as log:
+        assert log.verify().ok
+        (old,) = log.tail(1)
+        assert old.compute_hash() == row["hash"]
+        nxt = log.append("task_finished", caller="peer-é", task_id="t", chain=["origin"],
+                         budget_before=None, budget_after=None, decision="completed")
+        assert nxt.prev_hash == row["hash"]
+        assert log.verify().checked == 2
+    _sql_edit(path, "UPDATE audit SET caller = 'peer-e' WHERE seq = 1")
+    with AuditLog(path) as log:
+        assert log.verify().first_bad_seq == 1
+
+
+def _sql_edit(path: Path, statement: str) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(statement)
+    conn.close()
