@@ -1,16 +1,17 @@
-"""Group commits: each caller is answered only after its own commit, a failed commit
-fails everyone in it, and a caller that stops waiting does not stop the writer."""
+"""Group commits on the loop: each caller is answered only after its own commit, writes
+made together share one transaction, a failed commit fails everyone in it, a caller
+that stops waiting does not lose its write, and checkpoints keep the WAL bounded."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from butler.engine import batch_writer
 from butler.engine.batch_writer import BatchWriter
 
 INSERT = "INSERT INTO t(v) VALUES (?)"
@@ -34,80 +35,95 @@ def committed(path: Path) -> list[int]:
         conn.close()
 
 
-class Gate:
-    """An encoder that holds the writer inside its first batch until opened, so the
-    test knows exactly which items share the next batch."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.open = threading.Event()
-
-    def __call__(self, value: int) -> tuple[int]:
-        if not self.entered.is_set():
-            self.entered.set()
-            self.open.wait(10)
-        return (value,)
-
-
-@pytest.fixture
-def gate() -> Iterator[Gate]:
-    g = Gate()
-    yield g
-    g.open.set()
-
-
 async def test_each_caller_is_answered_after_its_commit(db: Path) -> None:
     writer = BatchWriter(db, INSERT, lambda v: (v,))
     try:
         async def put(v: int) -> list[int]:
             await writer.submit(v)
-            return committed(db)
+            return committed(db)  # another connection: only what is committed
 
         seen = await asyncio.gather(*(put(v) for v in range(50)))
         for v, rows in enumerate(seen):
             assert v in rows
         assert committed(db) == list(range(50))
     finally:
-        await asyncio.to_thread(writer.close)
+        writer.close()
 
 
-async def test_a_failed_commit_fails_every_caller_in_it(db: Path, gate: Gate) -> None:
-    writer = BatchWriter(db, INSERT, gate)
+class CountingWriter(BatchWriter):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, INSERT, lambda v: (v,))
+        self.transactions: list[list[int]] = []
+
+    def _commit(self, items: list[Any]) -> Exception | None:
+        self.transactions.append(list(items))
+        return super()._commit(items)
+
+
+async def test_writes_made_together_share_one_transaction(db: Path) -> None:
+    writer = CountingWriter(db)
     try:
-        first = writer.submit(1)
-        assert await asyncio.to_thread(gate.entered.wait, 10)
+        pending = [writer.submit(v) for v in range(10)]
+        assert committed(db) == []  # nothing is committed before the loop gets to it
+        await asyncio.gather(*pending)
+        await writer.submit(10)
+        assert writer.transactions == [list(range(10)), [10]]
+    finally:
+        writer.close()
+
+
+async def test_a_failed_commit_fails_every_caller_in_it(db: Path) -> None:
+    writer = BatchWriter(db, INSERT, lambda v: (v,))
+    try:
+        await writer.submit(1)
         batch = [writer.submit(v) for v in (2, -1, 3)]  # -1 breaks the CHECK
-        gate.open.set()
-        await first
         results = await asyncio.gather(*batch, return_exceptions=True)
         assert all(isinstance(r, sqlite3.IntegrityError) for r in results)
         assert committed(db) == [1]
         await writer.submit(4)
         assert committed(db) == [1, 4]
     finally:
-        await asyncio.to_thread(writer.close)
+        writer.close()
 
 
-async def test_a_caller_that_gives_up_does_not_stop_the_writer(db: Path, gate: Gate) -> None:
-    # Regression: settling a cancelled waiter raised in the writer thread, which died and
-    # left every later write waiting forever.
-    writer = BatchWriter(db, INSERT, gate)
+async def test_a_caller_that_gives_up_still_has_its_write(db: Path) -> None:
+    writer = BatchWriter(db, INSERT, lambda v: (v,))
     try:
         abandoned = asyncio.ensure_future(writer.submit(1))
-        assert await asyncio.to_thread(gate.entered.wait, 10)
+        await asyncio.sleep(0)
         abandoned.cancel()
-        gate.open.set()
         await asyncio.wait_for(writer.submit(2), 10)
-        assert committed(db) == [1, 2]  # the abandoned write still happened
+        assert committed(db) == [1, 2]
     finally:
-        await asyncio.to_thread(writer.close)
+        writer.close()
 
 
-async def test_close_commits_what_was_queued(db: Path, gate: Gate) -> None:
-    writer = BatchWriter(db, INSERT, gate)
+async def test_close_commits_what_was_queued(db: Path) -> None:
+    writer = BatchWriter(db, INSERT, lambda v: (v,))
     pending = [writer.submit(v) for v in range(5)]
-    assert await asyncio.to_thread(gate.entered.wait, 10)
-    gate.open.set()
-    await asyncio.to_thread(writer.close)
+    writer.close()
     await asyncio.gather(*pending)
     assert committed(db) == list(range(5))
+
+
+async def test_checkpoints_keep_the_wal_from_growing(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Commits never checkpoint (the loop must not wait for an fsync): without the
+    # checkpointer thread the WAL would grow with every write.
+    monkeypatch.setattr(batch_writer, "CHECKPOINT_SECONDS", 0.02)
+    writer = BatchWriter(db, INSERT, lambda v: (v,))
+    wal = db.with_name(db.name + "-wal")
+
+    async def write_rounds(first: int) -> None:
+        for chunk in range(first, first + 20):
+            await asyncio.gather(*(writer.submit(chunk * 100 + v) for v in range(100)))
+            await asyncio.sleep(0.03)
+
+    try:
+        await write_rounds(0)
+        peak = wal.stat().st_size
+        await write_rounds(20)
+        assert wal.stat().st_size <= peak * 1.5
+        assert committed(db) == list(range(4000))
+    finally:
+        writer.close()

@@ -1,13 +1,21 @@
-"""Group commits: one writer thread turns every task write queued meanwhile into a
-single transaction. Each caller still waits for its own commit, so "acknowledged only
-after committed" holds, but N concurrent tasks pay for one commit instead of N."""
+"""Group commits on the event loop: every task write made during one pass of the loop
+is committed in one transaction at the start of the next, and only then are its callers
+resumed. So "acknowledged only after committed" holds, and N concurrent tasks pay for
+one commit instead of N.
+
+The commit runs on the loop thread on purpose. A writer thread shares the interpreter
+(and, when pinned, the one core) with the loop, so it bought no parallelism; it cost two
+thread hand-offs per write, and at one request at a time those hand-offs were most of a
+task's latency (docs/performance.md). A commit here is a WAL append without fsync
+(``synchronous=NORMAL``): a fraction of a millisecond. The slow part, checkpointing the
+WAL into the database file (which does fsync), runs on a thread with its own connection,
+so the loop never waits for the disk to flush.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import queue
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -15,61 +23,58 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("butler.engine")
-MAX_BATCH = 512
-
-_Waiter = tuple[Any, asyncio.Future[None]]
+CHECKPOINT_SECONDS = 0.5
+# Past this the WAL file is cut back after a checkpoint instead of kept at its peak size.
+WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 class BatchWriter:
-    """``submit`` queues one item and returns a future resolved once it is committed;
-    each item is written by running ``statement`` with the parameters ``encode`` makes."""
+    """``submit`` (on the loop) queues one item and returns a future resolved once it is
+    committed; each item is written by running ``statement`` with ``encode(item)``."""
 
     def __init__(self, path: Path, statement: str,
                  encode: Callable[[Any], tuple[Any, ...]]) -> None:
         self._statement = statement
         self._encode = encode
-        self._queue: queue.SimpleQueue[_Waiter | None] = queue.SimpleQueue()
+        self._pending: list[tuple[Any, asyncio.Future[None]]] = []
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA busy_timeout=10000")
+        # Short: the loop waits on this lock. Other writers hold it for milliseconds.
+        self._db.execute("PRAGMA busy_timeout=2000")
         # Per connection, not per file: without it this one would fsync every commit.
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._thread = threading.Thread(target=self._run, name="task-writer", daemon=True)
-        self._thread.start()
+        # Checkpoints run on the checkpointer's connection, never inside a commit here.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+        self._stop = threading.Event()
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop, args=(path,),
+                                              name="task-checkpoint", daemon=True)
+        self._checkpointer.start()
 
     def submit(self, item: Any) -> asyncio.Future[None]:
-        """Call on the event loop; the future is settled there after the commit."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.put((item, done))
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self.flush)
+        self._pending.append((item, done))
         return done
 
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        self._db.close()
+    def flush(self) -> None:
+        """Commit everything queued now (on the loop); settles each caller's future."""
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        error = self._commit([item for item, _ in batch])
+        for _, done in batch:
+            if done.cancelled():
+                continue  # its caller gave up waiting; the write itself stands
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
 
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            _settle_later([done for _, done in batch], self._commit(batch))
-            if stop:
-                return
-
-    def _commit(self, batch: list[_Waiter]) -> Exception | None:
+    def _commit(self, items: list[Any]) -> Exception | None:
         try:
-            rows = [self._encode(item) for item, _ in batch]
+            rows = [self._encode(item) for item in items]
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany(self._statement, rows)
@@ -79,26 +84,25 @@ class BatchWriter:
                     self._db.execute("ROLLBACK")
                 raise
         except Exception as exc:
-            log.exception("task store write failed for %d task(s)", len(batch))
+            log.exception("task store write failed for %d task(s)", len(items))
             return exc
         return None
 
+    def _checkpoint_loop(self, path: Path) -> None:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            # PASSIVE never waits for (nor blocks) the loop's writes.
+            while not self._stop.wait(CHECKPOINT_SECONDS):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as exc:
+                    log.warning("task store checkpoint failed: %s", exc)
+        finally:
+            conn.close()
 
-def _settle_later(waiters: list[asyncio.Future[None]], error: Exception | None) -> None:
-    # One wake-up of the loop per batch rather than one per task.
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-    for done in waiters:
-        by_loop.setdefault(done.get_loop(), []).append(done)
-    for loop, futures in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting
-            loop.call_soon_threadsafe(_settle, futures, error)
-
-
-def _settle(waiters: list[asyncio.Future[None]], error: Exception | None) -> None:
-    for done in waiters:
-        if done.cancelled():
-            continue  # its caller gave up waiting; the write itself stands
-        if error is None:
-            done.set_result(None)
-        else:
-            done.set_exception(error)
+    def close(self) -> None:
+        """On the loop, after the last ``submit``: commits what is queued, then stops."""
+        self.flush()
+        self._stop.set()
+        self._checkpointer.join()
+        self._db.close()

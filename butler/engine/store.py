@@ -38,6 +38,8 @@ CREATE INDEX IF NOT EXISTS tasks_open ON tasks(terminal, updated_at);
 CREATE INDEX IF NOT EXISTS tasks_owner_updated ON tasks(owner, updated_at, seq);
 """
 
+PURGE_CHUNK = 500
+
 
 class TaskStore(Protocol):
     async def put(self, task: Task) -> None: ...
@@ -102,7 +104,7 @@ class SqliteTaskStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_SCHEMA)
-        # Writes go through their own connection and thread, batched; reads use this one.
+        # Writes go through their own connection, batched on the loop; reads use this one.
         self._writer = BatchWriter(path, _UPSERT, _upsert_args)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
@@ -176,19 +178,26 @@ class SqliteTaskStore:
         return [decode_row(r[0]) for r in rows]
 
     async def purge_terminal(self, updated_before: str) -> list[str]:
-        """Delete terminal tasks last updated before then; returns their ids."""
+        """Delete terminal tasks last updated before then; returns their ids.
+
+        In chunks, each its own short transaction: the loop commits task writes itself
+        and would wait for the write lock a long delete held (``batch_writer``)."""
         def purge() -> list[str]:
-            rows = self._db.execute(
-                "DELETE FROM tasks WHERE terminal=1 AND updated_at<? RETURNING id",
-                (updated_before,),
-            ).fetchall()
-            return [r[0] for r in rows]
+            purged: list[str] = []
+            while True:
+                rows = self._db.execute(
+                    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE terminal=1 "
+                    "AND updated_at<? LIMIT ?) RETURNING id", (updated_before, PURGE_CHUNK),
+                ).fetchall()
+                purged += [r[0] for r in rows]
+                if len(rows) < PURGE_CHUNK:
+                    return purged
 
         ids: list[str] = await self._run(purge)
         return ids
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._writer.close)
+        self._writer.close()
         await self._run(self._db.close)
         self._pool.shutdown(wait=True)
 
