@@ -10,7 +10,6 @@ Callers pass identities (agent ids, task ids), never tokens: nothing here accept
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -19,10 +18,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from json.encoder import encode_basestring
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
+
+from butler.audit.record import (
+    AuditRecord,
+    Entry,
+    Row,
+    canonical,
+    decode_text,
+)
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
 
@@ -69,54 +75,6 @@ class AuditError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class AuditRecord:
-    seq: int
-    at: str
-    kind: str
-    caller: str
-    task_id: str | None
-    chain: tuple[str, ...]
-    budget_before: Decimal | None
-    budget_after: Decimal | None
-    decision: str
-    code: str | None
-    trace_id: str | None
-    detail: dict[str, Any]
-    prev_hash: str
-    hash: str
-
-    def to_json(self) -> dict[str, Any]:
-        out = self._payload()
-        out["detail"] = json.loads(_canonical(self.detail))  # a copy the caller may mutate
-        out["hash"] = self.hash
-        return out
-
-    def compute_hash(self) -> str:
-        """The hash this record should carry given its other fields."""
-        return _digest(self.seq, self.at, self.kind, self.caller, self.task_id,
-                       _canonical(list(self.chain)), _dec_text(self.budget_before),
-                       _dec_text(self.budget_after), self.decision, self.code,
-                       self.trace_id, _canonical(self.detail), self.prev_hash)
-
-    def _payload(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "at": self.at,
-            "kind": self.kind,
-            "caller": self.caller,
-            "task_id": self.task_id,
-            "chain": list(self.chain),
-            "budget_before": _dec_text(self.budget_before),
-            "budget_after": _dec_text(self.budget_after),
-            "decision": self.decision,
-            "code": self.code,
-            "trace_id": self.trace_id,
-            "detail": self.detail,
-            "prev_hash": self.prev_hash,
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class VerifyResult:
     ok: bool
     checked: int
@@ -134,7 +92,7 @@ class AuditLog:
         conn = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
         try:
             # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
-            conn.text_factory = _decode_text
+            conn.text_factory = decode_text
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("BEGIN IMMEDIATE")
@@ -197,9 +155,9 @@ class AuditLog:
         """``append_many`` for callers that do not need the records back."""
         self._write(entries)
 
-    def _write(self, entries: Sequence[Mapping[str, Any]]) -> list[tuple[_Entry, _Row]]:
-        checked = [_Entry(**entry) for entry in entries]
-        written: list[tuple[_Entry, _Row]] = []
+    def _write(self, entries: Sequence[Mapping[str, Any]]) -> list[tuple[Entry, Row]]:
+        checked = [Entry(**entry) for entry in entries]
+        written: list[tuple[Entry, Row]] = []
         with self._lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
@@ -342,91 +300,6 @@ def _bad(checked: int, seq: int | None, reason: str) -> VerifyResult:
     return VerifyResult(ok=False, checked=checked, first_bad_seq=seq, reason=reason)
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
-def _digest(seq: int, at: str, kind: str, caller: str, task_id: str | None,
-            chain_text: str, before: str | None, after: str | None, decision: str,
-            code: str | None, trace_id: str | None, detail_text: str, prev_hash: str) -> str:
-    """SHA-256 of ``_canonical(payload)``, spelled out: the keys in sorted order, each
-    string escaped by the function ``json.dumps`` itself uses, chain and detail already
-    canonical. Byte for byte the documented encoding, without building the payload."""
-    text = (
-        f'{{"at":{encode_basestring(at)},"budget_after":{_json_opt(after)},'
-        f'"budget_before":{_json_opt(before)},"caller":{encode_basestring(caller)},'
-        f'"chain":{chain_text},"code":{_json_opt(code)},'
-        f'"decision":{encode_basestring(decision)},"detail":{detail_text},'
-        f'"kind":{encode_basestring(kind)},"prev_hash":{encode_basestring(prev_hash)},'
-        f'"seq":{seq:d},"task_id":{_json_opt(task_id)},"trace_id":{_json_opt(trace_id)}}}'
-    )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _json_opt(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
-
-
-def _detail_default(value: object) -> str:
-    # Amounts are Decimals throughout the daemon; keep them exact as strings, never floats.
-    if isinstance(value, Decimal):
-        return str(value)
-    raise TypeError(f"detail values must be JSON types or Decimal, not {type(value).__name__}")
-
-
-def _decode_text(raw: bytes) -> str:
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _clean(value: str) -> str:
-    # Lone surrogates (e.g. from a peer's JSON "\ud800") cannot be UTF-8 encoded, so
-    # they would make hashing or the INSERT fail; record them as "?" instead.
-    return value.encode("utf-8", "replace").decode("utf-8")
-
-
-def _text(name: str, value: object) -> str:
-    if type(value) is str and value.isascii():
-        return value  # nothing to clean, and the common case
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    return _clean(value)
-
-
-def _opt_text(name: str, value: object) -> str | None:
-    return None if value is None else _text(name, value)
-
-
-def _budget(name: str, value: object) -> Decimal | None:
-    if value is None:
-        return None
-    if not isinstance(value, Decimal):
-        raise TypeError(f"{name} must be a Decimal or None, not {type(value).__name__}")
-    if not value.is_finite():
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
-
-
-def _dec_text(value: Decimal | None) -> str | None:
-    return None if value is None else str(value)
-
-
-def _normalize_detail(detail: Mapping[str, Any] | None) -> dict[str, Any]:
-    # Store what JSON round-trips to, so the record returned now equals the one read back.
-    encoded = json.dumps(
-        dict(detail or {}),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_detail_default,
-    )
-    loaded = json.loads(_clean(encoded))
-    assert isinstance(loaded, dict)
-    return loaded
-
-
 def _from_row(row: tuple[Any, ...]) -> AuditRecord:
     """Parse a stored row, rejecting anything append() could not have written.
 
@@ -475,10 +348,10 @@ def _stored_json(name: str, value: object) -> Any:
     text = _stored_str(name, value)
     try:
         loaded = json.loads(text)
-        canonical = _canonical(loaded)
+        again = canonical(loaded)
     except (ValueError, RecursionError) as exc:
         raise AuditError(f"{name} is not valid JSON") from exc
-    if canonical != text:
+    if again != text:
         raise AuditError(f"{name} is not in canonical form")
     return loaded
 
@@ -496,71 +369,3 @@ def _stored_budget(name: str, value: object) -> Decimal | None:
     return amount
 
 
-_Row = tuple[Any, ...]
-
-
-class _Entry:
-    """One record's fields, checked and in stored form, waiting for its seq and time."""
-
-    __slots__ = (
-        "budget_after",
-        "budget_before",
-        "caller",
-        "chain",
-        "chain_text",
-        "code",
-        "decision",
-        "detail",
-        "detail_text",
-        "kind",
-        "task_id",
-        "trace_id",
-    )
-
-    def __init__(
-        self,
-        *,
-        kind: str,
-        caller: str,
-        task_id: str | None,
-        chain: Sequence[str],
-        budget_before: Decimal | None,
-        budget_after: Decimal | None,
-        decision: str,
-        code: str | None = None,
-        trace_id: str | None = None,
-        detail: Mapping[str, Any] | None = None,
-    ) -> None:
-        if isinstance(chain, str):
-            raise TypeError("chain must be a sequence of identities, not a single str")
-        self.kind = _text("kind", kind)
-        self.caller = _text("caller", caller)
-        self.task_id = _opt_text("task_id", task_id)
-        self.chain = tuple([_text("chain item", hop) for hop in chain])
-        self.chain_text = "[" + ",".join(map(encode_basestring, self.chain)) + "]"
-        self.budget_before = _budget("budget_before", budget_before)
-        self.budget_after = _budget("budget_after", budget_after)
-        self.decision = _text("decision", decision)
-        self.code = _opt_text("code", code)
-        self.trace_id = _opt_text("trace_id", trace_id)
-        # Nothing to normalise in the common case of no detail at all.
-        self.detail = _normalize_detail(detail) if detail else {}
-        self.detail_text = _canonical(self.detail) if self.detail else "{}"
-
-    def row(self, seq: int, at: str, prev_hash: str) -> _Row:
-        """The stored row, in ``_COLUMNS`` order, hash last."""
-        before, after = _dec_text(self.budget_before), _dec_text(self.budget_after)
-        digest = _digest(seq, at, self.kind, self.caller, self.task_id, self.chain_text,
-                         before, after, self.decision, self.code, self.trace_id,
-                         self.detail_text, prev_hash)
-        return (seq, at, self.kind, self.caller, self.task_id, self.chain_text, before,
-                after, self.decision, self.code, self.trace_id, self.detail_text, prev_hash,
-                digest)
-
-    def record(self, row: _Row) -> AuditRecord:
-        return AuditRecord(
-            seq=row[0], at=row[1], kind=self.kind, caller=self.caller, task_id=self.task_id,
-            chain=self.chain, budget_before=self.budget_before,
-            budget_after=self.budget_after, decision=self.decision, code=self.code,
-            trace_id=self.trace_id, detail=self.detail, prev_hash=row[12], hash=row[13],
-        )
