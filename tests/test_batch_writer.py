@@ -1,6 +1,7 @@
 """Group commits on the loop: each caller is answered only after its own commit, writes
-made together share one transaction, a failed commit fails everyone in it, a caller
-that stops waiting does not lose its write, and checkpoints keep the WAL bounded."""
+made together share one transaction (one row per key), a failed commit fails everyone in
+it, a caller that stops waiting does not lose its write, and checkpoints keep the WAL
+bounded."""
 
 from __future__ import annotations
 
@@ -68,6 +69,19 @@ async def test_writes_made_together_share_one_transaction(db: Path) -> None:
         await asyncio.gather(*pending)
         await writer.submit(10)
         assert writer.transactions == [list(range(10)), [10]]
+    finally:
+        writer.close()
+
+
+async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
+        db: Path) -> None:
+    writer = BatchWriter(db, INSERT, lambda v: (v,), key=lambda v: v // 10)
+    try:
+        pending = [writer.submit(v) for v in (1, 2, 13, 3, 11)]  # keys 0, 0, 1, 0, 1
+        await asyncio.gather(*pending)  # every caller is answered
+        assert committed(db) == [3, 11]
+        await writer.submit(4)  # a later batch is written on its own
+        assert committed(db) == [3, 4, 11]
     finally:
         writer.close()
 

@@ -1,7 +1,8 @@
-"""Group commits on the event loop: every task write made during one pass of the loop
-is committed in one transaction at the start of the next, and only then are its callers
+"""Group commits on the event loop: every task write made during a pass of the loop (and
+the pass after it) is committed in one transaction, and only then are its callers
 resumed. So "acknowledged only after committed" holds, and N concurrent tasks pay for
-one commit instead of N.
+one commit instead of N. Writes with the same key in one batch (two states of one task,
+when it finished within the pass that started it) are written once, as the latest.
 
 The commit runs on the loop thread on purpose. A writer thread shares the interpreter
 (and, when pinned, the one core) with the loop, so it bought no parallelism; it cost two
@@ -18,7 +19,7 @@ import asyncio
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,17 @@ WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 class BatchWriter:
     """``submit`` (on the loop) queues one item and returns a future resolved once it is
-    committed; each item is written by running ``statement`` with ``encode(item)``."""
+    committed; each item is written by running ``statement`` with ``encode(item)``. Of
+    the items queued with one ``key(item)``, only the last is written: the statement
+    must be an upsert for which the last write wins anyway."""
 
-    def __init__(self, path: Path, statement: str,
-                 encode: Callable[[Any], tuple[Any, ...]]) -> None:
+    def __init__(self, path: Path, statement: str, encode: Callable[[Any], tuple[Any, ...]],
+                 key: Callable[[Any], Hashable] = id) -> None:
         self._statement = statement
         self._encode = encode
-        self._pending: list[tuple[Any, asyncio.Future[None]]] = []
+        self._key = key
+        self._pending: dict[Hashable, Any] = {}
+        self._waiting: list[asyncio.Future[None]] = []
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         # Short: the loop waits on this lock. Other writers hold it for milliseconds.
         self._db.execute("PRAGMA busy_timeout=2000")
@@ -53,18 +58,22 @@ class BatchWriter:
     def submit(self, item: Any) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self.flush)
-        self._pending.append((item, done))
+        if not self._waiting:
+            # Two passes on: tasks started in this pass take their first step in the
+            # next one, and an echo finishes in it; its final row then replaces the first.
+            loop.call_soon(loop.call_soon, self.flush)
+        self._pending[self._key(item)] = item
+        self._waiting.append(done)
         return done
 
     def flush(self) -> None:
         """Commit everything queued now (on the loop); settles each caller's future."""
-        batch, self._pending = self._pending, []
-        if not batch:
+        batch, waiting = self._pending, self._waiting
+        if not waiting:
             return
-        error = self._commit([item for item, _ in batch])
-        for _, done in batch:
+        self._pending, self._waiting = {}, []
+        error = self._commit(list(batch.values()))
+        for done in waiting:
             if done.cancelled():
                 continue  # its caller gave up waiting; the write itself stands
             if error is None:

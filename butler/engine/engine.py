@@ -117,13 +117,15 @@ class TaskEngine:
 
     async def submit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
         if request.id is None:
-            task = await self._create(caller, request, envelope)
+            task, settled = await self._create(caller, request, envelope)
         else:
-            task = await self._create_once(request.id, caller, request, envelope)
+            task, settled = await self._create_once(request.id, caller, request, envelope)
+        if settled is not None:
+            return await self._until(task.id, settled)
         return await self._settled(task, request.blocking)
 
     async def _create_once(self, task_id: str, caller: Identity, request: TaskRequest,
-                           envelope: Envelope) -> Task:
+                           envelope: Envelope) -> tuple[Task, asyncio.Future[Task] | None]:
         """Submits of one id take turns, so a concurrent repeat finds the first one's task."""
         while (busy := self._claims.get(task_id)) is not None:
             await busy.wait()
@@ -135,13 +137,19 @@ class TaskEngine:
             if existing.owner != caller.name:
                 raise StateConflict("idempotency_conflict",
                                     "a task with this id exists and belongs to another caller")
-            return existing
+            return existing, None
         finally:
             del self._claims[task_id]
             claim.set()
 
-    async def _create(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
-        """Admit, persist (the task is acknowledged only once committed) and start."""
+    async def _create(self, caller: Identity, request: TaskRequest, envelope: Envelope,
+                      ) -> tuple[Task, asyncio.Future[Task] | None]:
+        """Admit, persist and start: the task is acknowledged only once committed. For a
+        blocking request, also the future its caller waits on for the outcome.
+
+        A blocking task starts before its first commit, not after it: one that finishes
+        within that pass of the loop (an echo) is then written once, finished, instead of
+        twice. Its caller is answered only with the outcome, which is committed first."""
         cap = self.deps.max_tasks_per_caller
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
@@ -166,18 +174,41 @@ class TaskEngine:
                             budget_after=envelope.budget_usd, decision="refused",
                             code=err.code, trace_id=trace_id)
             raise
-        await self.store.put(task)
-        self._live[task.id] = task
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
         if task.state.terminal:
-            self._live.pop(task.id, None)
-            return task
+            await self.store.put(task)
+            return task, None
         run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), parent)
-        self._runs[task.id] = run
+        if not request.blocking:
+            # Committed first: a stream that follows the task sees every change it makes.
+            await self.store.put(task)
+            self._start(run)
+            return task, None
+        settled = self._watch(task.id)
+        self._start(run)
+        try:
+            await self.store.put(task)
+        except BaseException:
+            self._abandon(run, settled)
+            raise
+        return task, settled
+
+    def _start(self, run: TaskRun) -> None:
+        self._live[run.task_id] = run.task
+        self._runs[run.task_id] = run
         run.start()
-        return task
+
+    def _abandon(self, run: TaskRun, settled: asyncio.Future[Task] | None) -> None:
+        """The first commit failed: the task was never acknowledged, so its run stops."""
+        if settled is not None:
+            self._unwatch(run.task_id, settled)
+        task = self._live.get(run.task_id)
+        if task is not None and not task.state.terminal:
+            why = "the task could not be stored"
+            self._finalise(_finish(task, TaskState.FAILED, "store_unavailable", why))
+        run.cancel()
 
     def _choose_skill(self, caller: Identity, request: TaskRequest) -> Skill | None:
         named = self.catalog.find(request.skill) if request.skill is not None else None
@@ -252,16 +283,27 @@ class TaskEngine:
             raise RequestError("task_not_found", f"no task {task_id}")
         if current.state.terminal or current.state.interrupted:
             return current
+        return await self._until(task_id, self._watch(task_id))
+
+    def _watch(self, task_id: str) -> asyncio.Future[Task]:
+        """A future resolved with the task once it is committed terminal or interrupted."""
         waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-        waiters = self._settle_waiters.setdefault(task_id, [])
-        waiters.append(waiter)
+        self._settle_waiters.setdefault(task_id, []).append(waiter)
+        return waiter
+
+    def _unwatch(self, task_id: str, waiter: asyncio.Future[Task]) -> None:
+        waiters = self._settle_waiters.get(task_id)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._settle_waiters[task_id]
+
+    async def _until(self, task_id: str, waiter: asyncio.Future[Task]) -> Task:
         try:
             return await waiter
         finally:
             if not waiter.done():
-                waiters.remove(waiter)
-                if not waiters:
-                    self._settle_waiters.pop(task_id, None)
+                self._unwatch(task_id, waiter)
 
     async def get(self, caller: Identity, task_id: str) -> Task:
         task = self._live.get(task_id) or await self.store.get(task_id)

@@ -105,7 +105,7 @@ class SqliteTaskStore:
         self._db.execute("PRAGMA busy_timeout=10000")
         self._db.executescript(_SCHEMA)
         # Writes go through their own connection, batched on the loop; reads use this one.
-        self._writer = BatchWriter(path, _UPSERT, _upsert_args)
+        self._writer = BatchWriter(path, _UPSERT, _upsert_args, key=_task_id)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -212,6 +212,10 @@ _UPSERT = (
 def _upsert_args(task: Task) -> tuple[Any, ...]:
     return (task.id, task.owner, task.context_id, task.state.value, int(task.state.terminal),
             task.updated_at, encode_row(task))
+
+
+def _task_id(task: Task) -> str:
+    return task.id
 
 
 def _encode_cursor(seq: int, updated_at: str | None) -> str:

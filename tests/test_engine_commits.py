@@ -1,0 +1,145 @@
+"""When the engine commits a task: a blocking task that finishes at once is written once,
+finished; a task is acknowledged only once committed; a task whose first commit fails is
+not left running."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from butler.config.model import SkillConfig
+from butler.engine.engine import TaskEngine
+from butler.engine.run import RunDeps
+from butler.engine.store import SqliteTaskStore
+from butler.skills.builtin import echo
+from butler.skills.catalog import Skill, SkillCatalog
+from butler.swarm.admission import SwarmPolicy
+from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.types import Envelope, TaskRequest, TaskState
+
+CALLER = Identity("operator")
+ECHO = SkillConfig(id="echo", name="echo", capabilities=("echo",), expose=True)
+
+
+class Audit:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, kind: str, **fields: Any) -> None:
+        self.records.append((kind, fields))
+
+
+def make_engine(store: Any, audit: Audit) -> TaskEngine:
+    return TaskEngine(
+        RunDeps(agent_id="home", audit=audit), store=store,
+        catalog=SkillCatalog([Skill(ECHO, echo)], None),
+        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
+        retention_hours=1, default_timeout=30, card=lambda _: {})
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
+    path = tmp_path / "tasks.db"
+    sqlite = SqliteTaskStore(path)
+    # Every row written, insert or update, as the database saw it.
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE writes (id TEXT, state TEXT);
+        CREATE TRIGGER tasks_insert AFTER INSERT ON tasks
+            BEGIN INSERT INTO writes VALUES (new.id, new.state); END;
+        CREATE TRIGGER tasks_update AFTER UPDATE ON tasks
+            BEGIN INSERT INTO writes VALUES (new.id, new.state); END;
+    """)
+    conn.close()
+    yield sqlite
+    await sqlite.close()
+
+
+def writes(tmp_path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(tmp_path / "tasks.db")
+    try:
+        return list(conn.execute("SELECT id, state FROM writes ORDER BY rowid"))
+    finally:
+        conn.close()
+
+
+async def test_a_blocking_echo_is_written_once_finished(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    audit = Audit()
+    engine = make_engine(store, audit)
+    await engine.start()
+    try:
+        tasks = await asyncio.gather(*(
+            engine.submit(CALLER, TaskRequest(text=f"hi {i}", skill="echo"), Envelope())
+            for i in range(20)))
+        assert all(t.state is TaskState.COMPLETED for t in tasks)
+        assert sorted(writes(tmp_path)) == sorted((t.id, "completed") for t in tasks)
+        for task in tasks:  # what the caller was told is what is stored
+            assert await store.get(task.id) == task
+        kinds = [(kind, fields["task_id"]) for kind, fields in audit.records]
+        for task in tasks:  # accepted, then finished, in that order
+            assert kinds.index(("inbound", task.id)) < kinds.index(("task_finished", task.id))
+    finally:
+        await engine.stop(1)
+
+
+async def test_a_task_that_returns_at_once_is_committed_working(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    engine = make_engine(store, Audit())
+    await engine.start()
+    try:
+        task = await engine.submit(CALLER, TaskRequest(text="hi", skill="echo", blocking=False),
+                                   Envelope())
+        assert task.state is TaskState.WORKING
+        assert writes(tmp_path)[0] == (task.id, "working")  # acknowledged once committed
+        done = await engine.wait(task.id)
+        assert done.state is TaskState.COMPLETED
+        assert writes(tmp_path) == [(task.id, "working"), (task.id, "completed")]
+    finally:
+        await engine.stop(1)
+
+
+async def test_a_task_whose_first_commit_fails_is_not_left_running(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def nap(ctx: Any) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            stopped.set()
+        return "rested"
+
+    conn = sqlite3.connect(tmp_path / "tasks.db")
+    conn.execute("CREATE TRIGGER full BEFORE INSERT ON tasks "
+                 "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    conn.commit()
+    conn.close()
+    audit = Audit()
+    nap_skill = SkillConfig(id="nap", name="nap", capabilities=("nap",), expose=True)
+    engine = TaskEngine(
+        RunDeps(agent_id="home", audit=audit), store=store,
+        catalog=SkillCatalog([Skill(nap_skill, nap)], None),
+        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
+        retention_hours=1, default_timeout=30, card=lambda _: {})
+    await engine.start()
+    try:
+        with pytest.raises(sqlite3.Error, match="disk is full"):
+            await engine.submit(CALLER, TaskRequest(text="hi", skill="nap"), Envelope())
+        assert started.is_set()  # a blocking task starts before its first commit...
+        await asyncio.wait_for(stopped.wait(), 5)  # ...and is stopped when it fails
+        kinds = [kind for kind, _ in audit.records]
+        assert kinds == ["inbound", "task_finished"]
+        finished = audit.records[1][1]
+        assert (finished["decision"], finished["code"]) == ("failed", "store_unavailable")
+        assert engine.live(finished["task_id"]) is None
+        assert await store.get(finished["task_id"]) is None
+    finally:
+        await engine.stop(1)
