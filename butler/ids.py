@@ -15,13 +15,16 @@ class IdSource:
     """Seeded on first use, and again in a forked child, which must not repeat ids."""
 
     def __init__(self) -> None:
-        self._pid = -1
-        self._rng = random.Random()  # noqa: S311 -- ids, not secrets (see above)
+        self._rng: random.Random | None = None
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._rng = None
 
     def _source(self) -> random.Random:
-        if self._pid != os.getpid():
-            self._rng.seed(os.urandom(32))
-            self._pid = os.getpid()
+        # Not ``os.getpid()`` per id: it is a system call each time.
+        if self._rng is None:
+            self._rng = random.Random(os.urandom(32))  # noqa: S311 -- ids, not secrets
         return self._rng
 
     def hex128(self) -> str:
