@@ -89,6 +89,20 @@ async def test_a_blocking_echo_is_written_once_finished(
         await engine.stop(1)
 
 
+async def test_a_blocking_task_with_its_own_id_is_committed_before_it_runs(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    engine = make_engine(store, Audit())
+    await engine.start()
+    try:
+        task = await engine.submit(CALLER, TaskRequest(id="mine-1", text="hi", skill="echo"),
+                                   Envelope())
+        assert task.state is TaskState.COMPLETED
+        # At most once across a crash: its running state was on disk before it ran.
+        assert writes(tmp_path) == [("mine-1", "working"), ("mine-1", "completed")]
+    finally:
+        await engine.stop(1)
+
+
 async def test_a_task_that_returns_at_once_is_committed_working(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     engine = make_engine(store, Audit())

@@ -147,9 +147,10 @@ class TaskEngine:
         """Admit, persist and start: the task is acknowledged only once committed. For a
         blocking request, also the future its caller waits on for the outcome.
 
-        A blocking task starts before its first commit, not after it: one that finishes
-        within that pass of the loop (an echo) is then written once, finished, instead of
-        twice. Its caller is answered only with the outcome, which is committed first."""
+        A blocking task without an id of its caller's starts before its first commit, not
+        after it: one that finishes within that pass of the loop (an echo) is then written
+        once, finished, instead of twice. Its caller is answered only with the outcome,
+        which is committed first."""
         cap = self.deps.max_tasks_per_caller
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
@@ -181,8 +182,9 @@ class TaskEngine:
             await self.store.put(task)
             return task, None
         run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), parent)
-        if not request.blocking:
-            # Committed first: a stream that follows the task sees every change it makes.
+        if not request.blocking or request.id is not None:
+            # Committed first: a stream that follows the task sees every change it makes,
+            # and a task with the caller's own id runs at most once, even across a crash.
             await self.store.put(task)
             self._start(run)
             return task, None
