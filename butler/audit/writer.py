@@ -1,7 +1,7 @@
 """Audit appends off the event loop: a thread that batches queued records into one
 transaction each, so many tasks cost one fsync instead of one each.
 
-The price is a window of about ten milliseconds: records queued but not yet committed are
+The price is a window of about 25 milliseconds: records queued but not yet committed are
 lost if the process is killed (docs/audit.md). A clean stop flushes everything.
 """
 
@@ -17,7 +17,7 @@ from butler.audit.log import AuditLog
 
 log = logging.getLogger("butler.audit")
 MAX_BATCH = 512
-LINGER_SECONDS = 0.005
+LINGER_SECONDS = 0.02
 
 
 class _Flush:
