@@ -52,8 +52,8 @@ async def test_each_caller_is_answered_after_its_commit(db: Path) -> None:
 
 
 class CountingWriter(BatchWriter):
-    def __init__(self, path: Path) -> None:
-        super().__init__(path, INSERT, lambda v: (v,))
+    def __init__(self, path: Path, key: Any = id) -> None:
+        super().__init__(path, INSERT, lambda v: (v,), key=key)
         self.transactions: list[list[int]] = []
 
     def _commit(self, items: list[Any]) -> Exception | None:
@@ -82,6 +82,23 @@ async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
         assert committed(db) == [3, 11]
         await writer.submit(4)  # a later batch is written on its own
         assert committed(db) == [3, 4, 11]
+    finally:
+        writer.close()
+
+
+async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path) -> None:
+    """Under load a commit is always about to run when a task starts; its first write
+    must still wait long enough for the task's next write to replace it."""
+    writer = CountingWriter(db, key=lambda v: v // 10)
+    try:
+        earlier = writer.submit(100)  # another task's write: a commit is now on its way
+        await asyncio.sleep(0)
+        first = writer.submit(1)  # key 0
+        await asyncio.sleep(0)
+        second = writer.submit(2)  # key 0 again, one pass later
+        await asyncio.gather(earlier, first, second)
+        assert committed(db) == [2, 100]
+        assert [v for batch in writer.transactions for v in batch] == [100, 2]
     finally:
         writer.close()
 

@@ -1,8 +1,9 @@
-"""Group commits on the event loop: every task write made during a pass of the loop (and
-the pass after it) is committed in one transaction, and only then are its callers
-resumed. So "acknowledged only after committed" holds, and N concurrent tasks pay for
-one commit instead of N. Writes with the same key in one batch (two states of one task,
-when it finished within the pass that started it) are written once, as the latest.
+"""Group commits on the event loop: the task writes made during a pass of the loop are
+committed in one transaction two passes later, and only then are their callers resumed.
+So "acknowledged only after committed" holds, and N concurrent tasks pay for one commit
+instead of N. A write waits that one whole pass so that a newer write of the same key
+can take its place: a task started in one pass takes its first step in the next, and an
+echo finishes in that step; it is then written once, finished, not twice.
 
 The commit runs on the loop thread on purpose. A writer thread shares the interpreter
 (and, when pinned, the one core) with the loop, so it bought no parallelism; it cost two
@@ -29,6 +30,22 @@ CHECKPOINT_SECONDS = 0.5
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
+class _Batch:
+    __slots__ = ("items", "waiting")
+
+    def __init__(self) -> None:
+        self.items: dict[Hashable, Any] = {}
+        self.waiting: list[asyncio.Future[None]] = []
+
+    def add(self, key: Hashable, item: Any, done: asyncio.Future[None]) -> None:
+        self.items[key] = item
+        self.waiting.append(done)
+
+    def merge(self, other: _Batch) -> None:
+        self.items.update(other.items)
+        self.waiting += other.waiting
+
+
 class BatchWriter:
     """``submit`` (on the loop) queues one item and returns a future resolved once it is
     committed; each item is written by running ``statement`` with ``encode(item)``. Of
@@ -40,8 +57,10 @@ class BatchWriter:
         self._statement = statement
         self._encode = encode
         self._key = key
-        self._pending: dict[Hashable, Any] = {}
-        self._waiting: list[asyncio.Future[None]] = []
+        # Writes of the current pass, and those of the pass before, due at the next tick.
+        self._next = _Batch()
+        self._due = _Batch()
+        self._ticking = False
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         # Short: the loop waits on this lock. Other writers hold it for milliseconds.
         self._db.execute("PRAGMA busy_timeout=2000")
@@ -58,22 +77,35 @@ class BatchWriter:
     def submit(self, item: Any) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        if not self._waiting:
-            # Two passes on: tasks started in this pass take their first step in the
-            # next one, and an echo finishes in it; its final row then replaces the first.
-            loop.call_soon(loop.call_soon, self.flush)
-        self._pending[self._key(item)] = item
-        self._waiting.append(done)
+        key = self._key(item)
+        # A write not committed yet is replaced, in whichever batch it waits.
+        (self._due if key in self._due.items else self._next).add(key, item, done)
+        if not self._ticking:
+            self._ticking = True
+            loop.call_soon(self._tick)
         return done
+
+    def _tick(self) -> None:
+        """Once per pass while writes wait: commit the due batch; the next becomes due."""
+        self._ticking = False
+        self._flush(self._due)
+        self._due, self._next = self._next, _Batch()
+        if self._due.waiting:
+            self._ticking = True
+            asyncio.get_running_loop().call_soon(self._tick)
 
     def flush(self) -> None:
         """Commit everything queued now (on the loop); settles each caller's future."""
-        batch, waiting = self._pending, self._waiting
-        if not waiting:
+        batch = self._due
+        batch.merge(self._next)  # no key waits in both (see ``submit``)
+        self._due, self._next = _Batch(), _Batch()
+        self._flush(batch)
+
+    def _flush(self, batch: _Batch) -> None:
+        if not batch.waiting:
             return
-        self._pending, self._waiting = {}, []
-        error = self._commit(list(batch.values()))
-        for done in waiting:
+        error = self._commit(list(batch.items.values()))
+        for done in batch.waiting:
             if done.cancelled():
                 continue  # its caller gave up waiting; the write itself stands
             if error is None:
