@@ -157,3 +157,29 @@ async def test_a_task_whose_first_commit_fails_is_not_left_running(
         assert await store.get(finished["task_id"]) is None
     finally:
         await engine.stop(1)
+
+
+async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    async def slow(ctx: Any) -> str:
+        await asyncio.sleep(0.05)  # long enough for the first write to commit
+        return "done"
+
+    conn = sqlite3.connect(tmp_path / "tasks.db")
+    conn.execute("CREATE TRIGGER full BEFORE UPDATE ON tasks WHEN new.state = 'completed' "
+                 "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    conn.commit()
+    conn.close()
+    cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
+    engine = TaskEngine(
+        RunDeps(agent_id="home"), store=store, catalog=SkillCatalog([Skill(cfg, slow)], None),
+        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
+        retention_hours=1, default_timeout=30, card=lambda _: {})
+    await engine.start()
+    try:
+        with pytest.raises(sqlite3.Error, match="disk is full"):
+            await asyncio.wait_for(
+                engine.submit(CALLER, TaskRequest(text="hi", skill="slow"), Envelope()), 5)
+        assert [state for _, state in writes(tmp_path)] == ["working"]
+    finally:
+        await engine.stop(1)

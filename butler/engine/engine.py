@@ -393,7 +393,14 @@ class TaskEngine:
         self._live[task_id] = task
         if task.state.terminal:
             self._finalise(task)
-        await self.store.put(task)
+        try:
+            await self.store.put(task)
+        except Exception as exc:
+            # Whoever waits for this task gets the failure, instead of waiting forever.
+            for waiter in self._settle_waiters.pop(task_id, ()):
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            raise
         self.hub.publish(TaskEvent(task, "status"))
         if task.state.terminal or task.state.interrupted:
             for waiter in self._settle_waiters.pop(task_id, ()):

@@ -156,10 +156,14 @@ class TaskRun:
             duration_ms=int((time.monotonic() - started) * 1000), status=state.value,
             children=tuple(self.children),
         )
-        await self.engine.update(
-            self.task_id, state=state, budget=Budget(self.ledger.start, self.ledger.spent),
-            cost=node, **changes,
-        )
+        try:
+            await self.engine.update(
+                self.task_id, state=state, budget=Budget(self.ledger.start, self.ledger.spent),
+                cost=node, **changes,
+            )
+        except Exception:
+            # Whoever waits for the task got the error (``TaskEngine.update``).
+            log.exception("could not store the outcome of task %s", self.task_id)
         return state
 
     async def _outcome(self) -> tuple[TaskState, dict[str, Any]]:
