@@ -32,6 +32,17 @@ _SCAN_BATCH = 200
 _SWEEP_BATCH = 500
 _FIELDS = ("owner", "expires_at", "ttl", "registered_at", "record")
 
+# One page of a query in one round trip: names from an index, each with its fields.
+_PAGE = """
+local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, tonumber(ARGV[3]))
+local rows = {}
+for i, name in ipairs(names) do
+  rows[i] = {name, unpack(redis.call('HMGET', ARGV[1] .. 'agent:' .. name,
+                                     'owner', 'expires_at', 'ttl', 'registered_at', 'record'))}
+end
+return rows
+"""
+
 _REMOVE = """
 local function remove(p, name)
   local key = p .. 'agent:' .. name
@@ -120,6 +131,7 @@ class RedisStore:
         self._heartbeat = client.register_script(_HEARTBEAT)
         self._delete = client.register_script(_DELETE)
         self._sweep = client.register_script(_SWEEP)
+        self._page = client.register_script(_PAGE)
 
     @classmethod
     async def open(cls, url: str, *, prefix: str = DEFAULT_PREFIX) -> RedisStore:
@@ -208,23 +220,19 @@ class RedisStore:
             batch = limit + 1 if len(terms) <= 1 and not query.words else _SCAN_BATCH
             found: list[AgentEntry] = []
             while len(found) <= limit:
-                names = await self._r.zrangebylex(index, start, "+", start=0, num=batch)
-                if not names:
+                rows = await self._page(keys=[index], args=[self._p, start, batch])
+                if not rows:
                     break
-                async with self._r.pipeline(transaction=False) as pipe:
-                    for name in names:
-                        pipe.hmget(f"{self._p}agent:{name}", _FIELDS)
-                    rows = await pipe.execute()
                 for row in rows:
-                    entry = _entry(row, now)
+                    entry = _entry(row[1:], now)
                     if entry is not None and entry.matches(
                         capability=query.capability, skill=query.skill, tag=query.tag,
                         words=query.words,
                     ):
                         found.append(entry)
-                if len(names) < batch:
+                if len(rows) < batch:
                     break
-                start = f"({names[-1]}"
+                start = f"({rows[-1][0]}"
             if len(found) > limit:
                 return found[:limit], found[limit - 1].name
             return found, None
