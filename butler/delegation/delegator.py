@@ -27,6 +27,7 @@ from internal.protocol.a2a import rest_codec
 from internal.protocol.a2a.a2a_client import A2APeerClient
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.errors import ButlerError, DelegationFailed, Refusal
+from internal.protocol.a2a.http1 import Http1Pool
 from internal.protocol.a2a.types import Budget, CostNode, Task, TaskRequest, TaskState
 
 log = logging.getLogger("butler.delegation")
@@ -46,6 +47,7 @@ class PeerDelegator:
         self._audit = audit
         self._slots = asyncio.Semaphore(max_concurrency)
         self._session: aiohttp.ClientSession | None = None
+        self.pool = Http1Pool()  # calls to Butler peers; aiohttp for standard A2A agents
         self._tls: dict[Path, ssl.SSLContext] = {}
 
     def _http(self) -> aiohttp.ClientSession:
@@ -63,6 +65,7 @@ class PeerDelegator:
         return self._tls[ca_file]
 
     async def aclose(self) -> None:
+        self.pool.close()
         if self._session is not None:
             await self._session.close()
 
@@ -114,7 +117,7 @@ class PeerDelegator:
         client = PeerClient(cand.url, cand.token, session=self._http(), name=cand.name,
                             connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                             max_response_bytes=cand.max_response_bytes,
-                            tls=self._pinned(cand.ca_file))
+                            tls=self._pinned(cand.ca_file), http1_pool=self.pool)
         started = time.monotonic()
         audit: dict[str, Any] = {"caller": self.agent_id, "task_id": request.id, "chain": chain,
                                  "detail": {"peer": cand.name, "url": cand.url}}

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from internal.protocol.a2a import jsonwire, rest_codec
+from internal.protocol.a2a import http1, jsonwire, rest_codec
 from internal.protocol.a2a.errors import ButlerError, DelegationFailed, error_from_code
 from internal.protocol.a2a.types import Task, TaskRequest
 
@@ -34,8 +34,11 @@ class PeerClient:
         max_response_bytes: int = 4 * 1024 * 1024,
         name: str = "",
         tls: ssl.SSLContext | None = None,
+        http1_pool: http1.Http1Pool | None = None,
     ) -> None:
-        """``tls``: a context trusting a pinned CA; None verifies against the system's."""
+        """``tls``: a context trusting a pinned CA; None verifies against the system's.
+        ``http1_pool``: plain requests go through it instead of ``session`` (which still
+        carries event streams); a delegation pays for its calls at every hop."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
         self._token = token
@@ -43,6 +46,8 @@ class PeerClient:
         self._timeout = timeout
         self._max = max_response_bytes
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
+        self._http1 = http1_pool
+        self._connect_timeout = connect_timeout
         # aiohttp's own total stays off: ``request`` bounds the whole exchange itself.
         self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
 
@@ -68,6 +73,13 @@ class PeerClient:
         hdrs = self._headers(headers)
         if data is not None:
             hdrs["Content-Type"] = "application/json"
+        if self._http1 is not None:
+            with self._mapped(total):
+                async with asyncio.timeout(total):
+                    answer = await self._http1.request(
+                        method, self.base_url + path, hdrs, data, max_body=self._max,
+                        connect_timeout=self._connect_timeout, tls=self._tls)
+            return self._decode(answer.status, answer.body)
         with self._mapped(total):
             async with asyncio.timeout(total), self._session.request(
                 method, self.base_url + path, data=data, headers=hdrs, allow_redirects=False,
@@ -201,6 +213,14 @@ def transport_errors(name: str, timeout: float) -> Iterator[None]:
     except TimeoutError:
         raise DelegationFailed("peer_timeout",
                                f"{name} did not answer within {timeout:g}s") from None
+    except http1.ConnectFailed as exc:
+        if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
+            raise DelegationFailed(
+                "peer_tls_error", f"{name}: certificate not trusted: {exc.__cause__}"
+            ) from None
+        raise DelegationFailed("peer_unreachable", f"cannot connect to {name}: {exc}") from None
+    except http1.BodyTooLarge as exc:
+        raise DelegationFailed("peer_error", f"{name} answer exceeds {exc.limit} bytes") from None
     except aiohttp.ClientConnectorCertificateError as exc:
         raise DelegationFailed(
             "peer_tls_error", f"{name}: certificate not trusted: {exc.certificate_error}"
@@ -208,7 +228,7 @@ def transport_errors(name: str, timeout: float) -> Iterator[None]:
     except aiohttp.ClientConnectorError as exc:
         raise DelegationFailed("peer_unreachable",
                                f"cannot connect to {name}: {exc.os_error}") from None
-    except (aiohttp.ClientError, OSError, UnicodeDecodeError) as exc:
+    except (aiohttp.ClientError, http1.HttpError, OSError, UnicodeDecodeError) as exc:
         # Only the kind of failure: aiohttp's text may quote the peer's raw bytes.
         raise DelegationFailed("peer_error", f"{name}: {_describe(exc)}") from None
 
