@@ -183,3 +183,35 @@ async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
         assert [state for _, state in writes(tmp_path)] == ["working"]
     finally:
         await engine.stop(1)
+
+
+async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    async def slow(ctx: Any) -> str:
+        await asyncio.sleep(0.05)
+        return "done"
+
+    audit = Audit()
+    cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
+    engine = TaskEngine(
+        RunDeps(agent_id="home", audit=audit), store=store,
+        catalog=SkillCatalog([Skill(cfg, slow)], None),
+        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
+        retention_hours=1, default_timeout=30, card=lambda _: {})
+    await engine.start()
+    try:
+        call = asyncio.ensure_future(
+            engine.submit(CALLER, TaskRequest(text="hi", skill="slow"), Envelope()))
+        await asyncio.sleep(0)  # submitted: started, its first write queued
+        call.cancel()  # the caller goes away before that write committed
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        async with asyncio.timeout(5):
+            while len(writes(tmp_path)) < 2:
+                await asyncio.sleep(0.01)
+        assert [state for _, state in writes(tmp_path)] == ["working", "completed"]
+        finished = [f["decision"] for kind, f in audit.records if kind == "task_finished"]
+        assert finished == ["completed"]
+        assert engine._settle_waiters == {}  # nobody is left waiting for it
+    finally:
+        await engine.stop(1)

@@ -192,8 +192,11 @@ class TaskEngine:
         self._start(run)
         try:
             await self.store.put(task)
-        except BaseException:
+        except Exception:
             self._abandon(run, settled)
+            raise
+        except BaseException:  # the caller went away: its task goes on without it
+            self._unwatch(task.id, settled)
             raise
         return task, settled
 
