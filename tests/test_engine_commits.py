@@ -35,10 +35,10 @@ class Audit:
         self.records.append((kind, fields))
 
 
-def make_engine(store: Any, audit: Audit) -> TaskEngine:
+def make_engine(store: Any, audit: Audit, skill: Skill | None = None) -> TaskEngine:
     return TaskEngine(
         RunDeps(agent_id="home", audit=audit), store=store,
-        catalog=SkillCatalog([Skill(ECHO, echo)], None),
+        catalog=SkillCatalog([skill or Skill(ECHO, echo)], None),
         policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
         retention_hours=1, default_timeout=30, card=lambda _: {})
 
@@ -138,11 +138,7 @@ async def test_a_task_whose_first_commit_fails_is_not_left_running(
     conn.close()
     audit = Audit()
     nap_skill = SkillConfig(id="nap", name="nap", capabilities=("nap",), expose=True)
-    engine = TaskEngine(
-        RunDeps(agent_id="home", audit=audit), store=store,
-        catalog=SkillCatalog([Skill(nap_skill, nap)], None),
-        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
-        retention_hours=1, default_timeout=30, card=lambda _: {})
+    engine = make_engine(store, audit, Skill(nap_skill, nap))
     await engine.start()
     try:
         with pytest.raises(sqlite3.Error, match="disk is full"):
@@ -171,10 +167,7 @@ async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
     conn.commit()
     conn.close()
     cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
-    engine = TaskEngine(
-        RunDeps(agent_id="home"), store=store, catalog=SkillCatalog([Skill(cfg, slow)], None),
-        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
-        retention_hours=1, default_timeout=30, card=lambda _: {})
+    engine = make_engine(store, Audit(), Skill(cfg, slow))
     await engine.start()
     try:
         with pytest.raises(sqlite3.Error, match="disk is full"):
@@ -193,11 +186,7 @@ async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
 
     audit = Audit()
     cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
-    engine = TaskEngine(
-        RunDeps(agent_id="home", audit=audit), store=store,
-        catalog=SkillCatalog([Skill(cfg, slow)], None),
-        policy=SwarmPolicy("home", 4, Decimal("1")), delegator=None,
-        retention_hours=1, default_timeout=30, card=lambda _: {})
+    engine = make_engine(store, audit, Skill(cfg, slow))
     await engine.start()
     try:
         call = asyncio.ensure_future(
