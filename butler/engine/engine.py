@@ -249,8 +249,8 @@ class TaskEngine:
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
                   trace_id: str, skill: Skill | None) -> Task:
         now = now_iso()
-        task_id = request.id or IDS.hex128()
-        context_id = request.context_id or IDS.hex128()
+        task_id = request.id or IDS.ordered128()
+        context_id = request.context_id or IDS.ordered128()
         message = request.message
         return Task(
             id=task_id,
