@@ -1,6 +1,7 @@
 """Group commits on the loop: each caller is answered only after its own commit, writes
-made together share one transaction (one row per key), a failed commit fails everyone in
-it, a caller that stops waiting does not lose its write, and checkpoints keep the WAL
+made together share one transaction (one row per key), a deferred write waits for a
+newer one of its key or for its time to be up, a failed commit fails everyone in it, a
+caller that stops waiting does not lose its write, and checkpoints keep the WAL
 bounded."""
 
 from __future__ import annotations
@@ -101,6 +102,60 @@ async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path) -> N
         assert [v for batch in writer.transactions for v in batch] == [100, 2]
     finally:
         writer.close()
+
+
+async def test_a_deferred_write_replaced_in_time_is_written_once_as_the_newer(
+        db: Path) -> None:
+    writer = CountingWriter(db, key=lambda v: v // 10)
+    try:
+        first = writer.submit(1, defer=5.0)
+        for _ in range(5):
+            await asyncio.sleep(0)  # passes go by: the deferred write waits
+        assert writer.transactions == []
+        second = writer.submit(2)
+        await asyncio.wait_for(asyncio.gather(first, second), 1)  # at once, not in 5 s
+        assert writer.transactions == [[2]]
+        assert committed(db) == [2]
+    finally:
+        writer.close()
+
+
+async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(db: Path) -> None:
+    writer = CountingWriter(db, key=lambda v: v // 10)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        first = writer.submit(1, defer=0.1)
+        later = writer.submit(13, defer=0.1)  # another key, deferred as long
+        other = writer.submit(25)  # not deferred: commits on its own, at once
+        await other
+        assert writer.transactions == [[25]]
+        await asyncio.wait_for(asyncio.gather(first, later), 5)
+        assert loop.time() - started >= 0.1
+        assert writer.transactions == [[25], [1, 13]]
+        assert committed(db) == [1, 13, 25]
+    finally:
+        writer.close()
+
+
+async def test_a_write_already_queued_is_never_deferred_behind_a_newer_one(
+        db: Path) -> None:
+    writer = CountingWriter(db, key=lambda v: v // 10)
+    try:
+        queued = writer.submit(1)
+        deferred = writer.submit(2, defer=5.0)  # same key: it replaces the queued write
+        await asyncio.wait_for(asyncio.gather(queued, deferred), 1)
+        assert committed(db) == [2]
+    finally:
+        writer.close()
+
+
+async def test_close_commits_deferred_writes_too(db: Path) -> None:
+    writer = BatchWriter(db, INSERT, lambda v: (v,))
+    pending = [writer.submit(1, defer=60.0), writer.submit(2)]
+    writer.close()
+    await asyncio.gather(*pending)
+    assert committed(db) == [1, 2]
 
 
 async def test_a_failed_commit_fails_every_caller_in_it(db: Path) -> None:

@@ -1,6 +1,6 @@
-"""When the engine commits a task: a blocking task that finishes at once is written once,
-finished; a task is acknowledged only once committed; a task whose first commit fails is
-not left running."""
+"""When the engine commits a task: a blocking task that finishes within the defer time is
+written once, finished, and a longer one is on disk while it runs; a task is acknowledged
+only once committed; a task whose first commit fails is not left running."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from butler.config.model import SkillConfig
-from butler.engine.engine import TaskEngine
+from butler.engine.engine import FIRST_WRITE_DEFER_SECONDS, TaskEngine
 from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.skills.builtin import echo
@@ -89,6 +89,49 @@ async def test_a_blocking_echo_is_written_once_finished(
         await engine.stop(1)
 
 
+async def test_a_blocking_task_is_written_once_if_it_finishes_within_the_defer_time(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    """A quick delegation takes many passes of the loop, but not many milliseconds."""
+    async def quick(ctx: Any) -> str:
+        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS / 5)
+        return "done"
+
+    cfg = SkillConfig(id="quick", name="quick", capabilities=("quick",), expose=True)
+    engine = make_engine(store, Audit(), Skill(cfg, quick))
+    await engine.start()
+    try:
+        task = await engine.submit(CALLER, TaskRequest(text="hi", skill="quick"), Envelope())
+        assert task.state is TaskState.COMPLETED
+        assert writes(tmp_path) == [(task.id, "completed")]
+    finally:
+        await engine.stop(1)
+
+
+async def test_a_longer_blocking_task_is_on_disk_as_working_while_it_runs(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    ran = asyncio.Event()
+
+    async def slow(ctx: Any) -> str:
+        ran.set()
+        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS * 4)
+        return "done"
+
+    cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
+    engine = make_engine(store, Audit(), Skill(cfg, slow))
+    await engine.start()
+    try:
+        call = asyncio.ensure_future(
+            engine.submit(CALLER, TaskRequest(text="hi", skill="slow"), Envelope()))
+        await ran.wait()
+        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS * 2)
+        [(task_id, state)] = writes(tmp_path)  # a crash now would leave this record
+        assert state == "working"
+        task = await call
+        assert writes(tmp_path) == [(task_id, "working"), (task.id, "completed")]
+    finally:
+        await engine.stop(1)
+
+
 async def test_a_blocking_task_with_its_own_id_is_committed_before_it_runs(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     engine = make_engine(store, Audit())
@@ -158,7 +201,7 @@ async def test_a_task_whose_first_commit_fails_is_not_left_running(
 async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     async def slow(ctx: Any) -> str:
-        await asyncio.sleep(0.05)  # long enough for the first write to commit
+        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS + 0.1)  # the first write commits
         return "done"
 
     conn = sqlite3.connect(tmp_path / "tasks.db")
@@ -181,7 +224,7 @@ async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
 async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     async def slow(ctx: Any) -> str:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS + 0.1)
         return "done"
 
     audit = Audit()

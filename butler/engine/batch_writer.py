@@ -3,7 +3,9 @@ committed in one transaction two passes later, and only then are their callers r
 So "acknowledged only after committed" holds, and N concurrent tasks pay for one commit
 instead of N. A write waits that one whole pass so that a newer write of the same key
 can take its place: a task started in one pass takes its first step in the next, and an
-echo finishes in that step; it is then written once, finished, not twice.
+echo finishes in that step; it is then written once, finished, not twice. A first write
+may also be deferred for longer (``submit``'s ``defer``), so that a task finishing within
+a few milliseconds (a delegation to a peer) is written once too.
 
 The commit runs on the loop thread on purpose. A writer thread shares the interpreter
 (and, when pinned, the one core) with the loop, so it bought no parallelism; it cost two
@@ -41,6 +43,10 @@ class _Batch:
         self.items[key] = item
         self.waiting.append(done)
 
+    def take(self, key: Hashable, item: Any, waiting: list[asyncio.Future[None]]) -> None:
+        self.items[key] = item
+        self.waiting += waiting
+
     def merge(self, other: _Batch) -> None:
         self.items.update(other.items)
         self.waiting += other.waiting
@@ -61,6 +67,9 @@ class BatchWriter:
         self._next = _Batch()
         self._due = _Batch()
         self._ticking = False
+        # Deferred first writes (see ``submit``), oldest first: deadline, futures, item.
+        self._later: dict[Hashable, tuple[float, list[asyncio.Future[None]], Any]] = {}
+        self._timer: asyncio.TimerHandle | None = None
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         # Short: the loop waits on this lock. Other writers hold it for milliseconds.
         self._db.execute("PRAGMA busy_timeout=2000")
@@ -74,16 +83,48 @@ class BatchWriter:
                                               name="task-checkpoint", daemon=True)
         self._checkpointer.start()
 
-    def submit(self, item: Any) -> asyncio.Future[None]:
+    def submit(self, item: Any, defer: float = 0.0) -> asyncio.Future[None]:
+        """``defer``: a first write of its key may wait up to that many seconds for a newer
+        one to take its place, so that both cost one commit; a newer write then commits at
+        the next tick, settling both futures."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         key = self._key(item)
         # A write not committed yet is replaced, in whichever batch it waits.
-        (self._due if key in self._due.items else self._next).add(key, item, done)
+        if key in self._due.items:
+            self._due.add(key, item, done)
+        elif key in self._later:
+            # The older write waited long enough: its replacement is due at once.
+            self._due.take(key, item, self._later.pop(key)[1] + [done])
+        elif defer > 0 and key not in self._next.items:
+            deadline = loop.time() + defer
+            self._later[key] = (deadline, [done], item)
+            if self._timer is None:
+                self._timer = loop.call_at(deadline, self._expire)
+            return done
+        else:
+            self._next.add(key, item, done)
         if not self._ticking:
             self._ticking = True
             loop.call_soon(self._tick)
         return done
+
+    def _expire(self) -> None:
+        """Deferred writes whose time is up join the next batch."""
+        loop = asyncio.get_running_loop()
+        self._timer = None
+        now = loop.time()
+        while self._later:
+            key = next(iter(self._later))
+            deadline, waiting, item = self._later[key]
+            if deadline > now:  # deferred in order, with one delay: the rest wait longer
+                self._timer = loop.call_at(deadline, self._expire)
+                break
+            del self._later[key]
+            self._next.take(key, item, waiting)
+        if self._next.waiting and not self._ticking:
+            self._ticking = True
+            loop.call_soon(self._tick)
 
     def _tick(self) -> None:
         """Once per pass while writes wait: commit the due batch; the next becomes due."""
@@ -97,7 +138,13 @@ class BatchWriter:
     def flush(self) -> None:
         """Commit everything queued now (on the loop); settles each caller's future."""
         batch = self._due
-        batch.merge(self._next)  # no key waits in both (see ``submit``)
+        batch.merge(self._next)  # no key waits in two places (see ``submit``)
+        for key, (_, waiting, item) in self._later.items():
+            batch.take(key, item, waiting)
+        self._later.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._due, self._next = _Batch(), _Batch()
         self._flush(batch)
 

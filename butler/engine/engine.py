@@ -48,6 +48,10 @@ from internal.protocol.a2a.types import (
 log = logging.getLogger("butler.engine")
 
 DELEGATE_SKILL = "a2a.delegate"
+# How long the first write of a blocking task without the caller's id may wait for the
+# task's next one (see ``_create``): a crash within it leaves no record of a task whose
+# caller was never answered. docs/tasks.md
+FIRST_WRITE_DEFER_SECONDS = 0.05
 
 
 class TaskEngine:
@@ -148,9 +152,10 @@ class TaskEngine:
         blocking request, also the future its caller waits on for the outcome.
 
         A blocking task without an id of its caller's starts before its first commit, not
-        after it: one that finishes within that pass of the loop (an echo) is then written
-        once, finished, instead of twice. Its caller is answered only with the outcome,
-        which is committed first."""
+        after it, and that commit waits up to ``FIRST_WRITE_DEFER_SECONDS`` for the next
+        write of the task: one that finishes by then (an echo, a quick delegation) is
+        written once, finished, instead of twice. Its caller is answered only with the
+        outcome, which is committed first."""
         cap = self.deps.max_tasks_per_caller
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
@@ -191,7 +196,7 @@ class TaskEngine:
         settled = self._watch(task.id)
         self._start(run)
         try:
-            await self.store.put(task)
+            await self.store.put(task, FIRST_WRITE_DEFER_SECONDS)
         except Exception:
             self._abandon(run, settled)
             raise

@@ -42,7 +42,7 @@ PURGE_CHUNK = 500
 
 
 class TaskStore(Protocol):
-    async def put(self, task: Task) -> None: ...
+    async def put(self, task: Task, defer: float = 0.0) -> None: ...
     async def get(self, task_id: str) -> Task | None: ...
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
@@ -110,9 +110,11 @@ class SqliteTaskStore:
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def put(self, task: Task) -> None:
-        """Returns once the task's row is committed (together with any others queued)."""
-        await self._writer.submit(task)
+    async def put(self, task: Task, defer: float = 0.0) -> None:
+        """Returns once the task's row is committed (together with any others queued).
+        ``defer``: a first write may wait up to that many seconds for the task's next
+        write, which then commits in its place (``BatchWriter.submit``)."""
+        await self._writer.submit(task, defer)
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._run(
