@@ -160,7 +160,7 @@ class TaskEngine:
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
                               retry_after=1)
-        trace_id, parent = trace_of(envelope)
+        trace_id, incoming = trace_of(envelope)
         TRACE_ID.set(trace_id)
         try:
             admitted = self.policy.admit(envelope, caller)
@@ -186,7 +186,7 @@ class TaskEngine:
         if task.state.terminal:
             await self.store.put(task)
             return task, None
-        run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), parent)
+        run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), incoming)
         if not request.blocking or request.id is not None:
             # Committed first: a stream that follows the task sees every change it makes,
             # and a task with the caller's own id runs at most once, even across a crash.

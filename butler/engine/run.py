@@ -29,7 +29,7 @@ from butler.skills.base import (
 )
 from butler.swarm.admission import Admitted
 from butler.swarm.ledger import BudgetLedger
-from butler.telemetry import remote_parent
+from butler.telemetry import Incoming, remote_parent
 from internal.protocol.a2a.auth import Identity
 from internal.protocol.a2a.errors import ButlerError
 from internal.protocol.a2a.types import (
@@ -97,7 +97,7 @@ class RunDeps:
 
 class TaskRun:
     def __init__(self, engine: TaskEngine, task: Task, skill: Skill | None, admitted: Admitted,
-                 caller: Identity, timeout: float, parent: Context | None) -> None:
+                 caller: Identity, timeout: float, incoming: Incoming | None) -> None:
         self.engine = engine
         self.deps = engine.deps
         self.task_id = task.id
@@ -112,7 +112,8 @@ class TaskRun:
         self.handle: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[FollowUp] | None = None
         self._charged = Decimal("0")
-        self._parent = parent  # None: made on first use (see ``_trace_parent``)
+        self._incoming = incoming
+        self._parent: Context | None = None  # made on first use (see ``_trace_parent``)
 
     def start(self) -> None:
         self.handle = asyncio.create_task(self._main(), name=f"task-{self.task_id}")
@@ -146,7 +147,8 @@ class TaskRun:
 
     def _trace_parent(self) -> Context:
         if self._parent is None:
-            self._parent = remote_parent(self.task.trace_id)
+            self._parent = self._incoming.context() if self._incoming is not None \
+                else remote_parent(self.task.trace_id)
         return self._parent
 
     async def _finish(self, started: float) -> TaskState:
