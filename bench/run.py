@@ -72,7 +72,7 @@ def say(message: str) -> None:
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from harness import hops, inbound, machine, noise, profile, registry, targets
+    from harness import hops, inbound, machine, noise, profile, registry, speed, targets
     from harness.procs import Cpus
 
     cpus = Cpus.detect()
@@ -94,7 +94,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
     began = time.monotonic()
     secs, warm, levels = args.seconds, args.warmup, args.connections
+    speeds: dict[str, Any] = {}
+    results["cpu_speed"] = speeds
+
+    def check_speed(when: str) -> None:
+        speeds[when] = speed.sample(cpus.server)
+        say(speed.one_line(speeds[when]))
+
     if "inbound" in args.only:
+        check_speed("before inbound")
         say("inbound: Butler (/v2/tasks, then JSON-RPC if served)")
         res = inbound.run_butler(work / "butler", cpus, levels, secs, warm)
         say("inbound: a2a-sdk reference, SQLite task store (durable)")
@@ -112,15 +120,18 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 res["butler_jsonrpc"], res["reference_sqlite"]["results"])
         results["inbound"] = res
     if "hops" in args.only:
+        check_speed("before hops")
         say(f"per-hop: chains of 1..{args.hops} instances, 1 connection")
         results["hops"] = hops.run(work / "hops", cpus, args.hops, max(secs * 0.75, 2), warm)
     if "registry" in args.only:
+        check_speed("before registry")
         say(f"registry: {', '.join(map(str, args.scales))} agents on SQLite and Redis")
         results["registry"] = registry.run(work / "registry", cpus, args.scales,
                                            max(secs / 2, 2), min(warm, 1.0))
     if "profile" in args.only:
         say("profile: py-spy on Butler under 64 connections")
         results["profile"] = profile.run(work, cpus, max(secs + 2, 3))
+    check_speed("at the end")
     results["targets"] = targets.evaluate(results)
     results["max_noise_cpu_pct"] = max(noise.points(results), default=0.0)
     results["elapsed_seconds"] = round(time.monotonic() - began, 1)

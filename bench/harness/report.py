@@ -116,8 +116,17 @@ def _targets(res: dict[str, Any]) -> Table:
              for t in res.get("targets", [])])
 
 
+def _speed(results: dict[str, Any]) -> Table:
+    rows = [[when, _f(p["chunk_median_ms"]), _f(p["chunk_p10_ms"]), _f(p["chunk_p90_ms"])]
+            for when, p in results.get("cpu_speed", {}).items()]
+    return ("Server CPU speed: a fixed chunk of Python timed on the servers' CPU "
+            "(lower is faster; see bench/harness/speed.py)",
+            ["when", "median ms", "p10 ms", "p90 ms"], rows)
+
+
 def tables(results: dict[str, Any]) -> list[Table]:
-    out = [_inbound(results.get("inbound", {})), _ratios(results.get("inbound", {})),
+    out = [_speed(results), _inbound(results.get("inbound", {})),
+           _ratios(results.get("inbound", {})),
            _hops(results.get("hops", {})), _registry(results.get("registry", {})),
            _registry_writes(results.get("registry", {})), _memory(results.get("inbound", {})),
            _storage(results.get("inbound", {})),
