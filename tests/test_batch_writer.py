@@ -150,6 +150,25 @@ async def test_a_write_already_queued_is_never_deferred_behind_a_newer_one(
         writer.close()
 
 
+async def test_the_newer_write_of_a_key_is_answered_first(db: Path) -> None:
+    """Its caller (a task's run, storing the outcome) settles the task before the caller
+    of the older write (the one waiting to answer) resumes: one pass of the loop less."""
+    writer = BatchWriter(db, INSERT, lambda v: (v,), key=lambda v: v // 10)
+    try:
+        order: list[int] = []
+
+        async def put(v: int, defer: float = 0.0) -> None:
+            await writer.submit(v, defer)
+            order.append(v)
+
+        first = asyncio.ensure_future(put(1, defer=5.0))
+        await asyncio.sleep(0)
+        await asyncio.wait_for(asyncio.gather(first, put(2)), 1)
+        assert order == [2, 1]
+    finally:
+        writer.close()
+
+
 async def test_close_commits_deferred_writes_too(db: Path) -> None:
     writer = BatchWriter(db, INSERT, lambda v: (v,))
     pending = [writer.submit(1, defer=60.0), writer.submit(2)]

@@ -152,7 +152,9 @@ class BatchWriter:
         if not batch.waiting:
             return
         error = self._commit(list(batch.items.values()))
-        for done in batch.waiting:
+        # Newest first: a task's outcome resumes its run, which settles the task, before the
+        # task's first write resumes the caller, which then finds it settled (one pass less).
+        for done in reversed(batch.waiting):
             if done.cancelled():
                 continue  # its caller gave up waiting; the write itself stands
             if error is None:
