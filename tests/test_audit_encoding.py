@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from butler.audit import AuditLog
 from butler.audit.log import GENESIS_HASH
+from butler.audit.record import Entry
 
 COLUMNS = ["seq", "at", "kind", "caller", "task_id", "chain", "budget_before",
            "budget_after", "decision", "code", "trace_id", "detail", "prev_hash", "hash"]
@@ -27,9 +28,12 @@ texts = st.text(alphabet=st.sampled_from(list('a"\\\n\x00\x1fé✓\u2028\ud800')
 amounts = st.none() | st.decimals(allow_nan=False, allow_infinity=False, places=4)
 json_leaves = st.none() | st.booleans() | st.integers() | texts | st.decimals(
     allow_nan=False, allow_infinity=False, places=2)
+ascii_texts = st.text(alphabet=st.sampled_from(list('a"\\\n\x00\x1f/')) | st.characters(
+    max_codepoint=127), max_size=12)
 details = st.none() | st.dictionaries(texts, st.recursive(
     json_leaves, lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(texts, inner, max_size=3), max_leaves=6), max_size=4)
+    | st.dictionaries(texts, inner, max_size=3), max_leaves=6), max_size=4) \
+    | st.dictionaries(ascii_texts, ascii_texts, max_size=4)  # strings only: the fast path
 entries = st.fixed_dictionaries({
     "kind": texts, "caller": texts, "task_id": st.none() | texts,
     "chain": st.lists(texts, max_size=3), "budget_before": amounts, "budget_after": amounts,
@@ -125,3 +129,12 @@ def _sql_edit(path: Path, statement: str) -> None:
     with conn:
         conn.execute(statement)
     conn.close()
+
+
+@given(st.dictionaries(ascii_texts, ascii_texts, max_size=5))
+def test_a_detail_of_ascii_strings_is_stored_as_its_json_round_trip(
+        detail: dict[str, str]) -> None:
+    entry = Entry(kind="k", caller="c", task_id=None, chain=(), budget_before=None,
+                  budget_after=None, decision="d", detail=detail)
+    assert entry.detail == json.loads(canonical(detail))
+    assert entry.detail_text == canonical(entry.detail)

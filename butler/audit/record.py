@@ -149,6 +149,11 @@ def _normalize_detail(detail: Mapping[str, Any] | None) -> dict[str, Any]:
     return loaded
 
 
+def _plain(detail: Mapping[str, Any]) -> bool:
+    return all(type(k) is str and type(v) is str and k.isascii() and v.isascii()
+               for k, v in detail.items())
+
+
 Row = tuple[Any, ...]
 
 
@@ -196,9 +201,18 @@ class Entry:
         self.decision = _text("decision", decision)
         self.code = _opt_text("code", code)
         self.trace_id = _opt_text("trace_id", trace_id)
-        # Nothing to normalise in the common case of no detail at all.
-        self.detail = _normalize_detail(detail) if detail else {}
-        self.detail_text = canonical(self.detail) if self.detail else "{}"
+        if not detail:
+            self.detail, self.detail_text = {}, "{}"
+        elif _plain(detail):
+            # ASCII strings only (a delegation's peer and url): JSON gives them back as
+            # they are, so no round trip, and the canonical text is spelled out directly.
+            self.detail = dict(detail)
+            self.detail_text = "{" + ",".join(
+                f"{encode_basestring(k)}:{encode_basestring(v)}"
+                for k, v in sorted(self.detail.items())) + "}"
+        else:
+            self.detail = _normalize_detail(detail)
+            self.detail_text = canonical(self.detail) if self.detail else "{}"
 
     def row(self, seq: int, at: str, prev_hash: str) -> Row:
         """The stored row, in ``_COLUMNS`` order, hash last."""
