@@ -232,3 +232,30 @@ async def test_checkpoints_keep_the_wal_from_growing(
         assert committed(db) == list(range(4000))
     finally:
         writer.close()
+
+
+async def test_the_wal_starts_over_under_steady_writes(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes that never pause, so every checkpoint runs while commits go on: the WAL must
+    still start over, not grow with everything ever written."""
+    monkeypatch.setattr(batch_writer, "CHECKPOINT_SECONDS", 0.02)
+    monkeypatch.setattr(batch_writer, "RESTART_FRAMES", 64)
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE big (v TEXT NOT NULL)")
+    conn.close()
+    writer = BatchWriter(db, "INSERT INTO big(v) VALUES (?)", lambda v: (v,))
+    wal = db.with_name(db.name + "-wal")
+    row = "x" * 3000  # a page each
+    peak = 0
+    try:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 2.5
+        while loop.time() < until:  # one write at a time, back to back, never idle
+            await writer.submit(row)
+            peak = max(peak, wal.stat().st_size)
+        written = sqlite3.connect(db).execute("SELECT COUNT(*) FROM big").fetchone()[0]
+        assert written > 500
+        # Without starting over, the WAL holds every page ever written (several per row).
+        assert peak < written * len(row) / 2
+    finally:
+        writer.close()

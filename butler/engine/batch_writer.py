@@ -14,11 +14,21 @@ task's latency (docs/performance.md). A commit here is a WAL append without fsyn
 (``synchronous=NORMAL``): a fraction of a millisecond. The slow part, checkpointing the
 WAL into the database file (which does fsync), runs on a thread with its own connection,
 so the loop never waits for the disk to flush.
+
+A WAL starts over from its beginning only when a write finds every frame in it already
+checkpointed. Under steady load the loop commits while each checkpoint runs, so that
+never happened: the WAL grew by hundreds of megabytes, and the first commit after a lull
+cut it back (``journal_size_limit``), stalling the loop for 100-300 ms. So once the WAL is
+past ``RESTART_FRAMES``, the checkpointer asks the loop to hold its commits (the loop runs
+on; only acknowledgements wait), checkpoints the few frames left, and lets the loop go:
+its next commit starts the WAL over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -28,6 +38,8 @@ from typing import Any
 
 log = logging.getLogger("butler.engine")
 CHECKPOINT_SECONDS = 0.5
+# A WAL past this many frames (4 KiB pages: 16 MiB) is made to start over (module doc).
+RESTART_FRAMES = 4096
 # Past this the WAL file is cut back after a checkpoint instead of kept at its peak size.
 WAL_SIZE_LIMIT = 64 * 1024 * 1024
 
@@ -67,6 +79,8 @@ class BatchWriter:
         self._next = _Batch()
         self._due = _Batch()
         self._ticking = False
+        self._held = False  # commits wait while the checkpointer empties the WAL
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop that writes
         # Deferred first writes (see ``submit``), oldest first: deadline, futures, item.
         self._later: dict[Hashable, tuple[float, list[asyncio.Future[None]], Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -87,7 +101,7 @@ class BatchWriter:
         """``defer``: a first write of its key may wait up to that many seconds for a newer
         one to take its place, so that both cost one commit; a newer write then commits at
         the next tick, settling both futures."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         key = self._key(item)
         # A write not committed yet is replaced, in whichever batch it waits.
@@ -104,10 +118,13 @@ class BatchWriter:
             return done
         else:
             self._next.add(key, item, done)
-        if not self._ticking:
+        self._schedule(loop)
+        return done
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._ticking and not self._held:
             self._ticking = True
             loop.call_soon(self._tick)
-        return done
 
     def _expire(self) -> None:
         """Deferred writes whose time is up join the next batch."""
@@ -122,18 +139,28 @@ class BatchWriter:
                 break
             del self._later[key]
             self._next.take(key, item, waiting)
-        if self._next.waiting and not self._ticking:
-            self._ticking = True
-            loop.call_soon(self._tick)
+        if self._next.waiting:
+            self._schedule(loop)
 
     def _tick(self) -> None:
         """Once per pass while writes wait: commit the due batch; the next becomes due."""
         self._ticking = False
+        if self._held:
+            return  # ``_release`` ticks again
         self._flush(self._due)
         self._due, self._next = self._next, _Batch()
         if self._due.waiting:
-            self._ticking = True
-            asyncio.get_running_loop().call_soon(self._tick)
+            self._schedule(asyncio.get_running_loop())
+
+    def _hold(self, held: concurrent.futures.Future[None]) -> None:
+        """On the loop: no commit from now until ``_release``."""
+        self._held = True
+        held.set_result(None)
+
+    def _release(self) -> None:
+        self._held = False
+        if self._due.waiting or self._next.waiting:
+            self._schedule(asyncio.get_running_loop())
 
     def flush(self) -> None:
         """Commit everything queued now (on the loop); settles each caller's future."""
@@ -184,11 +211,36 @@ class BatchWriter:
             # PASSIVE never waits for (nor blocks) the loop's writes.
             while not self._stop.wait(CHECKPOINT_SECONDS):
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if frames > RESTART_FRAMES:
+                        self._start_over(conn)
                 except sqlite3.Error as exc:
                     log.warning("task store checkpoint failed: %s", exc)
         finally:
             conn.close()
+
+    def _start_over(self, conn: sqlite3.Connection) -> None:
+        """Checkpoint the WAL's last frames while the loop holds its commits (module doc)."""
+        loop = self._loop
+        if loop is None:
+            return
+        held: concurrent.futures.Future[None] = concurrent.futures.Future()
+        try:
+            loop.call_soon_threadsafe(self._hold, held)
+        except RuntimeError:  # the loop is closed: nothing writes any more
+            return
+        while True:  # never wait for a loop that is stopping: it joins this thread
+            try:
+                held.result(timeout=0.05)
+                break
+            except concurrent.futures.TimeoutError:
+                if self._stop.is_set():
+                    return
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                loop.call_soon_threadsafe(self._release)
 
     def close(self) -> None:
         """On the loop, after the last ``submit``: commits what is queued, then stops."""
