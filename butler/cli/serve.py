@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -12,6 +11,7 @@ import sqlite3
 import sys
 
 from butler.config import Config, ConfigError, load_config
+from butler.heap import settle_heap
 from butler.logs import setup_logging
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
@@ -89,20 +89,6 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     setup_logging(config.logging)
     return asyncio.run(run_daemon(config))
-
-
-def settle_heap() -> None:
-    """Keep the garbage collector off the request path.
-
-    Everything built while starting lives as long as the process: frozen, full
-    collections no longer scan it (one took about 26 ms, several times a minute under
-    load, and every request in flight waited). Young collections start after 10,000
-    net new objects rather than 700: requests in flight alone crossed 700 about a
-    hundred times a second, costing about 4 % of the CPU (docs/performance.md).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
 
 
 async def run_daemon(config: Config) -> int:

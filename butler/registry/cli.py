@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from butler.config.node import ConfigError
+from butler.heap import settle_heap
 from butler.registry.client import RegistryClient, RegistryError
 from butler.registry.clock import SystemClock
 from butler.registry.config import RegistryServiceConfig, load_registry_config
@@ -135,6 +136,7 @@ async def serve(config: RegistryServiceConfig) -> int:
         return _fail(f"cannot open store {config.store_display}: {exc}", code=1)
     try:
         running = await start_registry(config, store, SystemClock())
+        settle_heap()
         try:
             host, port = running.address
             print(f"butler registry listening on http://{host}:{port} "
