@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +260,20 @@ async def test_the_wal_starts_over_under_steady_writes(
         assert peak < written * len(row) / 2
     finally:
         writer.close()
+
+
+async def test_close_does_not_wait_for_a_checkpointer_asking_the_loop_to_hold(
+        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() joins the checkpointer on the loop's thread, so the checkpointer must not
+    wait for the loop to answer its request to hold commits."""
+    monkeypatch.setattr(batch_writer, "CHECKPOINT_SECONDS", 0.005)
+    monkeypatch.setattr(batch_writer, "RESTART_FRAMES", 0)  # asks at every checkpoint
+    for round_ in range(5):
+        writer = BatchWriter(db, INSERT, lambda v: (v,))
+        for v in range(20):
+            await writer.submit(round_ * 100 + v)
+        time.sleep(0.02)  # the loop is busy: the checkpointer is waiting for it to hold
+        started = time.monotonic()
+        writer.close()
+        assert time.monotonic() - started < 2
+    assert len(committed(db)) == 100
