@@ -35,6 +35,17 @@ class Audit:
         self.records.append((kind, fields))
 
 
+def sleeper(seconds: float, started: asyncio.Event | None = None) -> Skill:
+    """The skill ``slow``: it sleeps that long, then answers."""
+    async def slow(ctx: Any) -> str:
+        if started is not None:
+            started.set()
+        await asyncio.sleep(seconds)
+        return "done"
+
+    return Skill(SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True), slow)
+
+
 def make_engine(store: Any, audit: Audit, skill: Skill | None = None) -> TaskEngine:
     return TaskEngine(
         RunDeps(agent_id="home", audit=audit), store=store,
@@ -92,15 +103,10 @@ async def test_a_blocking_echo_is_written_once_finished(
 async def test_a_blocking_task_is_written_once_if_it_finishes_within_the_defer_time(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     """A quick delegation takes many passes of the loop, but not many milliseconds."""
-    async def quick(ctx: Any) -> str:
-        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS / 5)
-        return "done"
-
-    cfg = SkillConfig(id="quick", name="quick", capabilities=("quick",), expose=True)
-    engine = make_engine(store, Audit(), Skill(cfg, quick))
+    engine = make_engine(store, Audit(), sleeper(FIRST_WRITE_DEFER_SECONDS / 5))
     await engine.start()
     try:
-        task = await engine.submit(CALLER, TaskRequest(text="hi", skill="quick"), Envelope())
+        task = await engine.submit(CALLER, TaskRequest(text="hi", skill="slow"), Envelope())
         assert task.state is TaskState.COMPLETED
         assert writes(tmp_path) == [(task.id, "completed")]
     finally:
@@ -110,14 +116,7 @@ async def test_a_blocking_task_is_written_once_if_it_finishes_within_the_defer_t
 async def test_a_longer_blocking_task_is_on_disk_as_working_while_it_runs(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     ran = asyncio.Event()
-
-    async def slow(ctx: Any) -> str:
-        ran.set()
-        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS * 4)
-        return "done"
-
-    cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
-    engine = make_engine(store, Audit(), Skill(cfg, slow))
+    engine = make_engine(store, Audit(), sleeper(FIRST_WRITE_DEFER_SECONDS * 4, ran))
     await engine.start()
     try:
         call = asyncio.ensure_future(
@@ -200,17 +199,13 @@ async def test_a_task_whose_first_commit_fails_is_not_left_running(
 
 async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
         store: SqliteTaskStore, tmp_path: Path) -> None:
-    async def slow(ctx: Any) -> str:
-        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS + 0.1)  # the first write commits
-        return "done"
-
     conn = sqlite3.connect(tmp_path / "tasks.db")
     conn.execute("CREATE TRIGGER full BEFORE UPDATE ON tasks WHEN new.state = 'completed' "
                  "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
     conn.commit()
     conn.close()
-    cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
-    engine = make_engine(store, Audit(), Skill(cfg, slow))
+    # Long enough for the first write to commit.
+    engine = make_engine(store, Audit(), sleeper(FIRST_WRITE_DEFER_SECONDS + 0.1))
     await engine.start()
     try:
         with pytest.raises(sqlite3.Error, match="disk is full"):
@@ -223,13 +218,8 @@ async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
 
 async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
         store: SqliteTaskStore, tmp_path: Path) -> None:
-    async def slow(ctx: Any) -> str:
-        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS + 0.1)
-        return "done"
-
     audit = Audit()
-    cfg = SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True)
-    engine = make_engine(store, audit, Skill(cfg, slow))
+    engine = make_engine(store, audit, sleeper(FIRST_WRITE_DEFER_SECONDS + 0.1))
     await engine.start()
     try:
         call = asyncio.ensure_future(
