@@ -156,3 +156,29 @@ def test_exact_decimals_survive_a_frame() -> None:
         created_at="", updated_at="", parts=(Part(data={"usd": Decimal("0.1")}),)),
         "status")).split(b"data: ", 1)[1])
     assert data["result"]["parts"][0]["data"]["usd"] == "0.1"
+
+
+def test_a_tasks_row_and_answer_share_one_encoding_and_a_changed_task_is_encoded_afresh(
+) -> None:
+    from dataclasses import replace
+
+    from butler.engine.store import decode_row, encode_row
+
+    task = Task(id="t-1", context_id="c-1", owner="operator", state=TaskState.WORKING,
+                request=TaskRequest(text="hi", capabilities_needed=("x.y",)),
+                created_at="2026-11-22T00:00:00.000000Z",
+                updated_at="2026-11-22T00:00:00.000000Z")
+    answer = rest_codec.task_json(task)
+    assert json.loads(answer) == json.loads(jsonwire.dumps(rest_codec.encode_task(task)))
+    row = encode_row(task)
+    assert json.loads(row) == {"task": json.loads(answer), "owner": "operator",
+                               "request": rest_codec.encode_request(task.request)}
+    assert decode_row(row).request == task.request
+    assert rest_codec.task_json(task) is answer
+
+    done = replace(task, state=TaskState.COMPLETED, parts=(Part(text="hi"),))
+    assert json.loads(rest_codec.task_json(done))["state"] == "completed"
+    assert json.loads(encode_row(done))["task"]["output"] == "hi"
+    for i in range(600):  # the memory stays bounded
+        rest_codec.task_json(replace(task, id=f"t-{i}"))
+    assert len(rest_codec._encoded) <= rest_codec._ENCODED_LIMIT

@@ -55,14 +55,15 @@ class TaskStore(Protocol):
 
 
 def encode_row(task: Task) -> str:
-    row: dict[str, Any] = {
-        "task": rest_codec.encode_task(task),
+    """``{"task": ..., "owner": ..., "request": ..., "messages": ...}``; the task's part is
+    the very bytes its answer will carry (``rest_codec.task_json``)."""
+    rest: dict[str, Any] = {
         "owner": task.owner,
         "request": rest_codec.encode_request(task.request),
     }
     if task.messages:
-        row["messages"] = [_encode_message(m) for m in task.messages]
-    return jsonwire.dumps(row)
+        rest["messages"] = [_encode_message(m) for m in task.messages]
+    return '{"task":' + rest_codec.task_json(task).decode() + "," + jsonwire.dumps(rest)[1:]
 
 
 def decode_row(body: str) -> Task:

@@ -40,12 +40,15 @@ _HTTP_CODES = {
 def json_response(
     data: Any, *, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
-    return web.Response(
-        body=jsonwire.dumps_bytes(data),
-        status=status,
-        content_type="application/json",
-        headers=headers,
-    )
+    return json_bytes_response(jsonwire.dumps_bytes(data), status=status, headers=headers)
+
+
+def json_bytes_response(
+    body: bytes, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """An answer whose JSON is already encoded."""
+    return web.Response(body=body, status=status, content_type="application/json",
+                        headers=headers)
 
 
 def error_response(err: ButlerError) -> web.Response:

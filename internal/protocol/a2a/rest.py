@@ -9,7 +9,12 @@ from aiohttp import web
 
 from internal.protocol.a2a import jsonwire, rest_codec, sse
 from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.http_common import identity_of, json_response, read_json
+from internal.protocol.a2a.http_common import (
+    identity_of,
+    json_bytes_response,
+    json_response,
+    read_json,
+)
 from internal.protocol.a2a.openapi import BUTLER_V2, BUTLER_V2_PATH, document_route
 from internal.protocol.a2a.service import TaskService
 from internal.protocol.a2a.types import TaskEvent, TaskState
@@ -57,12 +62,12 @@ class RestBinding:
         envelope = rest_codec.decode_envelope(body, request.headers)
         task = await self.service.submit(identity_of(request), task_request, envelope)
         status = 200 if task_request.blocking else 202
-        return json_response(rest_codec.encode_task(task), status=status,
-                             headers={rest_codec.TRACE_HEADER: task.trace_id})
+        return json_bytes_response(rest_codec.task_json(task), status=status,
+                                   headers={rest_codec.TRACE_HEADER: task.trace_id})
 
     async def get(self, request: web.Request) -> web.Response:
         task = await self.service.get(identity_of(request), request.match_info["id"])
-        return json_response(rest_codec.encode_task(task))
+        return json_bytes_response(rest_codec.task_json(task))
 
     async def list_tasks(self, request: web.Request) -> web.Response:
         query = request.query

@@ -11,7 +11,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.jsonwire import plain_numbers
+from internal.protocol.a2a.jsonwire import dumps_bytes, plain_numbers
 from internal.protocol.a2a.types import (
     Artifact,
     Budget,
@@ -258,6 +258,24 @@ def encode_task(task: Task) -> dict[str, Any]:
     return out
 
 
+_ENCODED_LIMIT = 256
+_encoded: dict[int, tuple[Task, bytes]] = {}
+
+
+def task_json(task: Task) -> bytes:
+    """``encode_task`` as JSON bytes, remembered for the most recent tasks (on the event
+    loop only): a task's stored row and its answer encode the same object, one after the
+    other. The entry holds the task itself, so its ``id`` cannot be reused meanwhile."""
+    hit = _encoded.get(id(task))
+    if hit is not None and hit[0] is task:
+        return hit[1]
+    raw = dumps_bytes(encode_task(task))
+    if len(_encoded) >= _ENCODED_LIMIT:
+        del _encoded[next(iter(_encoded))]
+    _encoded[id(task)] = (task, raw)
+    return raw
+
+
 # --- decoding a peer's answer (the outbound side) ---------------------------------
 
 
@@ -288,13 +306,28 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
+_STATES = {s.value: s for s in TaskState}
+
+
+def _state(value: Any) -> TaskState | None:
+    return _STATES.get(value) if isinstance(value, str) else None
+
+
+def _history(entries: list[Any]) -> tuple[StatusEntry, ...]:
+    """A peer's history; entries that are not objects, or name no known state, are left out."""
+    out = []
+    for h in entries:
+        if isinstance(h, dict) and (state := _state(h.get("state"))) is not None:
+            out.append(StatusEntry(state, str(h.get("at", "")), str(h.get("message", ""))))
+    return tuple(out)
+
+
 def decode_task(value: Any) -> Task:
     """A task as a peer reports it; strict enough that garbage fails loudly."""
     data = _mapping(value, "task")
-    try:
-        state = TaskState(data["state"])
-    except (KeyError, ValueError):
-        raise _bad("task.state missing or unknown") from None
+    state = _state(data.get("state"))
+    if state is None:
+        raise _bad("task.state missing or unknown")
     result = data.get("result") or {}
     _mapping(result, "result")
     artifacts = []
@@ -327,11 +360,7 @@ def decode_task(value: Any) -> Task:
         created_at=str(data.get("created_at", "")),
         updated_at=str(data.get("updated_at", "")),
         skill=str(data.get("skill", "")),
-        history=tuple(
-            StatusEntry(TaskState(h["state"]), str(h.get("at", "")), str(h.get("message", "")))
-            for h in _list(data.get("history"), "history") if isinstance(h, dict)
-            and h.get("state") in TaskState.__members__.values()
-        ),
+        history=_history(_list(data.get("history"), "history")),
         parts=decode_parts(result.get("parts", []) or [], "result.parts"),
         artifacts=tuple(artifacts),
         error=error,
