@@ -271,7 +271,7 @@ def task_json(task: Task) -> bytes:
         return hit[1]
     raw = dumps_bytes(encode_task(task))
     if len(_encoded) >= _ENCODED_LIMIT:
-        del _encoded[next(iter(_encoded))]
+        _encoded.pop(next(iter(_encoded)), None)
     _encoded[id(task)] = (task, raw)
     return raw
 
