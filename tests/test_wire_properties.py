@@ -173,6 +173,8 @@ def test_a_tasks_row_and_answer_share_one_encoding_and_a_changed_task_is_encoded
     row = encode_row(task)
     assert json.loads(row) == {"task": json.loads(answer), "owner": "operator",
                                "request": rest_codec.encode_request(task.request)}
+    assert row == jsonwire.dumps({"task": rest_codec.encode_task(task), "owner": "operator",
+                                  "request": rest_codec.encode_request(task.request)})
     assert decode_row(row).request == task.request
     assert rest_codec.task_json(task) is answer
 

@@ -263,9 +263,9 @@ _encoded: dict[int, tuple[Task, bytes]] = {}
 
 
 def task_json(task: Task) -> bytes:
-    """``encode_task`` as JSON bytes, remembered for the most recent tasks (on the event
-    loop only): a task's stored row and its answer encode the same object, one after the
-    other. The entry holds the task itself, so its ``id`` cannot be reused meanwhile."""
+    """``encode_task`` as JSON bytes, remembered for the most recent tasks: a task's stored
+    row and its answer encode the same object, one after the other. Each entry holds the
+    task itself, so its ``id()`` cannot be reused while the entry exists."""
     hit = _encoded.get(id(task))
     if hit is not None and hit[0] is task:
         return hit[1]
