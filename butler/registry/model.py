@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
+
 from internal.protocol.a2a.errors import RequestError
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
@@ -135,7 +137,13 @@ class AgentEntry:
 
     @classmethod
     def from_record(cls, text: str | bytes) -> AgentEntry:
-        d = json.loads(text)
+        try:
+            d = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            # What json.dumps may write and orjson refuses: integers past 64 bits, NaN,
+            # lone surrogates. Floats, the only other difference that could matter, are
+            # read to the same double by both.
+            d = json.loads(text)
         return cls(
             name=d["name"], display_name=d["display_name"], owner=d["owner"], url=d["url"],
             card=d["card"], description=d["description"],
@@ -169,8 +177,11 @@ class AgentEntry:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    """``datetime.isoformat(timespec="milliseconds")`` with ``Z``, a third cheaper: two
+    per agent in every page of a query."""
+    d = datetime.fromtimestamp(t, UTC)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031 -- the fastest form here
+        d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond // 1000)
 
 
 def _epoch(text: Any) -> float:

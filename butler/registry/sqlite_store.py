@@ -1,4 +1,7 @@
-"""The embedded registry store: one SQLite file (WAL), used from one worker thread.
+"""The embedded registry store: one SQLite file (WAL). Writes, and reads that may scan,
+run on one worker thread; a bounded read (a name, or a page of one term's providers) runs
+on the event loop through a read-only connection, and moves to the worker if it would take
+more than ``LOOP_READ_STEPS`` SQLite steps.
 
 Capabilities, skill ids and tags live in ``agent_terms`` keyed by (kind, term, name), so
 "who provides X" is an index range scan in name order, which is also the page order.
@@ -26,6 +29,10 @@ log = logging.getLogger("butler.registry")
 T = TypeVar("T")
 SCHEMA_VERSION = 1
 _SWEEP_BATCH = 500
+# About 2 ms of scanning at full speed; a page of one capability's providers takes a few
+# hundred steps, a free-text scan of 100k agents 800,000.
+LOOP_READ_STEPS = 20_000
+_STEPS_PER_TICK = 1_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -64,10 +71,22 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _connect_reader(path: Path) -> sqlite3.Connection:
+    """The event loop's own connection: read-only, and never waiting for a lock (a busy
+    file sends the read to the worker thread instead)."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0.0)
+    conn.execute("PRAGMA query_only=ON")
+    return conn
+
+
 class SqliteStore:
-    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor,
+                 reader: sqlite3.Connection) -> None:
         self._conn = conn
         self._executor = executor
+        self._reader = reader
+        self._ticks = 0
+        reader.set_progress_handler(self._tick, _STEPS_PER_TICK)
         self._closed = False
 
     @classmethod
@@ -78,7 +97,28 @@ class SqliteStore:
         except BaseException:
             executor.shutdown(wait=True)
             raise
-        return cls(conn, executor)
+        try:
+            reader = _connect_reader(path)
+        except BaseException:
+            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+            executor.shutdown(wait=True)
+            raise
+        return cls(conn, executor, reader)
+
+    def _tick(self) -> int:
+        self._ticks += 1
+        return self._ticks > LOOP_READ_STEPS // _STEPS_PER_TICK
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on the loop's connection when it finishes within the step
+        budget; otherwise (a long scan, a busy or failing file) again on the worker."""
+        if not self._closed:
+            self._ticks = 0
+            try:
+                return fn(self._reader, *args)
+            except sqlite3.Error:
+                pass
+        return await self._run(fn, self._conn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -94,6 +134,7 @@ class SqliteStore:
         if self._closed:
             return
         await self._run(self._conn.close)
+        self._reader.close()
         self._closed = True
         self._executor.shutdown(wait=True)
 
@@ -111,24 +152,20 @@ class SqliteStore:
         await self._run(self._delete, name, owner, now, force)
 
     async def get(self, name: str, *, now: float) -> AgentEntry | None:
-        return await self._run(self._get, name, now)
+        return await self._read(_live, name, now)
 
     async def query(
         self, query: Query, *, now: float, limit: int, after: str | None = None
     ) -> tuple[list[AgentEntry], str | None]:
-        return await self._run(self._query, query, now, limit, after or "")
+        if query.words:  # a substring scan: straight to the worker
+            return await self._run(_query, self._conn, query, now, limit, after or "")
+        return await self._read(_query, query, now, limit, after or "")
 
     async def count_live(self, *, now: float) -> int:
         return await self._run(self._count_live, now)
 
     async def sweep(self, *, now: float) -> int:
         return await self._run(self._sweep, now)
-
-    def _live(self, name: str, now: float) -> AgentEntry | None:
-        row = self._conn.execute(
-            "SELECT record FROM agents WHERE name = ? AND expires_at > ?", (name, now)
-        ).fetchone()
-        return AgentEntry.from_record(row[0]) if row else None
 
     def _write(self, entry: AgentEntry) -> None:
         self._conn.execute(
@@ -141,7 +178,7 @@ class SqliteStore:
 
     def _upsert(self, entry: AgentEntry, now: float, max_names: int) -> tuple[AgentEntry, bool]:
         with _transaction(self._conn):
-            current = self._live(entry.name, now)
+            current = _live(self._conn, entry.name, now)
             if current is not None and current.owner != entry.owner:
                 raise NameOwned(entry.name)
             if current is None:
@@ -165,7 +202,7 @@ class SqliteStore:
 
     def _heartbeat(self, name: str, owner: str, now: float, ttl: int) -> AgentEntry:
         with _transaction(self._conn):
-            current = self._live(name, now)
+            current = _live(self._conn, name, now)
             if current is None:
                 raise AgentNotFound(name)
             if current.owner != owner:
@@ -176,7 +213,7 @@ class SqliteStore:
 
     def _delete(self, name: str, owner: str, now: float, force: bool) -> None:
         with _transaction(self._conn):
-            current = self._live(name, now)
+            current = _live(self._conn, name, now)
             if current is None:
                 raise AgentNotFound(name)
             if current.owner != owner and not force:
@@ -187,18 +224,6 @@ class SqliteStore:
         rows = [(n,) for n in names]
         self._conn.executemany("DELETE FROM agent_terms WHERE name = ?", rows)
         self._conn.executemany("DELETE FROM agents WHERE name = ?", rows)
-
-    def _get(self, name: str, now: float) -> AgentEntry | None:
-        return self._live(name, now)
-
-    def _query(
-        self, query: Query, now: float, limit: int, after: str
-    ) -> tuple[list[AgentEntry], str | None]:
-        sql, params = query_sql(query, now=now, limit=limit + 1, after=after)
-        entries = [AgentEntry.from_record(r[0]) for r in self._conn.execute(sql, params)]
-        if len(entries) > limit:
-            return entries[:limit], entries[limit - 1].name
-        return entries, None
 
     def _count_live(self, now: float) -> int:
         row = self._conn.execute("SELECT count(*) FROM agents WHERE expires_at > ?", (now,))
@@ -215,6 +240,24 @@ class SqliteStore:
             removed += len(names)
             if len(names) < _SWEEP_BATCH:
                 return removed
+
+
+def _live(conn: sqlite3.Connection, name: str, now: float) -> AgentEntry | None:
+    # fetchall, not fetchone: a statement stepped to its end ends its read transaction
+    # at once, rather than whenever the cursor is freed.
+    rows = conn.execute(
+        "SELECT record FROM agents WHERE name = ? AND expires_at > ?", (name, now)
+    ).fetchall()
+    return AgentEntry.from_record(rows[0][0]) if rows else None
+
+
+def _query(conn: sqlite3.Connection, query: Query, now: float, limit: int,
+           after: str) -> tuple[list[AgentEntry], str | None]:
+    sql, params = query_sql(query, now=now, limit=limit + 1, after=after)
+    entries = [AgentEntry.from_record(r[0]) for r in conn.execute(sql, params)]
+    if len(entries) > limit:
+        return entries[:limit], entries[limit - 1].name
+    return entries, None
 
 
 def query_sql(query: Query, *, now: float, limit: int, after: str) -> tuple[str, list[Any]]:
