@@ -136,7 +136,8 @@ class AgentEntry:
         }, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
-    def from_record(cls, text: str | bytes) -> AgentEntry:
+    def from_record(cls, text: str | bytes, **fields: Any) -> AgentEntry:
+        """``fields`` replace the record's own (a store that keeps some of them apart)."""
         try:
             d = orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -144,6 +145,7 @@ class AgentEntry:
             # lone surrogates. Floats, the only other difference that could matter, are
             # read to the same double by both.
             d = json.loads(text)
+        d.update(fields)
         return cls(
             name=d["name"], display_name=d["display_name"], owner=d["owner"], url=d["url"],
             card=d["card"], description=d["description"],

@@ -266,7 +266,7 @@ def _entry(fields: list[str | None], now: float) -> AgentEntry | None:
     owner, expires_at, ttl, registered_at, record = fields
     if owner is None or expires_at is None or record is None or float(expires_at) <= now:
         return None
-    return replace(
-        AgentEntry.from_record(record), owner=owner, expires_at=float(expires_at),
+    return AgentEntry.from_record(
+        record, owner=owner, expires_at=float(expires_at),
         ttl_seconds=int(ttl or 0), registered_at=float(registered_at or 0),
     )
