@@ -1,7 +1,7 @@
-"""The embedded registry store: one SQLite file (WAL). Writes, and reads that may scan,
-run on one worker thread; a bounded read (a name, or a page of one term's providers) runs
-on the event loop through a read-only connection, and moves to the worker if it would take
-more than ``LOOP_READ_STEPS`` SQLite steps.
+"""The embedded registry store: one SQLite file (WAL). Writes and free-text queries run on
+one worker thread; other reads (an agent by name, a page of a query without free text) run
+on the event loop through a read-only connection, and move to the worker if they would
+take more than ``LOOP_READ_STEPS`` SQLite steps.
 
 Capabilities, skill ids and tags live in ``agent_terms`` keyed by (kind, term, name), so
 "who provides X" is an index range scan in name order, which is also the page order.
@@ -29,9 +29,9 @@ log = logging.getLogger("butler.registry")
 T = TypeVar("T")
 SCHEMA_VERSION = 1
 _SWEEP_BATCH = 500
-# About 2 ms of scanning at full speed; a page of one capability's providers takes a few
-# hundred steps, a free-text scan of 100k agents 800,000.
-LOOP_READ_STEPS = 20_000
+# 1-2 ms of work on the loop: a page of 100 of one capability's providers takes about
+# 1,000 steps, a free-text scan of 100k agents 800,000.
+LOOP_READ_STEPS = 5_000
 _STEPS_PER_TICK = 1_000
 
 _SCHEMA = """
