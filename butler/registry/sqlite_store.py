@@ -1,5 +1,5 @@
 """The embedded registry store: one SQLite file (WAL). Writes and free-text queries run on
-one worker thread; other reads (an agent by name, a page of a query without free text) run
+one worker thread; other reads (an agent by name, a page of up to ``LOOP_READ_PAGE``) run
 on the event loop through a read-only connection, and move to the worker if they would
 take more than ``LOOP_READ_STEPS`` SQLite steps.
 
@@ -32,6 +32,9 @@ _SWEEP_BATCH = 500
 # 1-2 ms of work on the loop: a page of 100 of one capability's providers takes about
 # 1,000 steps, a free-text scan of 100k agents 800,000.
 LOOP_READ_STEPS = 5_000
+# Larger pages (max_page_size allows 1,000) would only run into the budget and be read
+# twice: they go to the worker at once.
+LOOP_READ_PAGE = 250
 _STEPS_PER_TICK = 1_000
 
 _SCHEMA = """
@@ -157,7 +160,7 @@ class SqliteStore:
     async def query(
         self, query: Query, *, now: float, limit: int, after: str | None = None
     ) -> tuple[list[AgentEntry], str | None]:
-        if query.words:  # a substring scan: straight to the worker
+        if query.words or limit > LOOP_READ_PAGE:  # a scan or a long page: to the worker
             return await self._run(_query, self._conn, query, now, limit, after or "")
         return await self._read(_query, query, now, limit, after or "")
 

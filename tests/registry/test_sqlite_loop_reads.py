@@ -76,7 +76,7 @@ async def test_loop_reads_see_commits_and_never_wait_for_a_writer(tmp_path: Path
         await store.close()
 
 
-async def test_free_text_queries_run_on_the_worker(
+async def test_free_text_and_long_pages_run_on_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sqlite_store, "_STEPS_PER_TICK", 1)  # count every step on the loop
@@ -87,6 +87,11 @@ async def test_free_text_queries_run_on_the_worker(
         found, _ = await store.query(Query(words=("agent-0003",)), now=NOW, limit=10)
         assert [e.name for e in found] == ["agent-0003"]
         assert store._ticks == 0  # the loop's connection never ran it
+        long_page = sqlite_store.LOOP_READ_PAGE + 1
+        found, _ = await store.query(Query(capability="memory.search"), now=NOW,
+                                     limit=long_page)
+        assert len(found) == 5
+        assert store._ticks == 0  # nor a page longer than LOOP_READ_PAGE
         found, _ = await store.query(Query(capability="memory.search"), now=NOW, limit=10)
         assert len(found) == 5
         assert store._ticks > 0  # this one it did
