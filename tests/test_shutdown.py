@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 
+from tests.a2a_support import ASK
 from tests.support import ECHO, ServeProcess, command_skill, config_dict, write_config
 
 
@@ -108,5 +109,35 @@ async def test_work_past_the_grace_period_is_failed_and_the_process_still_exits_
                 task = await resp.json()
             assert task["state"] == "failed"
             assert task["error"]["code"] == "interrupted_by_shutdown"
+    finally:
+        await server.stop()
+
+
+async def test_a_task_waiting_for_input_does_not_hold_the_stop(tmp_path: Path) -> None:
+    # The default grace (30 s): the stop must not spend it on a task that waits for its
+    # caller, which no amount of waiting will finish.
+    cfg, tokens = config_dict(tmp_path, "home", skills=[ECHO, ASK])
+    config_path = write_config(tmp_path, "home", cfg)
+    server = await ServeProcess.start(config_path, tmp_path / "home.log")
+    auth = {"Authorization": f"Bearer {tokens['operator']}"}
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{server.url}/v2/tasks", headers=auth,
+                                 json={"task": "x", "skill": "ask"}) as resp:
+                assert resp.status == 200
+                task = await resp.json()
+            assert task["state"] == "input-required"
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            server.proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(20):
+                code = await server.proc.wait()
+            assert code == 0
+            assert loop.time() - started < 10  # not the 30 s grace
+            server = await ServeProcess.start(config_path, tmp_path / "again.log")
+            async with http.get(f"{server.url}/v2/tasks/{task['id']}", headers=auth) as resp:
+                stored = await resp.json()
+            assert stored["state"] == "failed"
+            assert stored["error"]["code"] == "interrupted_by_shutdown"
     finally:
         await server.stop()

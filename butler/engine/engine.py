@@ -93,9 +93,7 @@ class TaskEngine:
     async def stop(self, grace: float) -> None:
         if self._purger is not None:
             self._purger.cancel()
-        runs = [r.handle for r in self._runs.values() if r.handle is not None]
-        if runs:
-            await asyncio.wait(runs, timeout=grace)
+        await self._until_idle(grace)
         left = list(self._runs.values())
         why = "the daemon shut down before this task finished"
         for run in left:
@@ -106,6 +104,26 @@ class TaskEngine:
         if pending:
             # Let cancelled runs clean up (a command skill kills its process group).
             await asyncio.wait(pending, timeout=5)
+
+    async def _until_idle(self, grace: float) -> None:
+        """Until every run has ended or waits on its caller, for at most ``grace``: a task
+        waiting for input would otherwise hold the stop for the whole grace period."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while True:
+            busy = [r.handle for r in self._runs.values()
+                    if r.handle is not None and not r.handle.done()
+                    and not self._waits_on_caller(r.task_id)]
+            left = deadline - loop.time()
+            if not busy or left <= 0:
+                return
+            # A run may come to wait on its caller without ending: look again now and then.
+            await asyncio.wait(busy, timeout=min(left, 0.1),
+                               return_when=asyncio.FIRST_COMPLETED)
+
+    def _waits_on_caller(self, task_id: str) -> bool:
+        task = self._live.get(task_id)
+        return task is not None and task.state.interrupted
 
     async def _purge_loop(self) -> None:
         while True:
