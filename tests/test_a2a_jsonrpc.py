@@ -176,3 +176,19 @@ async def test_blocking_returns_at_input_required_and_immediately_returns_at_onc
     assert state in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     _, body = await rpc(home, "CancelTask", {"id": body["result"]["task"]["id"]})
     assert body["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+async def test_fields_under_their_proto_names_are_read_too(swarm: Swarm) -> None:
+    # proto3 JSON parsers accept a field's original snake_case name as well as its
+    # lowerCamelCase one; some clients send the former.
+    home = await swarm.start("home", skills=[ECHO, ASK])
+    status, body = await rpc(home, "SendMessage", {"message": {
+        "message_id": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}],
+        "context_id": "ctx-snake", "metadata": {"skill": "ask"}}})
+    task = body["result"]["task"]
+    assert status == 200 and task["contextId"] == "ctx-snake"
+    for _ in range(2):  # the second time, every name is converted from the cache
+        status, body = await rpc(home, "SendMessage", {"message": {
+            "message_id": "m2", "role": "ROLE_USER", "parts": [{"text": "Ada"}],
+            "task_id": task["id"], "context_id": "another-context"}})
+        assert body["error"]["code"] == -32602 and "contextId" in body["error"]["message"]

@@ -12,6 +12,7 @@ import binascii
 import re
 from collections.abc import Mapping
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from internal.protocol.a2a.errors import RequestError
@@ -34,7 +35,13 @@ def get(data: Mapping[str, Any], name: str) -> Any:
     """``data[name]``, or under its snake_case spelling; None when absent."""
     if name in data:
         return data[name]
-    return data.get(_SNAKE.sub(r"_\1", name).lower())
+    return data.get(_snake_case(name))
+
+
+@lru_cache(maxsize=512)
+def _snake_case(name: str) -> str:
+    # Field names are the codecs' own constants: a few dozen, each converted once.
+    return _SNAKE.sub(r"_\1", name).lower()
 
 
 def string(data: Mapping[str, Any], name: str, where: str, *, required: bool = False,
