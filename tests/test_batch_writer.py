@@ -277,3 +277,32 @@ async def test_close_does_not_wait_for_a_checkpointer_asking_the_loop_to_hold(
         writer.close()
         assert time.monotonic() - started < 2
     assert len(committed(db)) == 100
+
+
+class ScriptedCheckpoints:
+    """A connection whose PASSIVE checkpoints report frames copied so far, as scripted."""
+
+    def __init__(self, copied: list[int]) -> None:
+        self.copied = copied
+        self.calls = 0
+
+    def execute(self, sql: str) -> ScriptedCheckpoints:
+        assert sql == "PRAGMA wal_checkpoint(PASSIVE)"
+        self.calls += 1
+        return self
+
+    def fetchone(self) -> tuple[int, int, int]:
+        return 0, 10_000, self.copied[self.calls - 1]
+
+
+@pytest.mark.parametrize(("script", "rounds"), [
+    ([4_200, 4_230], 2),  # 200 new frames, then 30: close enough to hold the commits
+    ([4_010], 1),  # few frames were written during the first checkpoint
+    ([150], 1),  # the WAL started over meanwhile
+    ([5_000, 6_000, 7_000, 8_000], batch_writer.CATCH_UP_ROUNDS),  # never catches up
+])
+def test_unheld_checkpoints_catch_up_before_the_commits_are_held(
+        script: list[int], rounds: int) -> None:
+    conn = ScriptedCheckpoints(script)
+    BatchWriter._catch_up(conn, 4_000)  # type: ignore[arg-type]
+    assert conn.calls == rounds
