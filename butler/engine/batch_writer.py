@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("butler.engine")
-CHECKPOINT_SECONDS = 0.5
+# Often, so each checkpoint is small: on one core a checkpoint of half a second of writes
+# (about 15-25 ms of CPU) competes with the loop as one long burst (docs/performance.md).
+CHECKPOINT_SECONDS = 0.1
 # A WAL past this many frames (4 KiB pages: 16 MiB) is made to start over (module doc).
 RESTART_FRAMES = 4096
 # Before a start-over, unheld checkpoints are repeated (at most this many times) while a
