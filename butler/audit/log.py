@@ -95,9 +95,6 @@ class AuditLog:
             conn.text_factory = decode_text
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            # Checkpoints run inside the writer's commits: 200 pages each, not 1,000, so
-            # none takes the one core from the event loop for tens of milliseconds.
-            conn.execute("PRAGMA wal_autocheckpoint=200")
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)

@@ -33,14 +33,19 @@ import contextlib
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("butler.engine")
-# Often, so each checkpoint is small: on one core a checkpoint of half a second of writes
-# (about 15-25 ms of CPU) competes with the loop as one long burst (docs/performance.md).
+# The checkpointer looks every CHECKPOINT_SECONDS and checkpoints once BUSY_ROWS rows have
+# been committed since the last time, or IDLE_CHECKPOINT_SECONDS have passed. Under heavy
+# load each checkpoint stays small (half a second of writes took 15-25 ms of CPU, one
+# burst on the loop's core); under light load each fsync is spared (docs/performance.md).
 CHECKPOINT_SECONDS = 0.1
+IDLE_CHECKPOINT_SECONDS = 0.5
+BUSY_ROWS = 300
 # A WAL past this many frames (4 KiB pages: 16 MiB) is made to start over (module doc).
 RESTART_FRAMES = 4096
 # Before a start-over, unheld checkpoints are repeated (at most this many times) while a
@@ -105,6 +110,7 @@ class BatchWriter:
         # Checkpoints run on the checkpointer's connection, never inside a commit here.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+        self._rows = 0  # committed since the last checkpoint
         self._stop = threading.Event()
         self._checkpointer = threading.Thread(target=self._checkpoint_loop, args=(path,),
                                               name="task-checkpoint", daemon=True)
@@ -209,6 +215,7 @@ class BatchWriter:
             try:
                 self._db.executemany(self._statement, rows)
                 self._db.execute("COMMIT")
+                self._rows += len(rows)  # read (and reset) by the checkpointer
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
@@ -222,7 +229,12 @@ class BatchWriter:
         conn = sqlite3.connect(path, isolation_level=None)
         try:
             # PASSIVE never waits for (nor blocks) the loop's writes.
+            last = time.monotonic()
             while not self._stop.wait(CHECKPOINT_SECONDS):
+                now = time.monotonic()
+                if self._rows < BUSY_ROWS and now - last < IDLE_CHECKPOINT_SECONDS:
+                    continue
+                last, self._rows = now, 0
                 try:
                     _, frames, copied = _checkpoint(conn)
                     if frames > RESTART_FRAMES:
