@@ -27,6 +27,29 @@ async def refused(host: str, port: int) -> None:
         await asyncio.sleep(0.02)
 
 
+async def stop_then_read_back(server: ServeProcess, config_path: Path,
+                              http: aiohttp.ClientSession, auth: dict[str, str],
+                              task_id: str, *, within: float) -> tuple[ServeProcess, float, Any]:
+    """SIGTERM, which must end the process with 0 (within ``within`` seconds) and no
+    traceback; then a restarted daemon's view of ``task_id``. Returns that daemon, the
+    seconds the stop took, and the task."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    server.proc.send_signal(signal.SIGTERM)
+    async with asyncio.timeout(within):
+        code = await server.proc.wait()
+    took = loop.time() - started
+    assert code == 0
+    assert "Traceback" not in server.log_path.read_text()
+    again = await ServeProcess.start(config_path, config_path.with_name("again.log"))
+    try:
+        async with http.get(f"{again.url}/v2/tasks/{task_id}", headers=auth) as resp:
+            return again, took, await resp.json()
+    except BaseException:
+        await again.stop()
+        raise
+
+
 async def test_sigterm_finishes_the_inflight_request_then_exits_0(tmp_path: Path) -> None:
     cfg, tokens = config_dict(tmp_path, "home",
                               skills=[ECHO, command_skill("slow", ["sleep", "1"])])
@@ -98,15 +121,9 @@ async def test_work_past_the_grace_period_is_failed_and_the_process_still_exits_
                                  json={"task": "x", "skill": "stuck", "mode": "async"}) as resp:
                 assert resp.status == 202
                 task_id = (await resp.json())["id"]
-            server.proc.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(10):
-                code = await server.proc.wait()
-            assert code == 0
-            assert "Traceback" not in server.log_path.read_text()
             # The task was not left "working": it ended, saying why.
-            server = await ServeProcess.start(config_path, tmp_path / "again.log")
-            async with http.get(f"{server.url}/v2/tasks/{task_id}", headers=auth) as resp:
-                task = await resp.json()
+            server, _, task = await stop_then_read_back(server, config_path, http, auth,
+                                                        task_id, within=10)
             assert task["state"] == "failed"
             assert task["error"]["code"] == "interrupted_by_shutdown"
     finally:
@@ -127,16 +144,9 @@ async def test_a_task_waiting_for_input_does_not_hold_the_stop(tmp_path: Path) -
                 assert resp.status == 200
                 task = await resp.json()
             assert task["state"] == "input-required"
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            server.proc.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(20):
-                code = await server.proc.wait()
-            assert code == 0
-            assert loop.time() - started < 10  # not the 30 s grace
-            server = await ServeProcess.start(config_path, tmp_path / "again.log")
-            async with http.get(f"{server.url}/v2/tasks/{task['id']}", headers=auth) as resp:
-                stored = await resp.json()
+            server, took, stored = await stop_then_read_back(server, config_path, http, auth,
+                                                             task["id"], within=20)
+            assert took < 10  # not the 30 s grace
             assert stored["state"] == "failed"
             assert stored["error"]["code"] == "interrupted_by_shutdown"
     finally:
