@@ -110,7 +110,7 @@ class BatchWriter:
         # Checkpoints run on the checkpointer's connection, never inside a commit here.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-        self._rows = 0  # committed since the last checkpoint
+        self._committed = 0  # rows, ever; only the loop writes it
         self._stop = threading.Event()
         self._checkpointer = threading.Thread(target=self._checkpoint_loop, args=(path,),
                                               name="task-checkpoint", daemon=True)
@@ -215,7 +215,7 @@ class BatchWriter:
             try:
                 self._db.executemany(self._statement, rows)
                 self._db.execute("COMMIT")
-                self._rows += len(rows)  # read (and reset) by the checkpointer
+                self._committed += len(rows)  # read by the checkpointer
             except BaseException:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
@@ -229,12 +229,12 @@ class BatchWriter:
         conn = sqlite3.connect(path, isolation_level=None)
         try:
             # PASSIVE never waits for (nor blocks) the loop's writes.
-            last = time.monotonic()
+            last, seen = time.monotonic(), 0
             while not self._stop.wait(CHECKPOINT_SECONDS):
-                now = time.monotonic()
-                if self._rows < BUSY_ROWS and now - last < IDLE_CHECKPOINT_SECONDS:
+                now, committed = time.monotonic(), self._committed
+                if committed - seen < BUSY_ROWS and now - last < IDLE_CHECKPOINT_SECONDS:
                     continue
-                last, self._rows = now, 0
+                last, seen = now, committed
                 try:
                     _, frames, copied = _checkpoint(conn)
                     if frames > RESTART_FRAMES:
@@ -275,7 +275,7 @@ class BatchWriter:
                 if self._stop.is_set():
                     return
         try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            _checkpoint(conn)
         finally:
             with contextlib.suppress(RuntimeError):  # closed meanwhile
                 loop.call_soon_threadsafe(self._release)
