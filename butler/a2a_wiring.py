@@ -9,16 +9,19 @@ from aiohttp import web
 from butler.card import build_a2a_card
 from butler.config.model import Config
 from butler.skills.catalog import SkillCatalog
-from internal.protocol.a2a.a2a_model import CardInfo
-from internal.protocol.a2a.a2a_ops import A2AOperations
-from internal.protocol.a2a.a2a_rest import A2ARestBinding
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.card_route import CardRoute
-from internal.protocol.a2a.http_common import ErrorRenderer
-from internal.protocol.a2a.jsonrpc import JsonRpcBinding, JsonRpcLimits
-from internal.protocol.a2a.jsonrpc_v03 import V03Dialect
-from internal.protocol.a2a.jsonrpc_v1 import V1Dialect
-from internal.protocol.a2a.service import PushService, TaskService
+from internal.http import ErrorRenderer
+from internal.protocol.a2a.model import CardInfo, Identity
+from internal.protocol.a2a.server import (
+    A2AOperations,
+    A2ARestBinding,
+    CardRoute,
+    JsonRpcBinding,
+    JsonRpcLimits,
+    PushService,
+    TaskService,
+    V03Dialect,
+    V1Dialect,
+)
 
 
 def standard_a2a(cfg: Config, service: TaskService, catalog: SkillCatalog,

@@ -9,9 +9,8 @@ from typing import Any
 from butler.config.model import Config
 from butler.engine.clock import now_iso
 from butler.skills.catalog import SkillCatalog, is_reserved
-from internal.protocol.a2a.a2a_model import CardInfo, SkillInfo
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.swarm_ext import extension_info
+from internal.protocol.a2a.codec.swarm_extension import extension_info
+from internal.protocol.a2a.model import CardInfo, Identity, SkillInfo
 
 
 def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,

@@ -38,21 +38,19 @@ from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider, task_tracer
-from internal.protocol.a2a.auth import TokenVerifier
-from internal.protocol.a2a.gate import gate_middleware
-from internal.protocol.a2a.http_common import (
+from internal.http import (
     ERROR_RENDERERS,
-    error_middleware,
-    json_response,
-)
-from internal.protocol.a2a.incidents import INCIDENTS, IncidentLog
-from internal.protocol.a2a.listener import ListenSettings, listen
-from internal.protocol.a2a.openapi import BUTLER_V2_PATH
-from internal.protocol.a2a.ratelimit import (
+    INCIDENTS,
+    IncidentLog,
+    ListenSettings,
     TokenBuckets,
+    TokenVerifier,
+    error_middleware,
+    gate_middleware,
+    json_response,
+    listen,
 )
-from internal.protocol.a2a.rest import RestBinding, RestLimits
-from internal.protocol.a2a.service import PushService
+from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBinding, RestLimits
 
 log = logging.getLogger("butler.daemon")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from internal.protocol.a2a.http_common import Handler
+from internal.http import Handler
 
 LabelValues = tuple[str, ...]
 

@@ -21,7 +21,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from butler.config.model import TelemetryConfig
 from butler.ids import IDS
-from internal.protocol.a2a.types import Envelope
+from internal.protocol.a2a.model import Envelope
 
 log = logging.getLogger("butler.telemetry")
 _PROPAGATOR = TraceContextTextMapPropagator()

@@ -27,7 +27,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from internal.protocol.a2a.openapi import BUTLER_V2, load
+from internal.http import load
+from internal.protocol.a2a.server import BUTLER_V2
 from tests.support import child_env
 
 REPO = Path(__file__).resolve().parent.parent

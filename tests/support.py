@@ -17,7 +17,7 @@ import yaml
 
 from butler.config import Config, load_config
 from butler.daemon import Daemon
-from internal.protocol.a2a.auth import hash_token
+from internal.http import hash_token
 from internal.protocol.a2a.client import PeerClient
 
 ECHO = {"id": "echo", "builtin": "echo", "capabilities": ["echo"], "expose": True}

@@ -25,7 +25,7 @@ from butler.config import load_config
 from butler.daemon import Daemon
 from butler.push.dispatcher import PushDispatcher
 from butler.push.guard import PushGuard
-from internal.protocol.a2a.types import PushConfig, TaskEvent
+from internal.protocol.a2a.model import PushConfig, TaskEvent
 from tests.a2a_support import ASK, error_reason, plain_message, rpc, sdk_client
 from tests.support import ECHO, Instance, Swarm, wait_task
 
@@ -275,7 +275,7 @@ async def test_push_can_be_turned_off(swarm: Swarm) -> None:
 
 
 def _task() -> Any:
-    from internal.protocol.a2a.types import StatusEntry, Task, TaskRequest, TaskState
+    from internal.protocol.a2a.model import StatusEntry, Task, TaskRequest, TaskState
 
     return Task(id="t", context_id="c", owner="o", state=TaskState.WORKING,
                 request=TaskRequest(), created_at="2026-01-01T00:00:00.000000Z",

@@ -20,9 +20,15 @@ from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.plugin import load_plugin
 from butler.swarm.admission import SwarmPolicy
 from butler.swarm.ledger import BudgetLedger
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import AuthError, Refusal
-from internal.protocol.a2a.types import CostNode, Envelope, TaskRequest, TaskState
+from internal.protocol.a2a.model import (
+    AuthError,
+    CostNode,
+    Envelope,
+    Identity,
+    Refusal,
+    TaskRequest,
+    TaskState,
+)
 
 money = st.decimals(min_value=0, max_value=10, places=2, allow_nan=False, allow_infinity=False)
 ids = st.sampled_from(["a", "b", "c", "d", "home", "office", "x1", "y2"])

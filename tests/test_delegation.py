@@ -7,7 +7,7 @@ from decimal import Decimal
 import aiohttp
 import pytest
 
-from internal.protocol.a2a.types import TaskRequest, TaskState
+from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
 
 

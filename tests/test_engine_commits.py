@@ -20,8 +20,7 @@ from butler.engine.store import SqliteTaskStore
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import SwarmPolicy
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.types import Envelope, TaskRequest, TaskState
+from internal.protocol.a2a.model import Envelope, Identity, TaskRequest, TaskState
 
 CALLER = Identity("operator")
 ECHO = SkillConfig(id="echo", name="echo", capabilities=("echo",), expose=True)

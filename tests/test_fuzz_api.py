@@ -18,7 +18,7 @@ import schemathesis
 import yaml
 from schemathesis import GenerationMode
 
-from internal.protocol.a2a.openapi import BUTLER_V2
+from internal.protocol.a2a.server import BUTLER_V2
 from tests.openapi_support import REGISTRY_V1, ApiDoc, LiveProcess, fuzz_operation
 from tests.support import ECHO, config_dict, new_pair, write_config
 

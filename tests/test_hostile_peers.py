@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from butler.delegation.delegator import PeerDelegator
-from internal.protocol.a2a.types import Task, TaskRequest, TaskState
+from internal.protocol.a2a.model import Task, TaskRequest, TaskState
 from tests.delegation_support import free_port
 from tests.support import Instance, Swarm
 

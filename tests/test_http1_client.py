@@ -24,9 +24,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from internal.protocol.a2a import http1
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.errors import ButlerError, DelegationFailed, RequestError
+from internal.protocol.a2a.client import _http1 as http1
+from internal.protocol.a2a.model import ButlerError, DelegationFailed, RequestError
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"

@@ -15,10 +15,9 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from internal.protocol.a2a import a2a_v1
-from internal.protocol.a2a.a2a_model import JSONRPC_PATH, VERSION_HEADER
-from internal.protocol.a2a.errors import ERROR_TABLE, ButlerError
-from internal.protocol.a2a.jsonrpc_v1 import V1Dialect
+from internal.protocol.a2a.codec import a2a_v1
+from internal.protocol.a2a.model import ERROR_TABLE, JSONRPC_PATH, VERSION_HEADER, ButlerError
+from internal.protocol.a2a.server import V1Dialect
 from tests.openapi_support import LiveProcess
 from tests.support import ECHO, config_dict, write_config
 

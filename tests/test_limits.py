@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from internal.protocol.a2a.incidents import IncidentLog
+from internal.http import IncidentLog
 from tests.support import ECHO, Instance, Swarm, command_skill
 
 SLOW = command_skill("slow", ["sleep", "1"])

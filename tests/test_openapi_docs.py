@@ -16,10 +16,8 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31
 from butler.registry.clock import ManualClock
 from butler.registry.service import build_registry_app
 from butler.registry.sqlite_store import SqliteStore
-from internal.protocol.a2a.errors import ERROR_TABLE
-from internal.protocol.a2a.openapi import BUTLER_V2
-from internal.protocol.a2a.rest import RestBinding, RestLimits
-from internal.protocol.a2a.service import TaskService
+from internal.protocol.a2a.model import ERROR_TABLE
+from internal.protocol.a2a.server import BUTLER_V2, RestBinding, RestLimits, TaskService
 from tests.openapi_support import (
     DOC_COPIES,
     REGISTRY_V1,

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from internal.protocol.a2a.openapi import BUTLER_V2
+from internal.protocol.a2a.server import BUTLER_V2
 from tests.openapi_support import ApiDoc
 from tests.support import ECHO, Instance, Swarm, command_skill, plugin_skill
 

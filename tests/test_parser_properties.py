@@ -10,9 +10,16 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.protocol.a2a import rest_codec
-from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.types import Artifact, CostNode, Part, Task, TaskRequest, TaskState
+from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.model import (
+    Artifact,
+    CostNode,
+    Part,
+    RequestError,
+    Task,
+    TaskRequest,
+    TaskState,
+)
 
 # JSON as jsonwire decodes it: numbers are int or Decimal, never float.
 scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20) | st.decimals(
@@ -26,25 +33,25 @@ amount_like = st.one_of(
     st.decimals(allow_nan=True, allow_infinity=True).map(str), st.text(max_size=12),
     st.sampled_from(["1_0", "-0", " 1 ", "1e3", "1E-9999999", "\u0661", "\u00b2", "0x10", "NaN"]),
     st.integers().map(str))
-REQUEST_KEYS = sorted(rest_codec._REQUEST_KEYS)
+REQUEST_KEYS = sorted(butler_v2._REQUEST_KEYS)
 
 
 @given(st.one_of(json_values, amount_like))
 def test_money_is_a_bounded_exact_amount_or_a_refusal(value: Any) -> None:
     try:
-        amount = rest_codec.decode_money(value, "budget")
+        amount = butler_v2.decode_money(value, "budget")
     except RequestError as err:
         assert err.code == "invalid_envelope"
         return
     assert isinstance(amount, Decimal) and amount.is_finite()
-    assert 0 <= amount <= rest_codec.MAX_BUDGET
+    assert 0 <= amount <= butler_v2.MAX_BUDGET
 
 
-@given(st.decimals(min_value=0, max_value=rest_codec.MAX_BUDGET, allow_nan=False,
+@given(st.decimals(min_value=0, max_value=butler_v2.MAX_BUDGET, allow_nan=False,
                    allow_infinity=False, places=8))
 def test_money_round_trips_exactly(amount: Decimal) -> None:
-    assert rest_codec.decode_money(str(amount), "budget") == amount
-    assert rest_codec.decode_money(amount, "budget") == amount
+    assert butler_v2.decode_money(str(amount), "budget") == amount
+    assert butler_v2.decode_money(amount, "budget") == amount
 
 
 def headers_strategy() -> st.SearchStrategy[dict[str, str]]:
@@ -52,10 +59,10 @@ def headers_strategy() -> st.SearchStrategy[dict[str, str]]:
     depthish = st.integers(0, 70).map(str) | st.sampled_from(
         ["\u00b2", "\u0661", " 2 ", "-1", "0" * 40, "0" * 5000])
     return st.fixed_dictionaries({}, optional={
-        rest_codec.CHAIN_HEADER: chainish | header_text,
-        rest_codec.DEPTH_HEADER: depthish | header_text,
-        rest_codec.TRACE_HEADER: st.from_regex(r"[0-9a-f]{32}", fullmatch=True) | header_text,
-        rest_codec.BUDGET_HEADER: amount_like | header_text,
+        butler_v2.CHAIN_HEADER: chainish | header_text,
+        butler_v2.DEPTH_HEADER: depthish | header_text,
+        butler_v2.TRACE_HEADER: st.from_regex(r"[0-9a-f]{32}", fullmatch=True) | header_text,
+        butler_v2.BUDGET_HEADER: amount_like | header_text,
         "traceparent": header_text, "tracestate": header_text,
     })
 
@@ -71,16 +78,16 @@ def body_strategy() -> st.SearchStrategy[dict[str, Any]]:
 @given(body_strategy(), headers_strategy())
 def test_envelope_keeps_the_swarm_rules(body: dict[str, Any], headers: dict[str, str]) -> None:
     try:
-        envelope = rest_codec.decode_envelope(body, headers)
+        envelope = butler_v2.decode_envelope(body, headers)
     except RequestError as err:
         assert err.code in ("invalid_envelope", "invalid_request")
         return
-    assert len(envelope.chain) <= rest_codec.MAX_CHAIN
-    assert all(rest_codec.AGENT_ID.fullmatch(a) for a in envelope.chain)
-    if rest_codec.DEPTH_HEADER in headers:
-        assert int(headers[rest_codec.DEPTH_HEADER]) == len(envelope.chain)
-    claims = [rest_codec.decode_money(v, "claim") for v in
-              (body.get("budget"), headers.get(rest_codec.BUDGET_HEADER)) if v is not None]
+    assert len(envelope.chain) <= butler_v2.MAX_CHAIN
+    assert all(butler_v2.AGENT_ID.fullmatch(a) for a in envelope.chain)
+    if butler_v2.DEPTH_HEADER in headers:
+        assert int(headers[butler_v2.DEPTH_HEADER]) == len(envelope.chain)
+    claims = [butler_v2.decode_money(v, "claim") for v in
+              (body.get("budget"), headers.get(butler_v2.BUDGET_HEADER)) if v is not None]
     if envelope.budget_usd is None:
         assert not claims
     else:
@@ -89,14 +96,14 @@ def test_envelope_keeps_the_swarm_rules(body: dict[str, Any], headers: dict[str,
         assert len(envelope.trace_id) == 32
 
 
-@given(st.lists(ids, max_size=rest_codec.MAX_CHAIN),
+@given(st.lists(ids, max_size=butler_v2.MAX_CHAIN),
        st.none() | st.decimals(min_value=0, max_value=1000, places=4))
 def test_envelope_headers_as_the_client_sends_them_round_trip(
     chain: list[str], budget: Decimal | None
 ) -> None:
-    headers = {rest_codec.CHAIN_HEADER: ",".join(chain), rest_codec.DEPTH_HEADER: str(len(chain))}
-    body = rest_codec.encode_request(TaskRequest(text="x"), chain=tuple(chain), budget=budget)
-    envelope = rest_codec.decode_envelope(body, headers if chain else {})
+    headers = {butler_v2.CHAIN_HEADER: ",".join(chain), butler_v2.DEPTH_HEADER: str(len(chain))}
+    body = butler_v2.encode_request(TaskRequest(text="x"), chain=tuple(chain), budget=budget)
+    envelope = butler_v2.decode_envelope(body, headers if chain else {})
     assert envelope.chain == tuple(chain)
     assert envelope.budget_usd == budget
 
@@ -104,7 +111,7 @@ def test_envelope_headers_as_the_client_sends_them_round_trip(
 @given(st.one_of(json_values, st.dictionaries(st.sampled_from(REQUEST_KEYS), json_values)))
 def test_task_request_is_decoded_or_refused(body: Any) -> None:
     try:
-        request = rest_codec.decode_task_request(body)
+        request = butler_v2.decode_task_request(body)
     except RequestError as err:
         assert err.code == "invalid_request"
         return
@@ -124,11 +131,11 @@ def parts_strategy() -> st.SearchStrategy[list[dict[str, Any]]]:
     id=ids, timeout_seconds=st.integers(1, 86400)))
 def test_task_request_round_trips(body: dict[str, Any]) -> None:
     try:
-        request = rest_codec.decode_task_request(body)
+        request = butler_v2.decode_task_request(body)
     except RequestError:
         assert not body["task"] and not body["parts"]
         return
-    again = rest_codec.decode_task_request(rest_codec.encode_request(request))
+    again = butler_v2.decode_task_request(butler_v2.encode_request(request))
     assert again == request
 
 
@@ -136,7 +143,7 @@ def test_task_request_round_trips(body: dict[str, Any]) -> None:
     st.sampled_from(["text", "data", "file", "metadata", "kind"]), json_values), max_size=4)))
 def test_parts_are_decoded_or_refused(value: Any) -> None:
     try:
-        parts = rest_codec.decode_parts(value)
+        parts = butler_v2.decode_parts(value)
     except RequestError as err:
         assert err.code == "invalid_request"
         return
@@ -163,7 +170,7 @@ def peer_task_strategy() -> st.SearchStrategy[Any]:
 def test_a_peers_answer_is_a_task_or_a_request_error(value: Any) -> None:
     """A peer's garbage must fail as a RequestError (the client maps it to peer_error)."""
     try:
-        task = rest_codec.decode_task(value)
+        task = butler_v2.decode_task(value)
     except RequestError:
         return
     assert isinstance(task, Task)
@@ -185,7 +192,7 @@ tasks = st.builds(
 
 @given(tasks)
 def test_encoded_tasks_decode_to_the_same_result(task: Task) -> None:
-    back = rest_codec.decode_task(rest_codec.encode_task(task))
+    back = butler_v2.decode_task(butler_v2.encode_task(task))
     assert (back.id, back.state, back.parts, back.artifacts, back.chain, back.trace_id) == (
         task.id, task.state, task.parts, task.artifacts, task.chain, task.trace_id)
     assert back.cost == task.cost

@@ -11,8 +11,8 @@ import pytest
 
 from butler.registry.clock import SystemClock
 from butler.registry.store import open_store
-from internal.protocol.a2a.auth import hash_token
-from internal.protocol.a2a.types import TaskRequest, TaskState
+from internal.http import hash_token
+from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
 from tests.registry.registry_support import TOKENS, LiveRegistry, config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from internal.protocol.a2a.types import TaskState
+from internal.protocol.a2a.model import TaskState
 from tests.support import (
     ECHO,
     Instance,

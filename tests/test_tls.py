@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from internal.protocol.a2a.types import TaskRequest, TaskState
+from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
 
 OPENSSL = shutil.which("openssl")

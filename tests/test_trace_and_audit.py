@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from internal.protocol.a2a.types import TaskRequest, TaskState
+from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
 
 ROOT = Path(__file__).resolve().parent.parent

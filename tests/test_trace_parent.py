@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from butler.telemetry import trace_of
-from internal.protocol.a2a.types import Envelope
+from internal.protocol.a2a.model import Envelope
 
 HEX = "0123456789abcdef"
 USUAL = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -14,11 +14,18 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from internal.protocol.a2a import jsonwire, rest_codec
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.rest import sse_frame
-from internal.protocol.a2a.types import Artifact, Part, Task, TaskEvent, TaskRequest, TaskState
+from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.model import (
+    Artifact,
+    Part,
+    RequestError,
+    Task,
+    TaskEvent,
+    TaskRequest,
+    TaskState,
+)
+from internal.protocol.a2a.server import event_frame
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text()
@@ -31,14 +38,14 @@ json_values = st.recursive(
 @given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
 def test_any_bytes_parse_or_fail_as_a_request_error(raw: bytes) -> None:
     try:
-        jsonwire.loads(raw, max_depth=8)
+        exact_json.loads(raw, max_depth=8)
     except RequestError as err:
         assert err.code in ("malformed_json", "invalid_request")
 
 
 @given(json_values)
 def test_json_round_trips_exactly(value: Any) -> None:
-    assert jsonwire.loads(jsonwire.dumps_bytes(value), max_depth=64) == plain(value)
+    assert exact_json.loads(exact_json.dumps_bytes(value), max_depth=64) == plain(value)
 
 
 @given(json_values, st.booleans())
@@ -47,15 +54,15 @@ def test_orjson_reads_and_writes_what_the_standard_library_does(value: Any,
     """orjson does the work (docs/performance.md); ``json`` is the reference it must match:
     fractions as exact Decimals, integers of any size, the same bytes out."""
     reference = json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
-    assert jsonwire.dumps(value) == reference
+    assert exact_json.dumps(value) == reference
     text = json.dumps(value, default=float, ensure_ascii=ascii_only, indent=1)
-    assert jsonwire.loads(text, max_depth=64) == json.loads(text, parse_float=Decimal)
+    assert exact_json.loads(text, max_depth=64) == json.loads(text, parse_float=Decimal)
 
 
 def test_lone_surrogates_and_huge_integers_take_the_standard_path() -> None:
-    assert jsonwire.loads('["\\ud800", 123456789012345678901234567890, -1.50]') == [
+    assert exact_json.loads('["\\ud800", 123456789012345678901234567890, -1.50]') == [
         "\ud800", 123456789012345678901234567890, Decimal("-1.50")]
-    assert jsonwire.dumps({"s": "\ud800", "n": 2**70}) == '{"s":"\ud800","n":' + str(2**70) + '}'
+    assert exact_json.dumps({"s": "\ud800", "n": 2**70}) == '{"s":"\ud800","n":' + str(2**70) + '}'
 
 
 @given(st.integers(0, 3000), st.sampled_from(["[", '{"a":']), st.booleans())
@@ -64,7 +71,7 @@ def test_nesting_is_refused_before_parsing(depth: int, opener: str, closed: bool
     balanced = closed or depth == 0
     raw = opener * depth + "1" + (closer * depth if closed else "")
     try:
-        jsonwire.loads(raw, max_depth=32)
+        exact_json.loads(raw, max_depth=32)
     except RequestError as err:
         assert (err.code, balanced) in ({("invalid_request", balanced)} if depth > 32
                                         else {("malformed_json", False)}), (depth, err)
@@ -127,8 +134,8 @@ async def peer(http: aiohttp.ClientSession) -> AsyncIterator[PeerClient]:
 def expected(event: TaskEvent) -> tuple[str, Any]:
     if event.kind == "artifact" and event.artifact is not None:
         return "artifact", {"task_id": event.task.id,
-                            "artifact": rest_codec.encode_artifact(event.artifact)}
-    return "status", rest_codec.encode_task(event.task)
+                            "artifact": butler_v2.encode_artifact(event.artifact)}
+    return "status", butler_v2.encode_task(event.task)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -136,7 +143,7 @@ def expected(event: TaskEvent) -> tuple[str, Any]:
 async def test_server_sent_events_round_trip(peer: PeerClient, sent: list[TaskEvent],
                                              comment: bytes) -> None:
     frames: list[bytes] = peer.frames  # type: ignore[attr-defined]
-    frames[:] = [comment + sse_frame(e) for e in sent]
+    frames[:] = [comment + event_frame(e) for e in sent]
     got = [item async for item in peer.events("t")]
     assert got == [expected(e) for e in sent]
 
@@ -145,13 +152,13 @@ async def test_a_large_event_reaches_the_client(peer: PeerClient) -> None:
     event = TaskEvent(Task(id="t", context_id="c", owner="", state=TaskState.COMPLETED,
                            request=TaskRequest(), created_at="", updated_at="",
                            parts=(Part(text="x" * 300_000),)), "status")
-    peer.frames[:] = [sse_frame(event)]  # type: ignore[attr-defined]
+    peer.frames[:] = [event_frame(event)]  # type: ignore[attr-defined]
     got = [item async for item in peer.events("t")]
     assert got == [expected(event)]
 
 
 def test_exact_decimals_survive_a_frame() -> None:
-    data = jsonwire.loads(sse_frame(TaskEvent(Task(
+    data = exact_json.loads(event_frame(TaskEvent(Task(
         id="t", context_id="c", owner="", state=TaskState.COMPLETED, request=TaskRequest(),
         created_at="", updated_at="", parts=(Part(data={"usd": Decimal("0.1")}),)),
         "status")).split(b"data: ", 1)[1])
@@ -168,19 +175,19 @@ def test_a_tasks_row_and_answer_share_one_encoding_and_a_changed_task_is_encoded
                 request=TaskRequest(text="hi", capabilities_needed=("x.y",)),
                 created_at="2026-11-22T00:00:00.000000Z",
                 updated_at="2026-11-22T00:00:00.000000Z")
-    answer = rest_codec.task_json(task)
-    assert json.loads(answer) == json.loads(jsonwire.dumps(rest_codec.encode_task(task)))
+    answer = butler_v2.task_json(task)
+    assert json.loads(answer) == json.loads(exact_json.dumps(butler_v2.encode_task(task)))
     row = encode_row(task)
     assert json.loads(row) == {"task": json.loads(answer), "owner": "operator",
-                               "request": rest_codec.encode_request(task.request)}
-    assert row == jsonwire.dumps({"task": rest_codec.encode_task(task), "owner": "operator",
-                                  "request": rest_codec.encode_request(task.request)})
+                               "request": butler_v2.encode_request(task.request)}
+    assert row == exact_json.dumps({"task": butler_v2.encode_task(task), "owner": "operator",
+                                  "request": butler_v2.encode_request(task.request)})
     assert decode_row(row).request == task.request
-    assert rest_codec.task_json(task) is answer
+    assert butler_v2.task_json(task) is answer
 
     done = replace(task, state=TaskState.COMPLETED, parts=(Part(text="hi"),))
-    assert json.loads(rest_codec.task_json(done))["state"] == "completed"
+    assert json.loads(butler_v2.task_json(done))["state"] == "completed"
     assert json.loads(encode_row(done))["task"]["output"] == "hi"
     for i in range(600):  # the memory stays bounded
-        rest_codec.task_json(replace(task, id=f"t-{i}"))
-    assert len(rest_codec._encoded) <= rest_codec._ENCODED_LIMIT
+        butler_v2.task_json(replace(task, id=f"t-{i}"))
+    assert len(butler_v2._encoded) <= butler_v2._ENCODED_LIMIT

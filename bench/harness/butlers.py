@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from harness.procs import Server, free_port, start
-from internal.protocol.a2a.auth import hash_token, new_token
+from internal.http import hash_token, new_token
 
 CAPABILITY = "bench.echo"
 ECHO_SKILL = {"id": "echo", "builtin": "echo", "capabilities": [CAPABILITY], "expose": True,

@@ -14,7 +14,7 @@ from typing import Any
 from harness import butlers, wrk
 from harness.bootstrap import BENCH
 from harness.procs import Cpus, Server, http_json, start
-from internal.protocol.a2a.auth import hash_token, new_token
+from internal.http import hash_token, new_token
 
 JSONRPC_BODY = ('{"jsonrpc":"2.0","id":"{n}","method":"SendMessage","params":{"message":'
                 '{"messageId":"{n}","role":"ROLE_USER","parts":[{"text":"hello {n}"}]}}}')

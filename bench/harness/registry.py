@@ -22,7 +22,7 @@ import yaml
 from butler.registry.store import RegistryStore, open_store
 from harness import registry_data, wrk
 from harness.procs import Cpus, Server, free_port, http_json, pinned, start
-from internal.protocol.a2a.auth import hash_token, new_token
+from internal.http import hash_token, new_token
 
 WRITERS = 64  # identities used for HTTP registrations, in turn
 QUERY_LIMIT = 20

@@ -13,9 +13,8 @@ from butler.cli.remote import read_token
 from butler.cli.render import print_task
 from butler.cli.serve import load_or_exit
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.errors import ButlerError
-from internal.protocol.a2a.rest_codec import decode_money
-from internal.protocol.a2a.types import TaskRequest
+from internal.protocol.a2a.codec.butler_v2 import decode_money
+from internal.protocol.a2a.model import ButlerError, TaskRequest
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -22,9 +22,9 @@ import yaml
 
 from butler.cli.render import print_task
 from butler.registry.client import RegistryClient
-from internal.protocol.a2a.auth import hash_token, new_token
+from internal.http import hash_token, new_token
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.types import TaskRequest
+from internal.protocol.a2a.model import TaskRequest
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,10 +15,9 @@ from urllib.parse import urlencode
 import aiohttp
 
 from butler.cli.render import print_task, print_task_line
-from internal.protocol.a2a import rest_codec
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.errors import ButlerError, DelegationFailed
-from internal.protocol.a2a.types import TaskRequest, TaskState
+from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.model import ButlerError, DelegationFailed, TaskRequest, TaskState
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -140,7 +139,7 @@ async def _send(args: argparse.Namespace, client: PeerClient) -> int:
     data = _json_input(args.input)
     request = TaskRequest(text=args.text, input=data, skill=args.skill,
                           capabilities_needed=tuple(args.capability), blocking=False)
-    budget = rest_codec.decode_money(args.budget, "--budget") if args.budget else None
+    budget = butler_v2.decode_money(args.budget, "--budget") if args.budget else None
     task = await client.submit(request, budget=budget)
     if args.is_async:
         print(task.id)
@@ -159,7 +158,7 @@ async def _send(args: argparse.Namespace, client: PeerClient) -> int:
             print(f"  artifact {payload['artifact'].get('name', '')}", file=sys.stderr)
     final = await client.get(task.id)
     if args.json:
-        _dump(rest_codec.encode_task(final))
+        _dump(butler_v2.encode_task(final))
     else:
         print_task(final)
     return 0 if final.state.value == "completed" else 1
@@ -176,7 +175,7 @@ async def _list(args: argparse.Namespace, client: PeerClient) -> int:
         _dump(data)
         return 0
     for item in data.get("tasks", []):
-        print_task_line(rest_codec.decode_task(item))
+        print_task_line(butler_v2.decode_task(item))
     if data.get("next_cursor"):
         print(f"more: add --cursor {data['next_cursor']}", file=sys.stderr)
     return 0
@@ -185,7 +184,7 @@ async def _list(args: argparse.Namespace, client: PeerClient) -> int:
 async def _answer(args: argparse.Namespace, client: PeerClient) -> int:
     task = await client.answer(args.task_id, args.text, input=_json_input(args.input))
     if args.json:
-        _dump(rest_codec.encode_task(task))
+        _dump(butler_v2.encode_task(task))
     else:
         print_task(task)
     return 0 if task.state is not TaskState.FAILED else 1
@@ -194,7 +193,7 @@ async def _answer(args: argparse.Namespace, client: PeerClient) -> int:
 async def _get(args: argparse.Namespace, client: PeerClient) -> int:
     task = await client.get(args.task_id)
     if args.json:
-        _dump(rest_codec.encode_task(task))
+        _dump(butler_v2.encode_task(task))
     else:
         print_task(task)
     return 0

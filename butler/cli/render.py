@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from internal.protocol.a2a.types import CostNode, Task
+from internal.protocol.a2a.model import CostNode, Task
 
 
 def print_task_line(task: Task) -> None:

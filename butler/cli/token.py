@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from internal.protocol.a2a.auth import hash_token, new_token
+from internal.http import hash_token, new_token
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

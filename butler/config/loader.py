@@ -21,7 +21,8 @@ from butler.config.operations import (
     parse_telemetry,
 )
 from butler.config.skills_peers import parse_peer, parse_skill
-from internal.protocol.a2a.auth import Identity, TokenEntry
+from internal.http import TokenEntry
+from internal.protocol.a2a.model import Identity
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
-from internal.protocol.a2a.auth import TokenEntry
+from internal.http import TokenEntry
 
 DEFAULT_PORT = 8081
 DEFAULT_BIND = "127.0.0.1"

@@ -23,12 +23,18 @@ from opentelemetry.trace import Tracer
 from butler.delegation.peers import Candidate, DiscoverFn, PeerHealth, eligible
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
-from internal.protocol.a2a import rest_codec
-from internal.protocol.a2a.a2a_client import A2APeerClient
-from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.errors import ButlerError, DelegationFailed, Refusal
-from internal.protocol.a2a.http1 import Http1Pool
-from internal.protocol.a2a.types import Budget, CostNode, Task, TaskRequest, TaskState
+from internal.protocol.a2a.client import A2APeerClient, Http1Pool, PeerClient
+from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.model import (
+    Budget,
+    ButlerError,
+    CostNode,
+    DelegationFailed,
+    Refusal,
+    Task,
+    TaskRequest,
+    TaskState,
+)
 
 log = logging.getLogger("butler.delegation")
 MAX_ATTEMPTS = 3
@@ -128,7 +134,7 @@ class PeerDelegator:
             headers: dict[str, str] = {}
             inject_headers(headers)
             trace_id = format(span.get_span_context().trace_id, "032x")
-            headers[rest_codec.TRACE_HEADER] = trace_id
+            headers[butler_v2.TRACE_HEADER] = trace_id
             self._audit("delegation_sent", **audit, budget_before=grant, budget_after=None,
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:

@@ -25,17 +25,14 @@ from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
 from butler.telemetry import trace_of
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import (
+from internal.protocol.a2a.model import (
     AuthError,
+    Budget,
+    Envelope,
+    Identity,
     Refusal,
     RequestError,
     StateConflict,
-    Unavailable,
-)
-from internal.protocol.a2a.types import (
-    Budget,
-    Envelope,
     StatusEntry,
     Task,
     TaskError,
@@ -43,6 +40,7 @@ from internal.protocol.a2a.types import (
     TaskPage,
     TaskRequest,
     TaskState,
+    Unavailable,
 )
 
 log = logging.getLogger("butler.engine")

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from internal.protocol.a2a.types import TaskEvent
+from internal.protocol.a2a.model import TaskEvent
 
 QUEUE_LIMIT = 1024
 

@@ -30,12 +30,12 @@ from butler.skills.base import (
 from butler.swarm.admission import Admitted
 from butler.swarm.ledger import BudgetLedger
 from butler.telemetry import Incoming, remote_parent
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import ButlerError
-from internal.protocol.a2a.types import (
+from internal.protocol.a2a.model import (
     Artifact,
     Budget,
+    ButlerError,
     CostNode,
+    Identity,
     Task,
     TaskError,
     TaskRequest,

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from butler.engine.batch_writer import BatchWriter
-from internal.protocol.a2a import jsonwire, rest_codec
-from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.types import Message, Task, TaskPage, TaskState
+from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.model import Message, RequestError, Task, TaskPage, TaskState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -56,20 +55,20 @@ class TaskStore(Protocol):
 
 def encode_row(task: Task) -> str:
     """``{"task": ..., "owner": ..., "request": ..., "messages": ...}``; the task's part is
-    the very bytes its answer will carry (``rest_codec.task_json``)."""
+    the very bytes its answer will carry (``butler_v2.task_json``)."""
     rest: dict[str, Any] = {
         "owner": task.owner,
-        "request": rest_codec.encode_request(task.request),
+        "request": butler_v2.encode_request(task.request),
     }
     if task.messages:
         rest["messages"] = [_encode_message(m) for m in task.messages]
-    return '{"task":' + rest_codec.task_json(task).decode() + "," + jsonwire.dumps(rest)[1:]
+    return '{"task":' + butler_v2.task_json(task).decode() + "," + exact_json.dumps(rest)[1:]
 
 
 def decode_row(body: str) -> Task:
-    data = jsonwire.loads(body, max_depth=256)
-    task = rest_codec.decode_task(data["task"])
-    request = rest_codec.decode_task_request(data["request"])
+    data = exact_json.loads(body, max_depth=256)
+    task = butler_v2.decode_task(data["task"])
+    request = butler_v2.decode_task_request(data["request"])
     messages = tuple(_decode_message(m) for m in data.get("messages", ()))
     return replace(task, owner=data["owner"], request=request, messages=messages)
 
@@ -77,7 +76,7 @@ def decode_row(body: str) -> Task:
 def _encode_message(message: Message) -> dict[str, Any]:
     return {
         "message_id": message.message_id, "role": message.role,
-        "parts": [rest_codec.encode_part(p) for p in message.parts],
+        "parts": [butler_v2.encode_part(p) for p in message.parts],
         "context_id": message.context_id, "task_id": message.task_id,
         "metadata": message.metadata, "extensions": list(message.extensions),
         "reference_task_ids": list(message.reference_task_ids), "at": message.at,
@@ -87,7 +86,7 @@ def _encode_message(message: Message) -> dict[str, Any]:
 def _decode_message(data: dict[str, Any]) -> Message:
     return Message(
         message_id=data["message_id"], role=data["role"],
-        parts=rest_codec.decode_parts(data["parts"]), context_id=data["context_id"],
+        parts=butler_v2.decode_parts(data["parts"]), context_id=data["context_id"],
         task_id=data["task_id"], metadata=data.get("metadata"),
         extensions=tuple(data.get("extensions", ())),
         reference_task_ids=tuple(data.get("reference_task_ids", ())), at=data["at"],

@@ -15,8 +15,8 @@ import logging
 import aiohttp
 
 from butler.push.guard import PushGuard, WebhookRefused
-from internal.protocol.a2a import a2a_v03, a2a_v1, jsonwire
-from internal.protocol.a2a.types import PushConfig, TaskEvent
+from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json
+from internal.protocol.a2a.model import PushConfig, TaskEvent
 
 log = logging.getLogger("butler.push")
 TOKEN_HEADER = "X-A2A-Notification-Token"  # noqa: S105 -- a header name, not a secret
@@ -25,8 +25,8 @@ TOKEN_HEADER = "X-A2A-Notification-Token"  # noqa: S105 -- a header name, not a 
 def payload(config: PushConfig, event: TaskEvent) -> bytes:
     """1.0: a ``StreamResponse`` (``{"statusUpdate": ...}``); 0.3: the whole task."""
     if config.wire == "0.3":
-        return jsonwire.dumps_bytes(a2a_v03.encode_task(event.task))
-    return jsonwire.dumps_bytes(a2a_v1.encode_event(event))
+        return exact_json.dumps_bytes(a2a_v03.encode_task(event.task))
+    return exact_json.dumps_bytes(a2a_v1.encode_event(event))
 
 
 class PushDispatcher:

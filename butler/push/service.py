@@ -10,9 +10,7 @@ from butler.engine.engine import TaskEngine
 from butler.push.dispatcher import PushDispatcher
 from butler.push.guard import PushGuard, WebhookRefused
 from butler.push.store import SqlitePushStore
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import RequestError
-from internal.protocol.a2a.types import PushConfig
+from internal.protocol.a2a.model import Identity, PushConfig, RequestError
 
 
 class PushNotifications:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from internal.protocol.a2a.types import PushConfig
+from internal.protocol.a2a.model import PushConfig
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS push_configs (

@@ -18,8 +18,8 @@ from butler.registry.model import (
     normalise_tag,
     normalise_term,
 )
-from internal.protocol.a2a import jsonwire
-from internal.protocol.a2a.errors import RequestError
+from internal.protocol.a2a.codec import exact_json
+from internal.protocol.a2a.model import RequestError
 
 MAX_LIST = 64
 
@@ -107,7 +107,7 @@ def validate_card(raw: Any, *, max_bytes: int) -> CardIndex:
     if unknown:
         raise bad(f"card.{unknown[0][:64]}", "unknown field")
     card = _plain(raw, "card")
-    size = len(jsonwire.dumps_bytes(card))
+    size = len(exact_json.dumps_bytes(card))
     if size > max_bytes:
         raise RequestError("payload_too_large", f"card is {size} bytes; the limit is {max_bytes}")
     if "name" not in card:

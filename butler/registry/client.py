@@ -10,8 +10,8 @@ from urllib.parse import quote
 import aiohttp
 
 from butler.registry.model import AgentEntry, check_url
-from internal.protocol.a2a import jsonwire
-from internal.protocol.a2a.errors import ButlerError
+from internal.protocol.a2a.codec import exact_json
+from internal.protocol.a2a.model import ButlerError
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
@@ -130,7 +130,7 @@ class RegistryClient:
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         data = None
         if body is not None:
-            data = jsonwire.dumps_bytes(body)
+            data = exact_json.dumps_bytes(body)
             headers["Content-Type"] = "application/json"
         try:
             async with self._session.request(
@@ -169,7 +169,7 @@ def _decode(raw: bytes, status: int) -> Any:
     if not raw.strip():
         return None
     try:
-        return jsonwire.loads(raw, max_depth=64)
+        return exact_json.loads(raw, max_depth=64)
     except ButlerError:
         if status >= 400:
             return None

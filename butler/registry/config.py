@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from butler.config.loader import parse_token_entry
 from butler.config.node import Node, read_config_file, yaml_root
 from butler.registry.store import redact_url
-from internal.protocol.a2a.auth import TokenEntry
+from internal.http import TokenEntry
 
 DEFAULT_PORT = 8090
 

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from internal.protocol.a2a.errors import RequestError
+from internal.protocol.a2a.model import RequestError
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _TERM = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,127}")

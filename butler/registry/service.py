@@ -35,19 +35,22 @@ from butler.registry.model import (
     query_words,
 )
 from butler.registry.store import AgentNotFound, Query, RegistryStore
-from internal.protocol.a2a.auth import TokenVerifier
-from internal.protocol.a2a.errors import RequestError, Unavailable
-from internal.protocol.a2a.gate import gate_middleware
-from internal.protocol.a2a.http_common import (
+from internal.http import (
+    INCIDENTS,
+    IncidentLog,
+    ListenSettings,
+    TokenBuckets,
+    TokenVerifier,
+    document_route,
     error_middleware,
+    gate_middleware,
     identity_of,
     json_response,
+    limited,
+    listen,
     read_json,
 )
-from internal.protocol.a2a.incidents import INCIDENTS, IncidentLog
-from internal.protocol.a2a.listener import ListenSettings, listen
-from internal.protocol.a2a.openapi import document_route
-from internal.protocol.a2a.ratelimit import TokenBuckets, limited
+from internal.protocol.a2a.model import RequestError, Unavailable
 
 log = logging.getLogger("butler.registry")
 

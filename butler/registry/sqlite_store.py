@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from butler.registry.model import AgentEntry
 from butler.registry.store import AgentNotFound, NameOwned, Query, QuotaExceeded
-from internal.protocol.a2a.errors import Unavailable
+from internal.protocol.a2a.model import Unavailable
 
 log = logging.getLogger("butler.registry")
 

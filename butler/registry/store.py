@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from butler.registry.model import AgentEntry
-from internal.protocol.a2a.errors import AuthError, RequestError
+from internal.protocol.a2a.model import AuthError, RequestError
 
 
 class NameOwned(AuthError):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
-from internal.protocol.a2a.types import Artifact, CostNode, Part
+from internal.protocol.a2a.model import Artifact, CostNode, Part
 
 
 class SkillFailed(Exception):

@@ -7,7 +7,7 @@ from typing import Any
 
 from butler.memory_store import MemoryStore
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
-from internal.protocol.a2a.types import Part
+from internal.protocol.a2a.model import Part
 
 
 async def echo(ctx: SkillContext) -> SkillOutput:

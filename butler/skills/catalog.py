@@ -11,7 +11,7 @@ from butler.skills.base import SkillFunction
 from butler.skills.builtin import echo, memory_skills
 from butler.skills.command import command_skill
 from butler.skills.plugin import load_plugin
-from internal.protocol.a2a.auth import Identity
+from internal.protocol.a2a.model import Identity
 
 RESERVED_PREFIXES = ("a2a.", "butler.", "admin.")
 

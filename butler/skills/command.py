@@ -8,18 +8,18 @@ import json
 from collections.abc import Sequence
 
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
-from internal.protocol.a2a import jsonwire, rest_codec
-from internal.protocol.a2a.types import Part
+from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.model import Part
 
 STDERR_TAIL = 2000
 
 
 def command_skill(argv: Sequence[str], *, max_output_bytes: int) -> SkillFunction:
     async def run(ctx: SkillContext) -> SkillOutput:
-        payload = jsonwire.dumps_bytes({
+        payload = exact_json.dumps_bytes({
             "task_id": ctx.task_id, "context_id": ctx.context_id, "skill": ctx.skill_id,
             "task": ctx.text, "input": ctx.input,
-            "parts": [rest_codec.encode_part(p) for p in ctx.parts],
+            "parts": [butler_v2.encode_part(p) for p in ctx.parts],
             "caller": ctx.caller, "trace_id": ctx.trace_id,
         })
         try:
@@ -121,7 +121,7 @@ def _parse(stdout: bytes) -> SkillOutput:
             return text.rstrip("\n")
         if isinstance(data, dict) and isinstance(data.get("parts"), list):
             try:
-                return SkillResult(parts=rest_codec.decode_parts(data["parts"]))
+                return SkillResult(parts=butler_v2.decode_parts(data["parts"]))
             except Exception:
                 raise SkillFailed("invalid_skill_output", "command printed invalid parts") from None
         return SkillResult(parts=(Part(data=data),)) if isinstance(data, dict) else text

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from internal.protocol.a2a.auth import Identity
-from internal.protocol.a2a.errors import AuthError, Refusal
-from internal.protocol.a2a.types import Envelope
+from internal.protocol.a2a.model import AuthError, Envelope, Identity, Refusal
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from internal.protocol.a2a.errors import Refusal
+from internal.protocol.a2a.model import Refusal
 
 
 class BudgetLedger:

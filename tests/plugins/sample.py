@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from butler.skills.base import SkillContext, SkillOutput, SkillResult
-from internal.protocol.a2a.types import Part
+from internal.protocol.a2a.model import Part
 
 
 async def steps(ctx: SkillContext) -> SkillOutput:

@@ -11,7 +11,8 @@ from butler.registry.clock import ManualClock
 from butler.registry.config import RegistryServiceConfig
 from butler.registry.service import RunningRegistry, start_registry
 from butler.registry.store import RegistryStore
-from internal.protocol.a2a.auth import Identity, TokenEntry, hash_token
+from internal.http import TokenEntry, hash_token
+from internal.protocol.a2a.model import Identity
 
 REDIS_SERVER = "/usr/bin/redis-server"
 

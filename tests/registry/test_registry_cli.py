@@ -15,7 +15,7 @@ import pytest
 from registry_support import TOKENS, make_card
 
 from butler.registry.client import RegistryClient
-from internal.protocol.a2a.auth import hash_token
+from internal.http import hash_token
 
 ROOT = Path(__file__).resolve().parents[2]
 

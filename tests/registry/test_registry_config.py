@@ -6,7 +6,7 @@ import pytest
 
 from butler.config.node import ConfigError
 from butler.registry.config import RegistryServiceConfig, parse_registry_config
-from internal.protocol.a2a.auth import hash_token
+from internal.http import hash_token
 
 HASH = hash_token("t")
 

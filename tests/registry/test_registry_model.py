@@ -11,8 +11,8 @@ from registry_support import make_card
 
 from butler.registry.card import build_entry, validate_card
 from butler.registry.model import NAME_PATTERN, AgentEntry, normalise_name
-from internal.protocol.a2a import jsonwire
-from internal.protocol.a2a.errors import RequestError
+from internal.protocol.a2a.codec import exact_json
+from internal.protocol.a2a.model import RequestError
 
 FULLWIDTH = "\uff4f\uff46\uff46\uff49\uff43\uff45"  # "office" in fullwidth letters
 
@@ -71,7 +71,7 @@ def test_standard_a2a_card_is_accepted() -> None:
 
 def test_numbers_are_stored_exactly() -> None:
     provider = '{"score": 1.10, "n": 3, "big": 1e999999999, "whole": 2.0}'
-    card = jsonwire.loads(json.dumps(make_card())[:-1] + f', "provider": {provider}}}')
+    card = exact_json.loads(json.dumps(make_card())[:-1] + f', "provider": {provider}}}')
     index = validate_card(card, max_bytes=65536)
     assert index.card["provider"] == {"score": "1.10", "n": 3, "big": "1E+999999999", "whole": 2}
 
@@ -145,7 +145,7 @@ def test_wire_round_trip() -> None:
     index = validate_card(make_card(), max_bytes=65536)
     entry = build_entry("office", "alice", index, url="http://h:1", now=1_700_000_000.5,
                         ttl_seconds=60)
-    wire = jsonwire.loads(jsonwire.dumps(entry.to_json(now=1_700_000_010.5)))
+    wire = exact_json.loads(exact_json.dumps(entry.to_json(now=1_700_000_010.5)))
     assert wire["expires_in_seconds"] == 50
     assert wire["expires_at"] == "2023-11-14T22:14:20.500Z"
     back = AgentEntry.from_json(wire)

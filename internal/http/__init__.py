@@ -1,0 +1,51 @@
+"""HTTP plumbing shared by the daemon and the registry: the listener and its limits,
+the request gate (auth, rate limits, in-flight cap), JSON bodies and errors as JSON,
+the incident log, server-sent events and OpenAPI documents.
+"""
+
+from internal.http._auth import TokenEntry, TokenVerifier, hash_token, new_token
+from internal.http._documents import document_route, load
+from internal.http._gate import gate_middleware
+from internal.http._incidents import INCIDENTS, IncidentLog
+from internal.http._json_http import (
+    ERROR_RENDERERS,
+    ErrorRenderer,
+    Handler,
+    error_headers,
+    error_middleware,
+    identity_of,
+    json_bytes_response,
+    json_response,
+    read_json,
+)
+from internal.http._listener import ListenSettings, listen
+from internal.http._rate_limits import TokenBuckets, limited
+from internal.http._sse import SseTiming, sse_frame, sse_stream
+
+__all__ = [
+    "ERROR_RENDERERS",
+    "INCIDENTS",
+    "ErrorRenderer",
+    "Handler",
+    "IncidentLog",
+    "ListenSettings",
+    "SseTiming",
+    "TokenBuckets",
+    "TokenEntry",
+    "TokenVerifier",
+    "document_route",
+    "error_headers",
+    "error_middleware",
+    "gate_middleware",
+    "hash_token",
+    "identity_of",
+    "json_bytes_response",
+    "json_response",
+    "limited",
+    "listen",
+    "load",
+    "new_token",
+    "read_json",
+    "sse_frame",
+    "sse_stream",
+]

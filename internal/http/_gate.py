@@ -1,0 +1,49 @@
+"""Every request's way in, as one middleware: limit per address, cap in-flight
+requests, authenticate, limit per caller. One layer rather than four, because each
+aiohttp middleware layer costs every request a coroutine and a handler wrapper."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from aiohttp import web
+
+from internal.http._auth import TokenVerifier
+from internal.http._json_http import IDENTITY, Handler
+from internal.http._rate_limits import TokenBuckets, limited
+from internal.protocol.a2a.model import Unavailable
+
+
+def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
+                    max_inflight: int, per_address: TokenBuckets | None = None,
+                    per_caller: TokenBuckets | None = None) -> Any:
+    """In this order: per-address limit (before auth, so floods of bad tokens are
+    limited too), the in-flight cap (503 with Retry-After instead of queueing), the bearer
+    token, then the caller's own bucket."""
+    public = frozenset(public_paths)
+    inflight = 0
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal inflight
+        if per_address is not None:
+            wait = per_address.take(request.remote or "?")
+            if wait:
+                raise limited("per address", wait)
+        if inflight >= max_inflight:
+            raise Unavailable("overloaded", "too many requests in flight", retry_after=1)
+        inflight += 1
+        try:
+            if request.path not in public:
+                ident = verifier.identify(request.headers.get("Authorization"))
+                request[IDENTITY] = ident
+                if per_caller is not None:
+                    wait = per_caller.take(ident.name)
+                    if wait:
+                        raise limited("per caller", wait)
+            return await handler(request)
+        finally:
+            inflight -= 1
+
+    return middleware

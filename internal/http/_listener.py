@@ -1,0 +1,141 @@
+"""The listening socket: a cap on open connections, the header deadline, and JSON
+answers to malformed HTTP. Shared by the daemon and the registry service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_request import BaseRequest
+
+from internal.http._incidents import CONNECTION_CAP, MALFORMED_HTTP, SLOW_HEADERS, IncidentLog
+from internal.http._json_http import error_response, protocol_error
+from internal.protocol.a2a.codec import exact_json
+
+log = logging.getLogger("butler.http")
+
+
+@dataclass(frozen=True)
+class ListenSettings:
+    host: str
+    port: int
+    max_connections: int = 256
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    tls: ssl.SSLContext | None = None
+
+    def handler_args(self) -> dict[str, Any]:
+        """Per-connection settings. aiohttp's keep-alive timer starts when a connection
+        opens and again after each response, and closes it if no complete request head
+        arrived: that is the header timeout. After an error reply to a request whose body
+        was not read (413, 408), the rest of the body is drained for at most the body
+        timeout."""
+        return {
+            "access_log": None,
+            "keepalive_timeout": self.header_timeout_seconds,
+            "lingering_time": min(10.0, self.body_timeout_seconds),
+        }
+
+
+_REFUSE_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+)
+
+
+class _Refuse(asyncio.Protocol):
+    def __init__(self, incidents: IncidentLog, cap: int) -> None:
+        self._incidents = incidents
+        self._cap = cap
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        body = exact_json.dumps_bytes({"error": {"code": "overloaded",
+                                               "message": "too many connections"}})
+        assert isinstance(transport, asyncio.Transport)
+        self._incidents.report(CONNECTION_CAP, f"refused a connection from "
+                               f"{_peer(transport)}: {self._cap} open (server.max_connections)")
+        transport.write(_REFUSE_503 % (len(body), body))
+        transport.close()
+
+
+class _Connection(web.RequestHandler):
+    """aiohttp's connection handler, counted from creation (not from ``connection_made``,
+    which runs later: a burst of accepts would otherwise all pass the cap) and answering
+    malformed HTTP with a JSON error instead of text quoting the raw request. Hostile
+    clients are reported as incidents (rate-limited), never logged once per connection."""
+
+    def __init__(self, server: web.Server, open_now: weakref.WeakSet[_Connection],
+                 incidents: IncidentLog, **kwargs: Any) -> None:
+        super().__init__(server, **kwargs)
+        self._open_now = open_now
+        self._incidents = incidents
+        open_now.add(self)
+
+    def _process_keepalive(self) -> None:
+        # aiohttp's keep-alive timer is the header timeout (see handler_args). Closing an
+        # idle kept-alive connection is routine; one that never sent a whole request head
+        # is a slow or idle client holding a slot.
+        was_open = not self._force_close
+        transport = self.transport
+        super()._process_keepalive()
+        if was_open and self._force_close and self._request_count == 0:
+            self._incidents.report(
+                SLOW_HEADERS, f"closed a connection from {_peer(transport)}: no complete "
+                f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._open_now.discard(self)
+        super().connection_lost(exc)
+
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started; cannot send an error")
+        if status >= 500:
+            log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+        else:
+            # Never the exception text: aiohttp quotes the offending bytes in it.
+            self._incidents.report(MALFORMED_HTTP, f"rejected a request from {request.remote}: "
+                                   f"{type(exc).__name__ if exc is not None else status}")
+        response = error_response(protocol_error(status, exc))
+        response.force_close()
+        return response
+
+
+def _peer(transport: asyncio.BaseTransport | None) -> str:
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "an unknown address"
+
+
+async def listen(server: web.Server, settings: ListenSettings,
+                 incidents: IncidentLog) -> asyncio.Server:
+    """Listen with a cap on open connections: past it, a 503 and close."""
+    cap = settings.max_connections
+    handler_args = settings.handler_args()
+    loop = asyncio.get_running_loop()
+    open_now: weakref.WeakSet[_Connection] = weakref.WeakSet()
+
+    def factory() -> asyncio.Protocol:
+        if len(open_now) >= cap:
+            return _Refuse(incidents, cap)
+        return _Connection(server, open_now, incidents, loop=loop, **handler_args)
+
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    # A deep accept queue: a burst past the cap is accepted and refused with a 503 at
+    # once. With a queue only as deep as the cap, the kernel dropped the rest of the
+    # burst mid-handshake and those clients hung for up to ~30 s of SYN-ACK retries.
+    backlog = max(cap, socket.SOMAXCONN)
+    tls = settings.tls
+    # A client that never finishes the TLS handshake is as slow as one that never sends
+    # its request head: same deadline.
+    handshake = settings.header_timeout_seconds if tls is not None else None
+    return await loop.create_server(factory, settings.host, settings.port,
+                                    family=family, reuse_address=True, backlog=backlog,
+                                    ssl=tls, ssl_handshake_timeout=handshake)

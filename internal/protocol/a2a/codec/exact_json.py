@@ -1,0 +1,125 @@
+"""JSON on the wire: exact decimals in, exact decimals out, bounded nesting.
+
+orjson does the work where it gives the same answer as the standard library, which is
+nearly always; it is five to eight times faster, and every task is encoded several times
+(answer, stored row). The standard library stays the reference: whatever orjson refuses
+(integers past 64 bits, lone surrogates) or cannot read exactly (fractions, which must
+become ``Decimal``) goes to ``json``.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from internal.protocol.a2a.model import RequestError
+
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, tuple | frozenset | set):
+        return list(value)
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def dumps(data: Any) -> str:
+    try:
+        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return _std_dumps(data)
+
+
+def dumps_bytes(data: Any) -> bytes:
+    try:
+        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _std_dumps(data).encode("utf-8")
+
+
+def _std_dumps(data: Any) -> str:
+    return json.dumps(data, default=_default, ensure_ascii=False, separators=(",", ":"))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(raw: bytes | str, *, max_depth: int = 32) -> Any:
+    """Parse JSON with numbers as ``Decimal`` (never binary floats); bad input -> 400."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise RequestError("malformed_json", "request body is not UTF-8") from None
+    # No deeper nesting than brackets in all: most bodies skip the character scan.
+    if text.count("{") + text.count("[") > max_depth and _nesting(text) > max_depth:
+        raise RequestError("invalid_request", f"JSON nested deeper than {max_depth} levels")
+    try:
+        fast = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass  # the standard library decides, and words the error
+    else:
+        # orjson reads fractions, and integers past 64 bits, as binary floats: a document
+        # with any float is read again, with its fractions as exact Decimals.
+        if not _has_float(fast):
+            return fast
+    try:
+        return json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise RequestError("malformed_json", f"malformed JSON: {exc}") from None
+
+
+def _has_float(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        return False
+    for item in value:  # noqa: SIM110 -- a loop, not any(): this runs on every body
+        if _has_float(item):
+            return True
+    return False
+
+
+def _nesting(text: str) -> int:
+    """Deepest bracket nesting outside strings, checked before parsing so a hostile body
+    cannot make the parser recurse."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def plain_numbers(value: Any) -> Any:
+    """User data back to ordinary JSON numbers: ``loads`` reads every fraction as a
+    Decimal so that money stays exact, but a skill's input is not money and must come
+    out as the number it went in as, not as a string."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_numbers(v) for v in value]
+    return value

@@ -1,0 +1,215 @@
+"""A2A semantics over the engine, shared by every A2A binding and wire version.
+
+Message-to-task mapping, follow-ups, the skill chosen from a message, blocking versus
+return-immediately, streams that begin with the task and end at a terminal or
+interrupted state. The bindings only decode, call these, and encode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from internal.protocol.a2a.codec import swarm_extension
+from internal.protocol.a2a.codec.proto3 import bad
+from internal.protocol.a2a.model import (
+    CardInfo,
+    Envelope,
+    Identity,
+    ListQuery,
+    Message,
+    Part,
+    PushConfig,
+    RequestError,
+    SendParams,
+    StateConflict,
+    Task,
+    TaskEvent,
+    TaskPage,
+    TaskRequest,
+    TaskState,
+    interrupted_or_terminal,
+    task_artifacts,
+)
+from internal.protocol.a2a.server._service import PushService, TaskService
+
+CardSource = Callable[[Identity | None], CardInfo]
+
+
+def unsupported(message: str) -> RequestError:
+    return RequestError("unsupported_operation", message)
+
+
+def _control(data: dict[str, Any]) -> str | None:
+    """``{"skill": id, "input": {...}}`` or ``{"capabilities": [...], "input": {...}}``."""
+    keys = set(data)
+    if "skill" in data and keys <= {"skill", "input"} and isinstance(data["skill"], str):
+        return "skill"
+    if "capabilities" in data and keys <= {"capabilities", "input"}:
+        return "capabilities"
+    return None
+
+
+def to_request(message: Message, *, blocking: bool) -> TaskRequest:
+    """The engine's request for an A2A message (docs/protocol.md, choosing the skill)."""
+    texts: list[str] = []
+    parts: list[Part] = []
+    skill: str | None = None
+    caps: tuple[str, ...] = ()
+    input_: dict[str, Any] = {}
+    for part in message.parts:
+        control = _control(part.data) if part.data is not None else None
+        if part.text is not None:
+            texts.append(part.text)
+        elif control is None or skill is not None or caps:
+            parts.append(part)
+        else:
+            data = part.data or {}
+            if control == "skill":
+                skill = str(data["skill"])
+            else:
+                value = data["capabilities"]
+                if not isinstance(value, list) or not value or not all(
+                        isinstance(c, str) for c in value):
+                    raise bad("capabilities must be a non-empty list of strings")
+                caps = tuple(value)
+            raw_input = data.get("input", {})
+            if not isinstance(raw_input, dict):
+                raise bad(f"the {control} part's input must be an object")
+            input_ = raw_input
+    named = (message.metadata or {}).get("skill")
+    if skill is None and not caps and isinstance(named, str) and named:
+        skill = named
+    return TaskRequest(text="\n".join(texts), context_id=message.context_id or None,
+                       input=input_, parts=tuple(parts), capabilities_needed=caps,
+                       skill=skill, blocking=blocking, message=message)
+
+
+def envelope_of(params: SendParams, headers: Mapping[str, str]) -> Envelope:
+    """The swarm envelope from the message's (or the request's) metadata and headers."""
+    metadata = params.message.metadata
+    if not (metadata and swarm_extension.SWARM_EXTENSION_URI in metadata):
+        metadata = params.metadata
+    return swarm_extension.decode_envelope(metadata, headers)
+
+
+class A2AOperations:
+    def __init__(self, service: TaskService, push: PushService | None, card: CardSource) -> None:
+        self.service = service
+        self.push = push
+        self.card = card
+
+    def _pushes(self) -> PushService:
+        if self.push is None or not self.push.enabled:
+            raise RequestError("push_notification_not_supported",
+                               "push notifications are turned off on this agent")
+        return self.push
+
+    async def _start(self, caller: Identity, params: SendParams, envelope: Envelope,
+                     *, blocking: bool) -> Task:
+        """Submit or resume; a push config given with the message sees every update."""
+        message, push = params.message, params.push
+        if push is not None:
+            await self._pushes().validate(push)
+        if message.task_id:
+            return await self._follow_up(caller, message, blocking=blocking, push=push)
+        task = await self.service.submit(caller, to_request(message, blocking=blocking),
+                                         envelope)
+        if push is not None:  # the task has not started running yet: nothing awaited since
+            await self._pushes().create(caller, replace(push, task_id=task.id))
+        return task
+
+    async def _follow_up(self, caller: Identity, message: Message, *, blocking: bool,
+                         push: PushConfig | None) -> Task:
+        task = await self.service.get(caller, message.task_id)
+        if message.context_id and message.context_id != task.context_id:
+            raise bad(f"contextId {message.context_id!r} does not match the context "
+                      f"{task.context_id!r} of task {task.id}")
+        if task.state.terminal:
+            raise unsupported(f"task {task.id} is {task.state.value}: it takes no more "
+                              "messages; send a new message without taskId")
+        if task.state is not TaskState.INPUT_REQUIRED:
+            raise unsupported(f"task {task.id} is {task.state.value}, not waiting for input")
+        reply = to_request(replace(message, context_id=task.context_id), blocking=blocking)
+        if push is not None:
+            await self._pushes().create(caller, replace(push, task_id=task.id))
+        try:
+            return await self.service.answer(caller, task.id, reply)
+        except StateConflict as err:
+            if err.code in ("task_terminal", "task_not_waiting"):
+                raise unsupported(err.message) from None
+            raise
+
+    async def send(self, caller: Identity, params: SendParams, envelope: Envelope) -> Task:
+        blocking = not params.return_immediately
+        task = await self._start(caller, params, envelope,
+                                 blocking=blocking and params.push is None)
+        if blocking and params.push is not None and not interrupted_or_terminal(task.state):
+            async for event in self._follow(caller, task.id):
+                task = event.task
+        return task
+
+    async def send_stream(self, caller: Identity, params: SendParams,
+                          envelope: Envelope) -> AsyncIterator[TaskEvent]:
+        task = await self._start(caller, params, envelope, blocking=False)
+        async for event in self._follow(caller, task.id):
+            yield event
+
+    async def subscribe(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
+        task = await self.service.get(caller, task_id)
+        if task.state.terminal:
+            raise unsupported(f"task {task_id} is {task.state.value}: there is nothing to "
+                              "subscribe to; read it with GetTask")
+        async for event in self._follow(caller, task_id):
+            yield event
+
+    async def _follow(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
+        """The task first, then its updates, until it ends or waits on its caller.
+
+        Artifacts the final state adds (a returned artifact, the result) are sent as
+        artifact updates before that state, so a stream reader misses nothing.
+        """
+        seen: set[str] | None = None
+        async for event in self.service.events(caller, task_id):
+            if seen is None:
+                seen = {a.artifact_id for a in task_artifacts(event.task)}
+                yield replace(event, kind="task")
+            elif event.kind == "artifact" and event.artifact is not None:
+                if event.artifact.artifact_id not in seen:
+                    seen.add(event.artifact.artifact_id)
+                    yield event
+                continue
+            else:
+                for artifact in task_artifacts(event.task):
+                    if artifact.artifact_id not in seen:
+                        seen.add(artifact.artifact_id)
+                        yield TaskEvent(event.task, "artifact", artifact)
+                yield event
+            if interrupted_or_terminal(event.task.state):
+                return
+
+    async def get(self, caller: Identity, task_id: str) -> Task:
+        return await self.service.get(caller, task_id)
+
+    async def cancel(self, caller: Identity, task_id: str) -> Task:
+        return await self.service.cancel(caller, task_id)
+
+    async def list_tasks(self, caller: Identity, query: ListQuery) -> TaskPage:
+        return await self.service.list_tasks(
+            caller, state=query.state, context_id=query.context_id, cursor=query.page_token,
+            limit=query.page_size, updated_after=query.updated_after, by_update=True)
+
+    async def create_push(self, caller: Identity, config: PushConfig) -> PushConfig:
+        push = self._pushes()
+        await push.validate(config)
+        return await push.create(caller, config)
+
+    async def get_push(self, caller: Identity, task_id: str, config_id: str) -> PushConfig:
+        return await self._pushes().get(caller, task_id, config_id)
+
+    async def list_push(self, caller: Identity, task_id: str) -> list[PushConfig]:
+        return await self._pushes().list_configs(caller, task_id)
+
+    async def delete_push(self, caller: Identity, task_id: str, config_id: str) -> None:
+        await self._pushes().delete(caller, task_id, config_id)
