@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from internal.protocol.a2a.codec import proto3
+from internal.protocol.a2a.codec import a2a_v1, proto3
 from internal.protocol.a2a.codec.a2a_v1 import MAX_PARTS, butler_metadata
 from internal.protocol.a2a.model import (
     Artifact,
@@ -20,7 +20,6 @@ from internal.protocol.a2a.model import (
     history,
     interrupted_or_terminal,
     message_fields,
-    status_message,
     task_artifacts,
     trim_history,
 )
@@ -156,21 +155,11 @@ def encode_message(message: Message) -> dict[str, Any]:
 
 
 def encode_artifact(artifact: Artifact) -> dict[str, Any]:
-    out: dict[str, Any] = {"artifactId": artifact.artifact_id,
-                           "parts": [encode_part(p) for p in artifact.parts]}
-    if artifact.name:
-        out["name"] = artifact.name
-    if artifact.description:
-        out["description"] = artifact.description
-    return out
+    return a2a_v1.encode_artifact(artifact, encode_part)
 
 
 def encode_status(task: Task) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": task.state.value, "timestamp": task.updated_at}
-    message = status_message(task)
-    if message is not None:
-        out["message"] = encode_message(message)
-    return out
+    return a2a_v1.encode_status(task, task.state.value, encode_message)
 
 
 def encode_task(task: Task, *, history_length: int | None = None) -> dict[str, Any]:

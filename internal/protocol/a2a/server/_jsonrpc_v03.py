@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from internal.protocol.a2a.codec import a2a_v03, proto3
@@ -12,22 +12,13 @@ from internal.protocol.a2a.model import (
     ButlerError,
     Identity,
     RequestError,
-    TaskEvent,
 )
-from internal.protocol.a2a.server._operations import A2AOperations, envelope_of
+from internal.protocol.a2a.server._operations import A2AOperations, encoded_events, envelope_of
 
 _PUSH = "tasks/pushNotificationConfig/"
 # Codes 0.3 defines; newer A2A codes become -32603 for a 0.3 client, as the SDK does.
 _V03_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, -32001, -32002, -32003,
                         -32004, -32005, -32006, -32007})
-
-
-async def _results(events: AsyncIterator[TaskEvent]) -> AsyncIterator[dict[str, Any]]:
-    try:
-        async for event in events:
-            yield a2a_v03.encode_event(event)
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
 
 
 class V03Dialect:
@@ -55,7 +46,7 @@ class V03Dialect:
             send = a2a_v03.decode_send_params(params)
             envelope = envelope_of(send, headers)
             if method == "message/stream":
-                return _results(ops.send_stream(caller, send, envelope))
+                return encoded_events(a2a_v03.encode_event, ops.send_stream(caller, send, envelope))
             task = await ops.send(caller, send, envelope)
             return a2a_v03.encode_task(task, history_length=send.history_length)
         if method == "agent/getAuthenticatedExtendedCard":
@@ -69,7 +60,7 @@ class V03Dialect:
         if method == "tasks/cancel":
             return a2a_v03.encode_task(await ops.cancel(caller, task_id))
         if method == "tasks/resubscribe":
-            return _results(ops.subscribe(caller, task_id))
+            return encoded_events(a2a_v03.encode_event, ops.subscribe(caller, task_id))
         return await self._push(method, caller, task_id, params)
 
     async def _push(self, method: str, caller: Identity, task_id: str,

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from internal.protocol.a2a.codec import a2a_v1, proto3
 from internal.protocol.a2a.codec.card import encode_card
-from internal.protocol.a2a.model import PROTOCOL_VERSION, ButlerError, Identity, TaskEvent
-from internal.protocol.a2a.server._operations import A2AOperations, envelope_of
+from internal.protocol.a2a.model import PROTOCOL_VERSION, ButlerError, Identity
+from internal.protocol.a2a.server._operations import A2AOperations, encoded_events, envelope_of
 
 PUSH_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
                 "ListTaskPushNotificationConfigs", "ListTaskPushNotificationConfig",
                 "DeleteTaskPushNotificationConfig")
-
-
-async def _results(events: AsyncIterator[TaskEvent]) -> AsyncIterator[dict[str, Any]]:
-    try:
-        async for event in events:
-            yield a2a_v1.encode_event(event)
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
 
 
 class V1Dialect:
@@ -45,7 +37,7 @@ class V1Dialect:
             send = a2a_v1.decode_send_params(params)
             envelope = envelope_of(send, headers)
             if method == "SendStreamingMessage":
-                return _results(ops.send_stream(caller, send, envelope))
+                return encoded_events(a2a_v1.encode_event, ops.send_stream(caller, send, envelope))
             task = await ops.send(caller, send, envelope)
             return {"task": a2a_v1.encode_task(task, history_length=send.history_length)}
         if method == "GetTask":
@@ -58,7 +50,7 @@ class V1Dialect:
         if method == "CancelTask":
             return a2a_v1.encode_task(await ops.cancel(caller, _id(params, "id")))
         if method == "SubscribeToTask":
-            return _results(ops.subscribe(caller, _id(params, "id")))
+            return encoded_events(a2a_v1.encode_event, ops.subscribe(caller, _id(params, "id")))
         if method == "GetExtendedAgentCard":
             return encode_card(ops.card(caller))
         return await self._push(method, caller, params)

@@ -86,6 +86,16 @@ def to_request(message: Message, *, blocking: bool) -> TaskRequest:
                        skill=skill, blocking=blocking, message=message)
 
 
+async def encoded_events(encode: Callable[[TaskEvent], dict[str, Any]],
+                         events: AsyncIterator[TaskEvent]) -> AsyncIterator[dict[str, Any]]:
+    """A binding's stream: each event in its wire's shape; closing it closes ``events``."""
+    try:
+        async for event in events:
+            yield encode(event)
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
 def envelope_of(params: SendParams, headers: Mapping[str, str]) -> Envelope:
     """The swarm envelope from the message's (or the request's) metadata and headers."""
     metadata = params.message.metadata
