@@ -9,10 +9,10 @@ def settle_heap() -> None:
     """Call once started, before serving.
 
     Everything built while starting lives as long as the process: frozen, full
-    collections no longer scan it (one took about 26 ms, several times a minute under
-    load, and every request in flight waited). Young collections start after 10,000
-    net new objects rather than 700: requests in flight alone crossed 700 about a
-    hundred times a second, costing about 4 % of the CPU (docs/performance.md).
+    collections no longer scan it, and no request in flight waits for such a scan.
+    Young collections start after 10,000 net new objects rather than 700, which the
+    objects of the requests in flight alone cross many times a second
+    (docs/performance.md).
     """
     gc.collect()
     gc.freeze()

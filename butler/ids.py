@@ -1,12 +1,12 @@
 """Ids for tasks, contexts and traces: unique, not secret.
 
 A task id grants nothing (a caller only ever sees its own tasks), so these come from a
-fast generator seeded from the OS, not from the OS per id: at hundreds of tasks a second,
-urandom calls were a measurable share of the event loop (docs/performance.md).
+fast generator seeded from the OS, not from the OS per id: a system call per id is a
+cost on the event loop for nothing (docs/performance.md).
 
 Task and context ids start with their creation time, so each new row lands at the end of
-the task store's indexes instead of on a random page: a group commit of 60 tasks then
-writes a few index pages instead of about two hundred (docs/performance.md).
+the task store's indexes instead of on a random page: a group commit then writes a few
+index pages instead of one per task (docs/performance.md).
 """
 
 from __future__ import annotations

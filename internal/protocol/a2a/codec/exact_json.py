@@ -1,10 +1,10 @@
 """JSON on the wire: exact decimals in, exact decimals out, bounded nesting.
 
 orjson does the work where it gives the same answer as the standard library, which is
-nearly always; it is five to eight times faster, and every task is encoded several times
-(answer, stored row). The standard library stays the reference: whatever orjson refuses
-(integers past 64 bits, lone surrogates) or cannot read exactly (fractions, which must
-become ``Decimal``) goes to ``json``.
+nearly always; it is several times faster, and every task is encoded several times
+(answer, stored row); docs/performance.md. The standard library stays the reference:
+whatever orjson refuses (integers past 64 bits, lone surrogates) or cannot read exactly
+(fractions, which must become ``Decimal``) goes to ``json``.
 """
 
 from __future__ import annotations
