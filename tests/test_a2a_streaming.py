@@ -1,6 +1,6 @@
 """A2A streaming: SendStreamingMessage and SubscribeToTask on both 1.0 bindings, with the
-official a2a-sdk client. Streams begin with the task and close at a terminal or
-interrupted state."""
+official a2a-sdk client. Streams begin with the task; a send's stream closes at a terminal
+or interrupted state, a subscription's only at a terminal one (A2A 3.1.6)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,34 @@ async def test_subscribe_to_a_running_task(swarm: Swarm, binding: str) -> None:
         with pytest.raises(UnsupportedOperationError):
             async for _ in client.subscribe(SubscribeToTaskRequest(id=task_id)):
                 pass
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_a_subscription_stays_open_while_the_task_waits_for_input(
+        swarm: Swarm, binding: str) -> None:
+    home = await swarm.start("home", skills=[ECHO, STEPS])
+    async with sdk_client(home, binding=binding, streaming=True) as client:
+        first = [e async for e in client.send_message(send_request(
+            user_message(text("start"), metadata={"skill": "steps"})))]
+        task_id = first[0].task.id
+        seen: list[tuple[str, Any]] = []
+        first_seen = asyncio.Event()
+
+        async def watch() -> None:
+            async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+                seen.append(describe(event))
+                first_seen.set()
+
+        watcher = asyncio.create_task(watch())
+        async with asyncio.timeout(5):
+            await first_seen.wait()
+        assert seen == [("task", "TASK_STATE_INPUT_REQUIRED")] and not watcher.done()
+        [e async for e in client.send_message(send_request(
+            user_message(text("go"), task_id=task_id)))]
+        async with asyncio.timeout(5):
+            await watcher
+        assert seen[-1] == ("status", ("TASK_STATE_COMPLETED", ""))
+        assert ("artifact", f"{task_id}-result") in seen
 
 
 @pytest.mark.parametrize("binding", BINDINGS)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -87,12 +88,27 @@ async def test_v03_streaming_and_resubscribe(swarm: Swarm) -> None:
         last = events[-1].status_update.status
         assert last.state == TaskState.TASK_STATE_INPUT_REQUIRED
         task_id = events[0].task.id
-        resubscribed = [e async for e in client.subscribe(SubscribeToTaskRequest(id=task_id))]
-        assert len(resubscribed) == 1 and resubscribed[0].HasField("task")
+        # A subscription stays open while the task waits for input (A2A 3.1.6) and
+        # ends only at its terminal state.
+        resubscribed: list[Any] = []
+        first_seen = asyncio.Event()
+
+        async def watch() -> None:
+            async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+                resubscribed.append(event)
+                first_seen.set()
+
+        watcher = asyncio.create_task(watch())
+        async with asyncio.timeout(5):
+            await first_seen.wait()
+        assert resubscribed[0].HasField("task") and not watcher.done()
         events = [e async for e in client.send_message(send_request(
             user_message(text("go"), task_id=task_id)))]
         assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
         assert any(e.artifact_update.artifact.artifact_id == f"{task_id}-a1" for e in events)
+        async with asyncio.timeout(5):
+            await watcher
+        assert resubscribed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
 
 
 async def test_v03_wire_shapes(swarm: Swarm) -> None:

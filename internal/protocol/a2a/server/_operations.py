@@ -171,11 +171,13 @@ class A2AOperations:
         if task.state.terminal:
             raise unsupported(f"task {task_id} is {task.state.value}: there is nothing to "
                               "subscribe to; read it with GetTask")
-        async for event in self._follow(caller, task_id):
+        async for event in self._follow(caller, task_id, through_interruptions=True):
             yield event
 
-    async def _follow(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
-        """The task first, then its updates, until it ends or waits on its caller.
+    async def _follow(self, caller: Identity, task_id: str, *,
+                      through_interruptions: bool = False) -> AsyncIterator[TaskEvent]:
+        """The task first, then its updates, until it ends or (for a send, not for a
+        subscription: A2A 3.1.6) waits on its caller.
 
         Artifacts the final state adds (a returned artifact, the result) are sent as
         artifact updates before that state, so a stream reader misses nothing.
@@ -196,7 +198,8 @@ class A2AOperations:
                         seen.add(artifact.artifact_id)
                         yield TaskEvent(event.task, "artifact", artifact)
                 yield event
-            if interrupted_or_terminal(event.task.state):
+            if event.task.state.terminal or (
+                    not through_interruptions and interrupted_or_terminal(event.task.state)):
                 return
 
     async def get(self, caller: Identity, task_id: str) -> Task:
