@@ -111,6 +111,12 @@ async def test_crud_with_the_sdk_client_and_delivery(swarm: Swarm) -> None:
 
         await client.delete_task_push_notification_config(
             DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=created.id))
+        # Deleting is idempotent (A2A 3.1.10); only a missing task is an error.
+        await client.delete_task_push_notification_config(
+            DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=created.id))
+        with pytest.raises(TaskNotFoundError):
+            await client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id="no-such-task", id="c"))
         with pytest.raises(TaskNotFoundError):
             await client.get_task_push_notification_config(
                 GetTaskPushNotificationConfigRequest(task_id=task_id, id=created.id))
@@ -148,8 +154,9 @@ async def test_rest_push_routes(swarm: Swarm) -> None:
         assert resp.status == 200 and (await resp.json())["id"] == "c1"
     async with home.session.get(base, headers=headers) as resp:
         assert [c["id"] for c in (await resp.json())["configs"]] == ["c1"]
-    async with home.session.delete(base + "/c1", headers=headers) as resp:
-        assert resp.status == 200 and await resp.json() == {}
+    for _ in range(2):  # idempotent
+        async with home.session.delete(base + "/c1", headers=headers) as resp:
+            assert resp.status == 200 and await resp.json() == {}
     async with home.session.get(base + "/c1", headers=headers) as resp:
         assert resp.status == 404
 
@@ -236,9 +243,10 @@ async def test_v03_push_methods_and_payload(swarm: Swarm) -> None:
         await hook.wait_for(2)
         assert [b["status"]["state"] for _, b in hook.received] == ["working", "completed"]
         assert hook.received[-1][1]["kind"] == "task"
-        _, body = await rpc(home, "tasks/pushNotificationConfig/delete", {
-            "id": task_id, "pushNotificationConfigId": config_id}, version="0.3")
-        assert body["result"] is None
+        for _ in range(2):  # idempotent
+            _, body = await rpc(home, "tasks/pushNotificationConfig/delete", {
+                "id": task_id, "pushNotificationConfigId": config_id}, version="0.3")
+            assert body["result"] is None
 
 
 async def test_configs_survive_a_restart(swarm: Swarm) -> None:

@@ -71,8 +71,8 @@ class PushNotifications:
         return await self.store.list_configs(task_id)
 
     async def delete(self, caller: Identity, task_id: str, config_id: str) -> None:
+        """Idempotent (A2A 3.1.10): deleting a config that is not there succeeds; only a
+        task the caller cannot see is an error."""
         await self.engine.get(caller, task_id)
-        if not await self.store.delete(task_id, config_id):
-            raise RequestError("task_not_found",
-                               f"task {task_id} has no push notification config {config_id!r}")
+        await self.store.delete(task_id, config_id)
         self.dispatcher.untrack(task_id, config_id)
