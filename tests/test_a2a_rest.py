@@ -76,7 +76,7 @@ async def test_rest_and_json_rpc_answer_the_same(swarm: Swarm) -> None:
     via_rpc = body["result"]["task"]
     status, headers, via_rest = await call(home, "POST", "/message:send", body={
         "message": plain_message("same"), "configuration": {"historyLength": 3}})
-    assert status == 200 and headers["Content-Type"].startswith("application/a2a+json")
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
     via_rest = via_rest["task"]
 
     def shape(task: dict[str, Any]) -> Any:
@@ -127,3 +127,51 @@ async def test_rest_status_mapping(swarm: Swarm) -> None:
     async with home.session.get(home.url + "/tasks", headers=V1) as resp:
         assert resp.status == 401 and resp.headers["WWW-Authenticate"].startswith("Bearer")
         assert reason(await resp.json(content_type=None)) == "UNAUTHENTICATED"
+
+
+GOOGLE_RPC_CODES = {
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED"}
+
+
+def assert_aip193(status: int, headers: Any, body: Any) -> None:
+    """An AIP-193 error (A2A 11.6): exactly code, status, message and ErrorInfo details."""
+    assert headers["Content-Type"].startswith("application/json"), headers["Content-Type"]
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"code", "status", "message", "details"}
+    assert error["code"] == status and error["status"] in GOOGLE_RPC_CODES
+    assert isinstance(error["message"], str) and error["message"]
+    (info,) = error["details"]
+    assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert info["reason"] and info["reason"] == info["reason"].upper()
+    assert info["domain"] in ("a2a-protocol.org", "butler")
+    assert all(isinstance(v, str) for v in info["metadata"].values())
+
+
+async def test_every_http_json_error_is_aip193_json(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, ASK])
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET", "/tasks/missing", {}),
+        ("POST", "/message:send", {"body": {"message": {}}}),
+        ("POST", "/message:send", {"data": b"{oops",
+                                   "headers": {"Content-Type": "application/json"}}),
+        ("POST", "/message:send", {"data": b"hello", "headers": {"Content-Type": "text/plain"}}),
+        ("POST", "/message:send", {"data": b'{"message": 1}',
+                                   "headers": {"Content-Type": "application/a2a+json"}}),
+        ("POST", "/message:send", {"data": b"[" * 100_000 + b"]" * 100_000,
+                                   "headers": {"Content-Type": "application/json"}}),
+        ("GET", "/tasks", {"headers": {"A2A-Version": "0.3"}}),
+        ("DELETE", "/tasks", {}),
+        ("GET", "/tasks", {"headers": {"Authorization": "Bearer wrong"}}),
+    ]
+    for method, path, kwargs in cases:
+        status, headers, body = await call(home, method, path, **kwargs)
+        assert status >= 400, (method, path)
+        assert_aip193(status, headers, body)
+    status, headers, body = await call(home, "POST", "/message:send", data=b"{}" + b" " * 3,
+                                       headers={"Content-Type": "application/a2a+json"})
+    assert status == 400  # a+json bodies are read as JSON: the missing message is the error
+    assert_aip193(status, headers, body)

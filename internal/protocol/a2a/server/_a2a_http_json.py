@@ -28,7 +28,7 @@ from internal.protocol.a2a.model import (
 from internal.protocol.a2a.server._operations import A2AOperations, envelope_of
 
 log = logging.getLogger("butler.a2a")
-MEDIA_TYPE = "application/a2a+json"
+MEDIA_TYPE = "application/json"  # A2A 11.1; requests may also say application/a2a+json
 _PREFIXES = ("/message:", "/tasks", "/extendedAgentCard")
 # google.rpc.Code names: per error where the A2A specification names one, else by status.
 _RPC_STATUS = {
