@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -192,3 +194,27 @@ async def test_fields_under_their_proto_names_are_read_too(swarm: Swarm) -> None
             "message_id": "m2", "role": "ROLE_USER", "parts": [{"text": "Ada"}],
             "task_id": task["id"], "context_id": "another-context"}})
         assert body["error"]["code"] == -32602 and "contextId" in body["error"]["message"]
+
+
+async def test_a_trailing_slash_on_the_json_rpc_url(swarm: Swarm) -> None:
+    """Clients that join a base URL and a path send ``/a2a/jsonrpc/``: the official client
+    with such a card, and the JSON-RPC error shape for a bad request there."""
+    home = await swarm.start("home")
+    headers = {"Authorization": f"Bearer {home.tokens['operator']}"}
+    async with httpx.AsyncClient(headers=headers, timeout=20) as http:
+        card = await A2ACardResolver(http, home.url).get_agent_card()
+        for interface in card.supported_interfaces:
+            interface.url = interface.url.rstrip("/") + "/"
+        assert any(i.url.endswith("/a2a/jsonrpc/") for i in card.supported_interfaces)
+        config = ClientConfig(httpx_client=http, streaming=False,
+                              supported_protocol_bindings=["JSONRPC"])
+        client = ClientFactory(config).create(card)
+        try:
+            task = await send_task(client, send_request(user_message(text("slash"))))
+        finally:
+            await client.close()
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    async with home.session.post(home.url + "/a2a/jsonrpc/", data=b"{oops", headers={
+            **home.headers(), "A2A-Version": "1.0", "Content-Type": "application/json"}) as resp:
+        body = await resp.json()
+    assert body["jsonrpc"] == "2.0" and body["error"]["code"] == -32700

@@ -72,7 +72,8 @@ class JsonRpcBinding:
         self.limits = limits
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post(JSONRPC_PATH, self.handle)]
+        # Clients that join a base URL and a path may add a trailing slash.
+        return [web.post(JSONRPC_PATH, self.handle), web.post(JSONRPC_PATH + "/", self.handle)]
 
     def _by_version(self, headers: Mapping[str, str]) -> Dialect:
         wanted = requested_version(headers)
@@ -83,7 +84,7 @@ class JsonRpcBinding:
 
     def render_error(self, request: web.Request, err: ButlerError) -> web.Response | None:
         """Errors raised before ``handle`` ran (auth, limits, wrong HTTP method)."""
-        if request.path != JSONRPC_PATH:
+        if request.path.rstrip("/") != JSONRPC_PATH:
             return None
         body = {"jsonrpc": "2.0", "id": None, "error": self._by_version(request.headers).error(err)}
         return json_response(body, status=err.status, headers=error_headers(err))
