@@ -54,6 +54,23 @@ async def test_a_plain_client_starts_a_new_chain(home: Instance) -> None:
     assert dict(meta["budget"])["spentUsd"] == "0.50"
 
 
+def all_keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in all_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in all_keys(v)}
+    return set()
+
+
+async def test_the_swarm_metadata_is_lower_camel_case_throughout(home: Instance) -> None:
+    _, _, body = await send(home)
+    meta = body["result"]["task"]["metadata"][URI]
+    assert meta["cost"] == {"agent": "home", "skill": "echo", "costUsd": "0.50",
+                            "totalUsd": "0.50", "durationMs": meta["cost"]["durationMs"],
+                            "status": "completed", "children": []}
+    assert not [k for k in all_keys(meta) if "_" in k]
+
+
 async def test_envelope_in_metadata(home: Instance) -> None:
     status, headers, body = await send(
         home, swarm_meta(callerChain=["origin"], depth=1, budgetUsd="2.00",

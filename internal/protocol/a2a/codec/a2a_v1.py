@@ -19,6 +19,7 @@ from internal.protocol.a2a.model import (
     MAX_PAGE_SIZE,
     Artifact,
     ButlerError,
+    CostNode,
     ListQuery,
     Message,
     Part,
@@ -258,8 +259,15 @@ def butler_metadata(task: Task) -> dict[str, Any]:
                          "spentUsd": str(task.budget.spent_usd),
                          "leftUsd": str(task.budget.left_usd)}
     if task.cost is not None:
-        out["cost"] = butler_v2.encode_cost(task.cost)
+        out["cost"] = encode_cost(task.cost)
     return {SWARM_EXTENSION_URI: out}
+
+
+def encode_cost(node: CostNode) -> dict[str, Any]:
+    """The cost tree in the A2A bindings' lowerCamelCase (Butler /v2 has it in snake_case)."""
+    return {"agent": node.agent, "skill": node.skill, "costUsd": str(node.cost_usd),
+            "totalUsd": str(node.total_usd), "durationMs": node.duration_ms,
+            "status": node.status, "children": [encode_cost(c) for c in node.children]}
 
 
 def encode_task(task: Task, *, history_length: int | None = None,
