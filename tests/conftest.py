@@ -8,6 +8,7 @@ import pytest
 from hypothesis import settings
 
 from tests.delegation_support import Mesh
+from tests.sdk03_support import sdk03_python
 from tests.support import Swarm
 
 
@@ -39,3 +40,9 @@ async def mesh(tmp_path: Path, http: aiohttp.ClientSession) -> AsyncIterator[Mes
 
 # Every property test at length: pytest --hypothesis-profile=release (docs/operations.md).
 settings.register_profile("release", max_examples=2000, deadline=None)
+
+
+@pytest.fixture(scope="session")
+def sdk03() -> Path:
+    """The interpreter of a virtualenv with the official a2a-sdk 0.3.26 (tests/sdk03_support)."""
+    return sdk03_python()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from a2a.client.card_resolver import parse_agent_card
 from a2a.compat.v0_3 import types as v03
-from a2a.types import GetExtendedAgentCardRequest
+from a2a.types import AgentCard, GetExtendedAgentCardRequest
+from google.protobuf import json_format
 
 from tests.a2a_support import JSONRPC, rpc, sdk_client
+from tests.sdk03_support import run_client
 from tests.support import ECHO, Swarm
 
 WELL_KNOWN = "/.well-known/agent-card.json"
@@ -95,3 +98,38 @@ async def test_extended_card_shows_the_callers_tier(swarm: Swarm) -> None:
     assert status == 200 and [s["id"] for s in body["result"]["skills"]] == ["echo"]
     status, body = await rpc(home, "GetExtendedAgentCard", {}, who="vip")
     assert sorted(s["id"] for s in body["result"]["skills"]) == ["echo", "secret"]
+
+
+V03_ONLY = {"url", "preferredTransport", "additionalInterfaces", "security", "protocolVersion",
+            "supportsAuthenticatedExtendedCard"}
+
+
+async def test_a_1_0_client_gets_a_clean_1_0_card(swarm: Swarm, http: aiohttp.ClientSession,
+                                                  ) -> None:
+    """``A2A-Version: 1.0`` (what 1.0 clients send) negotiates a card without any 0.3 field:
+    protobuf's strict ParseDict (no ignore_unknown_fields) accepts it."""
+    home = await swarm.start("home", skills=[ECHO])
+    status, headers, card = await fetch(http, home.url, {"A2A-Version": "1.0"})
+    assert status == 200 and headers["Vary"] == "A2A-Version"
+    assert not V03_ONLY & set(card)
+    assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {
+        "scheme": "Bearer", "description": card["securitySchemes"]["bearer"][
+            "httpAuthSecurityScheme"]["description"]}}}
+    strict = json_format.ParseDict(card, AgentCard())
+    assert strict.name == "home butler" and [s.id for s in strict.skills] == ["echo"]
+    _, _, default = await fetch(http, home.url)
+    assert set(default) >= V03_ONLY and default["supportedInterfaces"] == card[
+        "supportedInterfaces"]
+    _, _, legacy = await fetch(http, home.url, {"A2A-Version": "0.3"})
+    assert v03.AgentCard.model_validate(legacy).url == home.url + JSONRPC
+    assert "supportedInterfaces" not in legacy
+
+
+async def test_the_a2a_sdk_0_3_client_reads_the_card_and_sends(swarm: Swarm, sdk03: Path,
+                                                               ) -> None:
+    home = await swarm.start("home", skills=[ECHO])
+    for scenario in ("send", "stream"):
+        seen = await run_client(sdk03, home.url, home.tokens["operator"], scenario)
+        assert "error" not in seen, seen
+        assert seen["card_url"] == home.url + JSONRPC and seen["protocol_version"] == "0.3.0"
+        assert seen["state"] == "completed" and seen["texts"] == ["hello"]

@@ -1,5 +1,11 @@
 """``GET /.well-known/agent-card.json``: the public A2A agent card, with HTTP caching.
 
+Which card is negotiated on ``A2A-Version`` (the header A2A 1.0 clients send, and whose
+absence means 0.3): ``1.x`` gets a clean 1.0 card that a strict 1.0 schema or protobuf
+parser accepts; ``0.3`` gets the 0.3 card; no header gets the 1.0 card with the fields
+0.3 clients read added beside it (as the official SDK serves it), unless the operator
+turned those off. Answers say ``Vary: A2A-Version``.
+
 The card is built per request from live state; its ETag is a hash of the body and
 ``Last-Modified`` is when this process first served a body with that hash.
 """
@@ -8,13 +14,19 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import replace
 from email.utils import formatdate, parsedate_to_datetime
 
 from aiohttp import web
 
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.codec.card import encode_card
-from internal.protocol.a2a.model import WELL_KNOWN_CARD_PATH
+from internal.protocol.a2a.codec.card import encode_card, encode_card_v03
+from internal.protocol.a2a.model import (
+    LEGACY_VERSION,
+    VERSION_HEADER,
+    WELL_KNOWN_CARD_PATH,
+    version_matches,
+)
 from internal.protocol.a2a.server._operations import CardSource
 
 
@@ -22,23 +34,34 @@ class CardRoute:
     def __init__(self, card: CardSource, *, max_age_seconds: int = 300) -> None:
         self.card = card
         self.max_age = max_age_seconds
-        self._etag = ""
-        self._modified = 0.0
+        self._first_served: dict[str, float] = {}  # ETag -> when first served
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(WELL_KNOWN_CARD_PATH, self.public)]
 
     def _stamp(self, body: bytes) -> tuple[str, float]:
         etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        if etag != self._etag:
-            self._etag, self._modified = etag, float(int(time.time()))
-        return self._etag, self._modified
+        if etag not in self._first_served:
+            if len(self._first_served) >= 64:  # the card changed many times: forget the oldest
+                del self._first_served[next(iter(self._first_served))]
+            self._first_served[etag] = float(int(time.time()))
+        return etag, self._first_served[etag]
+
+    def _negotiated(self, request: web.Request) -> dict[str, object]:
+        info = self.card(None)
+        asked = request.headers.get(VERSION_HEADER, "").strip()
+        if not asked:
+            return encode_card(info)
+        if version_matches(asked, LEGACY_VERSION):
+            return encode_card_v03(info)
+        return encode_card(replace(info, legacy_v03=False))
 
     async def public(self, request: web.Request) -> web.Response:
-        body = exact_json.dumps_bytes(encode_card(self.card(None)))
+        body = exact_json.dumps_bytes(self._negotiated(request))
         etag, modified = self._stamp(body)
         headers = {"ETag": etag, "Last-Modified": formatdate(modified, usegmt=True),
-                   "Cache-Control": f"public, max-age={self.max_age}"}
+                   "Cache-Control": f"public, max-age={self.max_age}",
+                   "Vary": VERSION_HEADER}
         if _not_modified(request, etag, modified):
             return web.Response(status=304, headers=headers)
         return web.Response(body=body, content_type="application/json", headers=headers)
