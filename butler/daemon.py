@@ -50,6 +50,7 @@ from internal.http import (
     json_response,
     listen,
 )
+from internal.protocol.a2a.model import Identity
 from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBinding, RestLimits
 
 log = logging.getLogger("butler.daemon")
@@ -151,6 +152,10 @@ class Daemon:
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
             log.warning("bound to all interfaces without agent.url: peers and registries "
                         "would be told %s; set agent.url to the address peers use", self.url)
+        if cfg.a2a.anonymous_tier is not None:
+            log.warning("anonymous callers allowed (configurations.a2a.anonymous): anyone who "
+                        "can reach %s may call without a token, as tier %r", self.url,
+                        cfg.a2a.anonymous_tier)
         if not _is_loopback(cfg.a2a.bind_address):
             log.warning("listening on %s: put TLS in front (a reverse proxy) before exposing "
                         "it beyond this machine", cfg.a2a.bind_address)
@@ -205,7 +210,9 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
               push: PushService | None = None) -> web.Application:
     """The middleware stack, outermost first: count, map errors to JSON, limit per
     address, cap in-flight requests, authenticate, limit per caller."""
-    verifier = TokenVerifier(cfg.a2a.tokens)
+    anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
+        name="anonymous", tier=cfg.a2a.anonymous_tier)
+    verifier = TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
     rl = cfg.rate_limits
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,

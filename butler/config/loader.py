@@ -118,7 +118,7 @@ def _a2a(node: Node | None) -> m.A2AConfig:
     if node is None:
         return d
     k = node.mapping({"enabled", "port", "bind_address", "token_hashes", "tls",
-                      "legacy_v03_card", "push_notifications"})
+                      "legacy_v03_card", "push_notifications", "anonymous"})
     bind = k["bind_address"].string() if "bind_address" in k else d.bind_address
     if "bind_address" in k:
         try:
@@ -138,7 +138,31 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         legacy_v03_card=k["legacy_v03_card"].boolean() if "legacy_v03_card" in k
         else d.legacy_v03_card,
         push_notifications=push_notifications(k.get("push_notifications")),
+        anonymous_tier=_anonymous(k.get("anonymous"), bind),
     )
+
+
+def _anonymous(node: Node | None, bind: str) -> str | None:
+    """``anonymous: {enabled, tier}``: calls without a token, for local inspectors and test
+    kits that cannot send one. Refused unless the daemon listens on loopback only."""
+    if node is None or node.value is None:
+        return None
+    k = node.mapping({"enabled", "tier"})
+    if not (k["enabled"].boolean() if "enabled" in k else False):
+        return None
+    if not is_loopback(bind):
+        node.fail(f"anonymous callers are allowed only when bind_address is a loopback "
+                  f"address (127.0.0.1, ::1, localhost), not {bind!r}")
+    return ident(k["tier"]) if "tier" in k else "anonymous"
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _tls(node: Node | None) -> m.TlsConfig | None:

@@ -49,6 +49,8 @@ class A2AConfig:
     tokens: tuple[TokenEntry, ...] = ()
     tls: TlsConfig | None = None
     legacy_v03_card: bool = True  # the 0.3 fields (url, preferredTransport...) in the card
+    # Callers without a token get this tier (None: refused). Loopback binds only.
+    anonymous_tier: str | None = None
     push_notifications: PushNotificationsConfig = field(
         default_factory=PushNotificationsConfig)
 

@@ -32,12 +32,18 @@ def new_token() -> str:
 
 
 class TokenVerifier:
-    def __init__(self, entries: Sequence[TokenEntry]) -> None:
+    def __init__(self, entries: Sequence[TokenEntry], *,
+                 anonymous: Identity | None = None) -> None:
+        """``anonymous``: who a request without ``Authorization`` is (None: refused). A
+        request with a token that matches nothing is refused either way."""
         self._entries = tuple(entries)
+        self._anonymous = anonymous
 
     def identify(self, authorization: str | None) -> Identity:
         """Map an ``Authorization`` header to an identity, or raise 401/400."""
         if authorization is None or authorization == "":
+            if self._anonymous is not None:
+                return self._anonymous
             raise AuthError("unauthenticated", "missing bearer token")
         if len(authorization) > MAX_AUTH_HEADER:
             raise RequestError("header_too_large", "authorization header too large")
