@@ -10,6 +10,7 @@ whatever orjson refuses (integers past 64 bits, lone surrogates) or cannot read 
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +19,7 @@ import orjson
 from internal.protocol.a2a.model import RequestError
 
 _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _default(value: Any) -> Any:
@@ -69,9 +71,26 @@ def loads(raw: bytes | str, *, max_depth: int = 32) -> Any:
         if not _has_float(fast):
             return fast
     try:
-        return json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=Decimal, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise RequestError("malformed_json", f"malformed JSON: {exc}") from None
+    # What orjson refused but the standard library read: integers past 64 bits, or a
+    # lone surrogate escape ("\ud800"), which is no Unicode text: nothing could store,
+    # log or send it on, so it is refused here, before anything sees it.
+    if _has_surrogate(value):
+        raise RequestError("invalid_params", "a string holds a lone UTF-16 surrogate "
+                           "(\\ud800-\\udfff escape), which is not valid Unicode text")
+    return value
+
+
+def _has_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_has_surrogate(k) or _has_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_surrogate(v) for v in value)
+    return False
 
 
 def _has_float(value: Any) -> bool:
