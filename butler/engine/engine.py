@@ -89,8 +89,11 @@ class TaskEngine:
         return len(stale)
 
     async def stop(self, grace: float) -> None:
-        if self._purger is not None:
-            self._purger.cancel()
+        purger, self._purger = self._purger, None
+        if purger is not None:
+            purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await purger
         await self._until_idle(grace)
         left = list(self._runs.values())
         why = "the daemon shut down before this task finished"
@@ -125,12 +128,14 @@ class TaskEngine:
 
     async def _purge_loop(self) -> None:
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 purged = await self.store.purge_terminal(iso_before(self._retention))
                 if purged:
                     log.info("purged %d terminal task(s) past retention", len(purged))
                     for listener in self.purge_listeners:
                         await listener(purged)
+            except Exception:
+                log.exception("purging terminal tasks failed; trying again later")
             await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
 
     # -- requests ----------------------------------------------------------------
