@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +22,7 @@ from butler.audit import AuditLog
 from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.model import Config, http_url
+from butler.data_folder import hold_data_folder
 from butler.delegation.registry_link import RegistryLink
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
@@ -73,11 +76,8 @@ class Daemon:
     registry_link: RegistryLink = field(init=False)
     metrics: ButlerMetrics = field(default_factory=ButlerMetrics, init=False)
     incidents: IncidentLog = field(init=False)
-    _closers: list[Callable[[], Any]] = field(default_factory=list, init=False)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
-    _aclosers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, init=False)
+    _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
-    _server: asyncio.Server | None = field(default=None, init=False)
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         audit.submit(kind, fields)
@@ -90,24 +90,42 @@ class Daemon:
                                                  tls=a2a.tls is not None)
 
     async def start(self) -> None:
+        """Start every part, or, when one fails, stop the ones already started (in
+        reverse order) and raise: a failed start leaves no thread, task or file open."""
+        async with AsyncExitStack() as stack:
+            await self._assemble(stack)
+            self._stack = stack.pop_all()
+
+    async def stop(self) -> None:
+        """Stop what ``start`` started, in reverse order: the listener and the registry
+        first, then the running tasks (for up to ``shutdown_grace_seconds``), the stores
+        last, and the data folder's lock with them."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _assemble(self, stack: AsyncExitStack) -> None:
+        """Each part is pushed onto ``stack`` as soon as it exists, with what undoes it."""
         cfg = self.config
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        # First: a second daemon on this folder must stop before it opens any database.
+        stack.enter_context(hold_data_folder(cfg.data_dir))
         memory = MemoryStore(cfg.data_dir / "memory.db")
-        self._closers.append(memory.close)
+        stack.callback(memory.close)
         catalog = SkillCatalog(build_skills(cfg.skills, memory),
                                cfg.mcp_server.allowed_capabilities)
         audit_log = AuditLog(cfg.data_dir / "audit.db")
-        self._closers.append(audit_log.close)
+        stack.callback(audit_log.close)
         audit = AuditWriter(audit_log)
-        self._closers.append(audit.close)  # closed first: flushes into the open log
+        stack.callback(audit.close)  # closed before the log: flushes into it
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
-        self._closers.append(self.tracer_provider.shutdown)
+        stack.callback(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
         store = SqliteTaskStore(cfg.data_dir / "tasks.db")
+        stack.push_async_callback(store.close)
         workspace = SqliteWorkspace(cfg.data_dir / "workspace.db", cfg.swarm.workspace_ttl_hours)
-        self._closers.append(workspace.close)
+        stack.callback(workspace.close)
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer,
@@ -125,30 +143,40 @@ class Daemon:
         )
         self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url),
                                           lambda: self.url)
+        stack.push_async_callback(self.registry_link.close)
         # swarm.enabled: false keeps every admission check but never delegates.
         if self.delegator_factory is not None and cfg.swarm.enabled:
-            self.engine.delegator = self.delegator_factory(self)
-        await self.engine.start()
-        self._tasks.append(asyncio.create_task(_purge_workspace(workspace)))
+            delegator = self.engine.delegator = self.delegator_factory(self)
+            if delegator is not None:
+                stack.push_async_callback(delegator.aclose)
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
-        await self.push.start()
+        stack.push_async_callback(self.push.aclose)
         app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
         self.incidents = IncidentLog(logging.getLogger("butler.http"))
+        stack.callback(self.incidents.close)
         app[INCIDENTS] = self.incidents
         settings = ListenSettings(
             host=cfg.a2a.bind_address, port=cfg.a2a.port,
             max_connections=cfg.limits.max_connections,
             header_timeout_seconds=cfg.limits.header_timeout_seconds,
             body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))
-        self._runner = web.AppRunner(
+        runner = self._runner = web.AppRunner(
             app, handle_signals=False,
             shutdown_timeout=cfg.limits.shutdown_grace_seconds, **settings.handler_args(),
         )
-        await self._runner.setup()
-        assert self._runner.server is not None
-        self._server = await listen(self._runner.server, settings, self.incidents)
-        self.port = self._server.sockets[0].getsockname()[1]
+        await runner.setup()
+        # Undone after the engine has stopped: the app's cleanup comes last.
+        stack.push_async_callback(runner.cleanup)
+        await self.push.start()
+        await self.engine.start()
+        stack.push_async_callback(self.engine.stop, cfg.limits.shutdown_grace_seconds)
+        stack.push_async_callback(_cancel, asyncio.create_task(
+            _purge_workspace(workspace), name="workspace-purge"))
+        assert runner.server is not None
+        server = await listen(runner.server, settings, self.incidents)
+        stack.push_async_callback(_stop_serving, server, runner)
+        self.port = server.sockets[0].getsockname()[1]
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
             log.warning("bound to all interfaces without agent.url: peers and registries "
                         "would be told %s; set agent.url to the address peers use", self.url)
@@ -161,35 +189,25 @@ class Daemon:
                         "it beyond this machine", cfg.a2a.bind_address)
         log.info("butler %s listening on %s", cfg.agent.id, self.url)
         if cfg.metrics.enabled and cfg.metrics.listen:
-            runner = await serve_metrics(self.metrics, cfg.metrics.listen)
-            self._aclosers.append(runner.cleanup)
+            stack.push_async_callback((await serve_metrics(self.metrics, cfg.metrics.listen))
+                                      .cleanup)
+        stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
 
-    async def stop(self) -> None:
-        grace = self.config.limits.shutdown_grace_seconds
-        for task in self._tasks:
-            task.cancel()
-        await self.registry_link.stop()
-        for aclose in reversed(self._aclosers):
-            await aclose()
-        if self._server is not None:
-            self._server.close()
-        if self._runner is not None:
-            if self._runner.server is not None:
-                # Idle keep-alive connections close now; busy ones after their response.
-                self._runner.server.pre_shutdown()
-            await self._runner.shutdown()
-        await self.engine.stop(grace)
-        if self.push is not None:
-            await self.push.aclose()
-        if self.engine.delegator is not None:
-            await self.engine.delegator.aclose()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        await self.engine.store.close()
-        for close in reversed(self._closers):
-            close()
-        self.incidents.close()
+
+async def _stop_serving(server: asyncio.Server, runner: web.AppRunner) -> None:
+    """No new connections; idle keep-alive ones close now, busy ones after their
+    response (for up to the runner's shutdown timeout)."""
+    server.close()
+    if runner.server is not None:
+        runner.server.pre_shutdown()
+    await runner.shutdown()
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _purge_workspace(workspace: SqliteWorkspace) -> None:

@@ -178,5 +178,9 @@ async def serve_metrics(metrics: ButlerMetrics, listen: str) -> web.AppRunner:
     app.add_routes([metrics_route(metrics)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host.strip("[]"), int(port)).start()
+    try:
+        await web.TCPSite(runner, host.strip("[]"), int(port)).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner

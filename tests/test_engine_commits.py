@@ -233,6 +233,6 @@ async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
         assert [state for _, state in writes(tmp_path)] == ["working", "completed"]
         finished = [f["decision"] for kind, f in audit.records if kind == "task_finished"]
         assert finished == ["completed"]
-        assert engine._settle_waiters == {}  # nobody is left waiting for it
+        assert engine._settlements.waiting == 0  # nobody is left waiting for it
     finally:
         await engine.stop(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from butler.engine.transitions import Started
 from internal.protocol.a2a.model import TaskState
 from tests.support import (
     ECHO,
@@ -175,6 +176,6 @@ async def test_terminal_states_never_change(swarm: Swarm) -> None:
         status, body = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
         assert status == 409 and body["error"]["code"] == "task_not_cancelable"
         # The engine itself refuses to move a terminal task.
-        assert await home.daemon.engine.update(task["id"], state=TaskState.WORKING) is None
+        assert await home.daemon.engine.apply(task["id"], Started("again")) is None
         _, again = await call(home, "GET", f"/v2/tasks/{task['id']}")
         assert again == task

@@ -29,6 +29,7 @@ from butler.audit.record import (
     canonical,
     decode_text,
 )
+from internal.protocol.a2a.model import SetupError
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
 
@@ -70,8 +71,11 @@ _SCHEMA: Final = (
 )
 
 
-class AuditError(Exception):
+class AuditError(SetupError):
     """The stored log is malformed (tampered with), so it cannot be read or extended."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("audit_log_damaged", message)
 
 
 @dataclass(frozen=True, slots=True)

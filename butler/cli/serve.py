@@ -15,6 +15,7 @@ from butler.heap import settle_heap
 from butler.logs import setup_logging
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
+from internal.protocol.a2a.model import SetupError
 
 log = logging.getLogger("butler")
 
@@ -91,6 +92,12 @@ def _serve(args: argparse.Namespace) -> int:
     return asyncio.run(run_daemon(config))
 
 
+def _cannot_start(what: str) -> int:
+    """One line on stderr, exit code 2: the same for every start-up failure."""
+    print(f"butler: cannot start: {what}", file=sys.stderr, flush=True)
+    return 2
+
+
 async def run_daemon(config: Config) -> int:
     from butler.daemon import Daemon
     from butler.delegation.wiring import make_delegator
@@ -105,12 +112,11 @@ async def run_daemon(config: Config) -> int:
     try:
         await daemon.start()
     except PluginError as exc:
-        log.error("%s: skills: %s", config.source, exc)
-        return 2
-    except (OSError, sqlite3.Error) as exc:
-        # Binding, or creating data_dir and its databases: the message names which.
-        log.error("cannot start: %s", exc)
-        return 1
+        return _cannot_start(f"{config.source}: skills: {exc}")
+    except (SetupError, OSError, sqlite3.Error) as exc:
+        # The data folder (in use, unwritable), a database in it, or the port: the
+        # message names which. Whatever had started is stopped again by now.
+        return _cannot_start(str(exc))
     settle_heap()
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
     await stop.wait()

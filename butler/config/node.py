@@ -12,14 +12,16 @@ from typing import Any, NoReturn
 
 import yaml
 
+from internal.protocol.a2a.model import SetupError
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-class ConfigError(Exception):
+class ConfigError(SetupError):
     """One line naming the file, the key path and what is wrong."""
 
     def __init__(self, file: str, path: str, problem: str) -> None:
-        super().__init__(f"{file}: {path or '<root>'}: {problem}")
+        super().__init__("invalid_config", f"{file}: {path or '<root>'}: {problem}")
         self.file = file
         self.path = path
         self.problem = problem

@@ -44,7 +44,10 @@ class RegistryLink:
             await self.announcer.start()
 
     async def stop(self) -> None:
+        """Stop announcing (deregister); discovery keeps working until ``close``."""
         if self.announcer is not None:
             await self.announcer.stop()
+
+    async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

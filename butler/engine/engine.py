@@ -1,8 +1,9 @@
 """The task engine: every binding's requests end here.
 
-Admission (swarm policy) -> skill or peer chosen -> task committed -> run -> events.
-State changes are checked and applied synchronously, then persisted, so a terminal
-task can never change again (a result that arrives after a cancel is discarded).
+The swarm decision (admission and plan, ``butler.swarm.decision``) -> task committed ->
+run -> events. Every change goes through the pure ``transitions.apply``, synchronously,
+then is persisted and published, so a terminal task can never change again (a result
+that arrives after a cancel is discarded).
 """
 
 from __future__ import annotations
@@ -12,18 +13,29 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
 from butler.engine.clock import iso_before, now_iso
 from butler.engine.events import EventHub
 from butler.engine.run import Delegator, RunDeps, TaskRun
+from butler.engine.settle import Settlements
 from butler.engine.store import TaskStore
+from butler.engine.transitions import (
+    ArtifactAdded,
+    Canceled,
+    Event,
+    InputReceived,
+    Started,
+    apply,
+    failed,
+    interrupted,
+)
 from butler.ids import IDS
 from butler.logs import TRACE_ID
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
+from butler.swarm.admission import Admitted, SwarmPolicy
+from butler.swarm.decision import NoPlan, RunSkill, SwarmDecision
 from butler.telemetry import trace_of
 from internal.protocol.a2a.model import (
     AuthError,
@@ -35,7 +47,6 @@ from internal.protocol.a2a.model import (
     StateConflict,
     StatusEntry,
     Task,
-    TaskError,
     TaskEvent,
     TaskPage,
     TaskRequest,
@@ -61,7 +72,7 @@ class TaskEngine:
         self.deps = deps
         self.store = store
         self.catalog = catalog
-        self.policy = policy
+        self.swarm = SwarmDecision(policy, catalog)
         self.delegator = delegator
         self.hub = EventHub()
         self._retention = retention_hours * 3600
@@ -69,8 +80,7 @@ class TaskEngine:
         self._live: dict[str, Task] = {}
         self._runs: dict[str, TaskRun] = {}
         self._claims: dict[str, asyncio.Event] = {}
-        # Blocking callers, woken once their task is committed terminal or interrupted.
-        self._settle_waiters: dict[str, list[asyncio.Future[Task]]] = {}
+        self._settlements = Settlements()
         self._purger: asyncio.Task[None] | None = None
         # Called with the ids of purged tasks, so what belongs to them goes too.
         self.purge_listeners: list[Callable[[list[str]], Awaitable[None]]] = []
@@ -80,23 +90,25 @@ class TaskEngine:
     async def start(self) -> int:
         """Fail what a crash left unfinished; returns how many tasks that was."""
         stale = await self.store.open_tasks()
+        why = "the daemon restarted while this task was running"
         for task in stale:
-            await self.store.put(_finish(task, TaskState.FAILED, "interrupted_by_restart",
-                                         "the daemon restarted while this task was running"))
+            await self.store.put(interrupted(task, "interrupted_by_restart", why, now_iso()))
         if stale:
             log.warning("marked %d interrupted task(s) failed after restart", len(stale))
         self._purger = asyncio.create_task(self._purge_loop())
         return len(stale)
 
     async def stop(self, grace: float) -> None:
-        if self._purger is not None:
-            self._purger.cancel()
+        purger, self._purger = self._purger, None
+        if purger is not None:
+            purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await purger
         await self._until_idle(grace)
         left = list(self._runs.values())
         why = "the daemon shut down before this task finished"
         for run in left:
-            await self.update(run.task_id, state=TaskState.FAILED, message=why,
-                              error=TaskError("interrupted_by_shutdown", why))
+            await self.apply(run.task_id, failed("interrupted_by_shutdown", why))
             run.cancel()
         pending = [r.handle for r in left if r.handle is not None]
         if pending:
@@ -125,12 +137,14 @@ class TaskEngine:
 
     async def _purge_loop(self) -> None:
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 purged = await self.store.purge_terminal(iso_before(self._retention))
                 if purged:
                     log.info("purged %d terminal task(s) past retention", len(purged))
                     for listener in self.purge_listeners:
                         await listener(purged)
+            except Exception:
+                log.exception("purging terminal tasks failed; trying again later")
             await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
 
     # -- requests ----------------------------------------------------------------
@@ -141,7 +155,7 @@ class TaskEngine:
         else:
             task, settled = await self._create_once(request.id, caller, request, envelope)
         if settled is not None:
-            return await self._until(task.id, settled)
+            return await self._settlements.until(task.id, settled)
         return await self._settled(task, request.blocking)
 
     async def _create_once(self, task_id: str, caller: Identity, request: TaskRequest,
@@ -179,16 +193,7 @@ class TaskEngine:
         trace_id, incoming = trace_of(envelope)
         TRACE_ID.set(trace_id)
         try:
-            admitted = self.policy.admit(envelope, caller)
-            skill = self._choose_skill(caller, request)
-            # A task with a skill starts running right after its commit: it is recorded
-            # as working in that first write, not as "submitted" and then "working".
-            task = self._new_task(caller, request, admitted, trace_id, skill)
-            if skill is None:
-                task = await self._plan_delegation(task, request, admitted)
-            else:
-                require_affordable(skill.config.cost_usd, admitted.budget_usd,
-                                   f"skill {skill.id}")
+            decision = await self.swarm.decide(caller, envelope, request, self.delegator)
         except (Refusal, AuthError) as err:
             # Every refusal, whichever check made it, is recorded once, here.
             self.deps.audit("refusal", caller=caller.name, task_id=request.id,
@@ -196,20 +201,31 @@ class TaskEngine:
                             budget_after=envelope.budget_usd, decision="refused",
                             code=err.code, trace_id=trace_id)
             raise
+        admitted, plan = decision.admitted, decision.plan
+        task = self._new_task(caller, request, admitted, trace_id)
+        skill = plan.skill if isinstance(plan, RunSkill) else None
+        if isinstance(plan, NoPlan):
+            task = interrupted(task, plan.code, plan.message, now_iso())
+        else:
+            # It runs right after its commit: recorded as working in that first write,
+            # not as "submitted" and then "working".
+            task = replace(apply(task, Started(), task.updated_at),
+                           skill=skill.id if skill else DELEGATE_SKILL)
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
         if task.state.terminal:
             await self.store.put(task)
             return task, None
-        run = TaskRun(self, task, skill, admitted, caller, self._timeout(skill, request), incoming)
+        run = TaskRun(self, self.deps, task, skill, admitted, caller,
+                      self._timeout(skill, request), incoming, self.delegator)
         if not request.blocking or request.id is not None:
             # Committed first: a stream that follows the task sees every change it makes,
             # and a task with the caller's own id runs at most once, even across a crash.
             await self.store.put(task)
             self._start(run)
             return task, None
-        settled = self._watch(task.id)
+        settled = self._settlements.watch(task.id)
         self._start(run)
         try:
             await self.store.put(task, FIRST_WRITE_DEFER_SECONDS)
@@ -217,7 +233,7 @@ class TaskEngine:
             self._abandon(run, settled)
             raise
         except BaseException:  # the caller went away: its task goes on without it
-            self._unwatch(task.id, settled)
+            self._settlements.unwatch(task.id, settled)
             raise
         return task, settled
 
@@ -229,46 +245,15 @@ class TaskEngine:
     def _abandon(self, run: TaskRun, settled: asyncio.Future[Task] | None) -> None:
         """The first commit failed: the task was never acknowledged, so its run stops."""
         if settled is not None:
-            self._unwatch(run.task_id, settled)
+            self._settlements.unwatch(run.task_id, settled)
         task = self._live.get(run.task_id)
         if task is not None and not task.state.terminal:
             why = "the task could not be stored"
-            self._finalise(_finish(task, TaskState.FAILED, "store_unavailable", why))
+            self._finalise(interrupted(task, "store_unavailable", why, now_iso()))
         run.cancel()
 
-    def _choose_skill(self, caller: Identity, request: TaskRequest) -> Skill | None:
-        named = self.catalog.find(request.skill) if request.skill is not None else None
-        if named is not None and named.exposed and not named.visible_to(caller):
-            # Exposed, but for another tier: the token is known, the ask is not allowed.
-            raise AuthError("forbidden", f"skill {named.id!r} needs tier {named.config.tier!r}")
-        if request.skill is None and not request.capabilities_needed:
-            return self.catalog.default_skill(caller)
-        return self.catalog.select(caller, skill_id=request.skill,
-                                   capabilities=request.capabilities_needed)
-
-    async def _plan_delegation(self, task: Task, request: TaskRequest,
-                               admitted: Admitted) -> Task:
-        """No local skill fits: delegate, or end the task saying why not."""
-        if request.skill is not None and not request.capabilities_needed:
-            # Unexposed and reserved skills look the same as missing ones.
-            return _finish(task, TaskState.FAILED, "unknown_skill",
-                           f"no skill {request.skill!r} here")
-        caps = request.capabilities_needed
-        if not caps or self.delegator is None:
-            return _finish(task, TaskState.FAILED, "no_capable_skill",
-                           "no exposed skill here provides what this task needs")
-        price = await self.delegator.cheapest(caps, admitted.chain + (self.policy.agent_id,))
-        if price is None:
-            return _finish(task, TaskState.FAILED, "no_capable_skill",
-                           f"neither this agent nor any known peer provides {', '.join(caps)}")
-        require_affordable(price, admitted.budget_usd, f"delegating {', '.join(caps)}")
-        if not self.policy.can_delegate(admitted.chain):
-            raise Refusal("depth_exceeded",
-                          f"delegating would exceed max_depth {self.policy.max_depth}")
-        return _working(replace(task, skill=DELEGATE_SKILL))
-
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
-                  trace_id: str, skill: Skill | None) -> Task:
+                  trace_id: str) -> Task:
         now = now_iso()
         task_id = request.id or IDS.ordered128()
         context_id = request.context_id or IDS.ordered128()
@@ -279,13 +264,11 @@ class TaskEngine:
             messages=() if message is None else (
                 replace(message, task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
-            state=TaskState.SUBMITTED if skill is None else TaskState.WORKING,
+            state=TaskState.SUBMITTED,
             request=request,
             created_at=now,
             updated_at=now,
-            skill=skill.id if skill else "",
-            history=(StatusEntry(TaskState.SUBMITTED, now),) if skill is None else (
-                StatusEntry(TaskState.SUBMITTED, now), StatusEntry(TaskState.WORKING, now)),
+            history=(StatusEntry(TaskState.SUBMITTED, now),),
             budget=Budget(admitted.budget_usd),
             chain=admitted.chain,
             trace_id=trace_id,
@@ -309,27 +292,7 @@ class TaskEngine:
             raise RequestError("task_not_found", f"no task {task_id}")
         if current.state.terminal or current.state.interrupted:
             return current
-        return await self._until(task_id, self._watch(task_id))
-
-    def _watch(self, task_id: str) -> asyncio.Future[Task]:
-        """A future resolved with the task once it is committed terminal or interrupted."""
-        waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
-        self._settle_waiters.setdefault(task_id, []).append(waiter)
-        return waiter
-
-    def _unwatch(self, task_id: str, waiter: asyncio.Future[Task]) -> None:
-        waiters = self._settle_waiters.get(task_id)
-        if waiters is not None and waiter in waiters:
-            waiters.remove(waiter)
-            if not waiters:
-                del self._settle_waiters[task_id]
-
-    async def _until(self, task_id: str, waiter: asyncio.Future[Task]) -> Task:
-        try:
-            return await waiter
-        finally:
-            if not waiter.done():
-                self._unwatch(task_id, waiter)
+        return await self._settlements.until(task_id, self._settlements.watch(task_id))
 
     async def get(self, caller: Identity, task_id: str) -> Task:
         task = self._live.get(task_id) or await self.store.get(task_id)
@@ -347,13 +310,11 @@ class TaskEngine:
 
     async def cancel(self, caller: Identity, task_id: str) -> Task:
         task = await self.get(caller, task_id)
-        if task.state.terminal:
-            raise StateConflict("task_not_cancelable",
-                                f"task {task_id} is already {task.state.value}")
-        # Taken before the update: a terminal update drops the run from ``_runs``.
+        event = Canceled(caller.name)
+        apply(task, event, task.updated_at)  # an ended task: the transition refuses
+        # Taken before the change: a terminal change drops the run from ``_runs``.
         run = self._runs.get(task_id)
-        updated = await self.update(task_id, state=TaskState.CANCELED,
-                                    message=f"canceled by {caller.name}")
+        updated = await self.apply(task_id, event)
         if run is not None:
             run.cancel()
         return updated or await self.get(caller, task_id)
@@ -361,20 +322,16 @@ class TaskEngine:
     async def answer(self, caller: Identity, task_id: str, reply: TaskRequest) -> Task:
         """A follow-up message resuming a task that waits in ``input-required``."""
         followup = FollowUp(text=reply.text, input=dict(reply.input), parts=reply.parts)
-        blocking = reply.blocking
         task = await self.get(caller, task_id)
+        event = InputReceived(reply.message)
+        apply(task, event, task.updated_at)  # ended, or not waiting: the transition refuses
         run = self._runs.get(task_id)
-        if task.state.terminal:
-            raise StateConflict("task_terminal", f"task {task_id} is {task.state.value}")
-        if task.state is not TaskState.INPUT_REQUIRED or run is None:
+        if run is None:
             raise StateConflict("task_not_waiting",
                                 f"task {task_id} is {task.state.value}, not waiting for input")
-        changes = {} if reply.message is None else {"messages": task.messages + (replace(
-            reply.message, task_id=task_id, context_id=task.context_id, at=now_iso()),)}
-        updated = await self.update(task_id, state=TaskState.WORKING, message="input received",
-                                    **changes)
+        updated = await self.apply(task_id, event)
         run.answer(followup)
-        return await self._settled(updated or task, blocking)
+        return await self._settled(updated or task, reply.blocking)
 
     async def events(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
         """The task now, then each change, ending after a terminal state."""
@@ -397,39 +354,35 @@ class TaskEngine:
                 if event.final:
                     return
 
-    # -- state changes (called by runs) -------------------------------------------
+    # -- state changes (``RunEngine``: called by runs) ----------------------------
 
-    async def update(self, task_id: str, *, state: TaskState | None = None,
-                     message: str | None = None, **changes: Any) -> Task | None:
-        """Apply a change unless the task is already terminal; persist; publish."""
+    async def apply(self, task_id: str, event: Event) -> Task | None:
+        """Apply ``event`` to the live task (``transitions.apply``), persist, publish.
+        None when the task has ended already: whatever arrives after that is dropped."""
         current = self._live.get(task_id)
-        if current is None or current.state.terminal:
+        if current is None:
             return None
-        if not changes and message is None and state in (None, current.state):
+        try:
+            task = apply(current, event, now_iso())
+        except StateConflict:
+            return None
+        if task is current:
             return current  # nothing to record
-        now = now_iso()
-        new_state = current.state if state is None else state
-        if new_state is not current.state or message is not None:
-            changes["history"] = current.history + (StatusEntry(new_state, now, message or ""),)
-            # A new state without a message clears the old one, as its history entry does.
-            changes["status_message"] = message or ""
-        task = replace(current, updated_at=now, state=new_state, **changes)
         self._live[task_id] = task
+        if isinstance(event, ArtifactAdded):
+            await self.store.put(task)
+            self.hub.publish(TaskEvent(task, "artifact", event.artifact))
+            return task
         if task.state.terminal:
             self._finalise(task)
         try:
             await self.store.put(task)
         except Exception as exc:
-            # Whoever waits for this task gets the failure, instead of waiting forever.
-            for waiter in self._settle_waiters.pop(task_id, ()):
-                if not waiter.done():
-                    waiter.set_exception(exc)
+            self._settlements.failed(task_id, exc)
             raise
         self.hub.publish(TaskEvent(task, "status"))
         if task.state.terminal or task.state.interrupted:
-            for waiter in self._settle_waiters.pop(task_id, ()):
-                if not waiter.done():
-                    waiter.set_result(task)
+            self._settlements.settled(task)
         return task
 
     def _finalise(self, task: Task) -> None:
@@ -442,28 +395,6 @@ class TaskEngine:
                         decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=task.trace_id)
 
-    async def publish_artifact(self, task_id: str, artifact: Any) -> None:
-        current = self._live.get(task_id)
-        if current is None or current.state.terminal:
-            return
-        task = replace(current, artifacts=current.artifacts + (artifact,), updated_at=now_iso())
-        self._live[task_id] = task
-        await self.store.put(task)
-        self.hub.publish(TaskEvent(task, "artifact", artifact))
-
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
 
-
-def _working(task: Task) -> Task:
-    return replace(task, state=TaskState.WORKING,
-                   history=(*task.history, StatusEntry(TaskState.WORKING, task.updated_at)))
-
-
-def _finish(task: Task, state: TaskState, code: str, message: str) -> Task:
-    now = now_iso()
-    return replace(
-        task, state=state, updated_at=now, error=TaskError(code, message),
-        status_message=message, history=task.history + (StatusEntry(state, now, message),),
-        budget=task.budget or Budget(Decimal("0")),
-    )

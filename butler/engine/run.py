@@ -7,15 +7,23 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from butler.engine.transitions import (
+    ArtifactAdded,
+    Event,
+    Finished,
+    InputRequested,
+    Started,
+    failed,
+)
 from butler.logs import TRACE_ID
 from butler.skills.base import (
     DelegationError,
@@ -27,6 +35,7 @@ from butler.skills.base import (
     SkillResult,
     to_result,
 )
+from butler.skills.catalog import Skill
 from butler.swarm.admission import Admitted
 from butler.swarm.ledger import BudgetLedger
 from butler.telemetry import Incoming, remote_parent
@@ -37,14 +46,9 @@ from internal.protocol.a2a.model import (
     CostNode,
     Identity,
     Task,
-    TaskError,
     TaskRequest,
     TaskState,
 )
-
-if TYPE_CHECKING:
-    from butler.engine.engine import TaskEngine
-    from butler.skills.catalog import Skill
 
 log = logging.getLogger("butler.engine")
 
@@ -59,6 +63,16 @@ class Delegator(Protocol):
     ) -> DelegationResult: ...
 
     async def aclose(self) -> None: ...
+
+
+class RunEngine(Protocol):
+    """What a run needs from the engine that started it (``TaskEngine``)."""
+
+    async def apply(self, task_id: str, event: Event) -> Task | None:
+        """Apply ``event`` to the live task, persist and publish it; None if the task has
+        ended already (the event is dropped)."""
+
+    def live(self, task_id: str) -> Task | None: ...
 
 
 class Workspace(Protocol):
@@ -96,10 +110,13 @@ class RunDeps:
 
 
 class TaskRun:
-    def __init__(self, engine: TaskEngine, task: Task, skill: Skill | None, admitted: Admitted,
-                 caller: Identity, timeout: float, incoming: Incoming | None) -> None:
+    def __init__(self, engine: RunEngine, deps: RunDeps, task: Task, skill: Skill | None,
+                 admitted: Admitted, caller: Identity, timeout: float,
+                 incoming: Incoming | None, delegator: Delegator | None) -> None:
         self.engine = engine
-        self.deps = engine.deps
+        self.deps = deps
+        self.delegator = delegator
+        self.may_delegate = admitted.may_delegate
         self.task_id = task.id
         self.task = task
         self.skill = skill
@@ -152,43 +169,38 @@ class TaskRun:
         return self._parent
 
     async def _finish(self, started: float) -> TaskState:
-        state, changes = await self._outcome()
+        outcome = await self._outcome()
         node = CostNode(
             agent=self.deps.agent_id, skill=self.task.skill, cost_usd=self._charged,
-            duration_ms=int((time.monotonic() - started) * 1000), status=state.value,
+            duration_ms=int((time.monotonic() - started) * 1000), status=outcome.state.value,
             children=tuple(self.children),
         )
         try:
-            await self.engine.update(
-                self.task_id, state=state, budget=Budget(self.ledger.start, self.ledger.spent),
-                cost=node, **changes,
-            )
+            await self.engine.apply(self.task_id, replace(
+                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node))
         except Exception:
-            # Whoever waits for the task got the error (``TaskEngine.update``).
+            # Whoever waits for the task got the error (``TaskEngine.apply``).
             log.exception("could not store the outcome of task %s", self.task_id)
-        return state
+        return outcome.state
 
-    async def _outcome(self) -> tuple[TaskState, dict[str, Any]]:
-        await self.engine.update(self.task_id, state=TaskState.WORKING)
+    async def _outcome(self) -> Finished:
+        await self.engine.apply(self.task_id, Started())
         try:
             async with asyncio.timeout(self.timeout):
                 result = await (self._run_skill() if self.skill else self._run_delegation())
         except asyncio.CancelledError:
-            return TaskState.CANCELED, {}
+            return Finished(TaskState.CANCELED)
         except TimeoutError:
-            return _failed("task_timeout", f"task did not finish within {self.timeout:g}s")
+            return failed("task_timeout", f"task did not finish within {self.timeout:g}s")
         except SkillRejected as exc:
-            return TaskState.REJECTED, {"message": str(exc),
-                                        "error": TaskError("rejected", str(exc))}
-        except SkillFailed as exc:
-            return _failed(exc.code, exc.message)
-        except ButlerError as exc:
-            return _failed(exc.code, exc.message)
+            return failed("rejected", exc.message, TaskState.REJECTED)
+        except ButlerError as exc:  # SkillFailed, or a refusal a skill let through
+            return failed(exc.code, exc.message)
         except Exception as exc:
             log.exception("skill %s raised on task %s", self.task.skill, self.task_id)
-            return _failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
-        return TaskState.COMPLETED, {"parts": result.parts,
-                                     "artifacts": self._artifacts() + result.artifacts}
+            return failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
+        return Finished(TaskState.COMPLETED, parts=result.parts,
+                        artifacts=self._artifacts() + result.artifacts)
 
     def _artifacts(self) -> tuple[Artifact, ...]:
         live = self.engine.live(self.task_id)
@@ -229,14 +241,14 @@ class TaskRun:
     # -- Host: what SkillContext calls ---------------------------------------------
 
     async def progress(self, message: str) -> None:
-        await self.engine.update(self.task_id, state=TaskState.WORKING, message=message)
+        await self.engine.apply(self.task_id, Started(message))
 
     async def artifact(self, artifact: Artifact) -> None:
-        await self.engine.publish_artifact(self.task_id, artifact)
+        await self.engine.apply(self.task_id, ArtifactAdded(artifact))
 
     async def request_input(self, prompt: str) -> FollowUp:
         self._waiter = asyncio.get_running_loop().create_future()
-        await self.engine.update(self.task_id, state=TaskState.INPUT_REQUIRED, message=prompt)
+        await self.engine.apply(self.task_id, InputRequested(prompt))
         try:
             return await self._waiter
         finally:
@@ -247,13 +259,13 @@ class TaskRun:
 
     async def delegate(self, *, capabilities: Sequence[str], task: str,
                        input: dict[str, Any] | None, peer: str | None) -> DelegationResult:
-        delegator = self.engine.delegator
+        delegator = self.delegator
         if delegator is None:
             raise SkillFailed("no_capable_peer", "this instance has no peers configured")
         if len(self.children) >= self.deps.max_children:
             raise SkillFailed("too_many_delegations",
                               f"a task may delegate at most {self.deps.max_children} times")
-        if not self.engine.policy.can_delegate(self.chain):
+        if not self.may_delegate:
             raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
         if not trace.get_current_span().get_span_context().is_valid:
             # Nothing records spans here, but the outbound call must still carry the
@@ -285,7 +297,3 @@ class TaskRun:
             self.deps.workspace.put(self.task.trace_id, key, value)
         except ValueError as exc:
             raise SkillFailed("workspace_error", str(exc)) from None
-
-
-def _failed(code: str, message: str) -> tuple[TaskState, dict[str, Any]]:
-    return TaskState.FAILED, {"message": message, "error": TaskError(code, message)}

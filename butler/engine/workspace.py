@@ -13,12 +13,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from internal.protocol.a2a.model import TaskFailed
+
 MAX_VALUE_BYTES = 256 * 1024
 MAX_KEYS_PER_TREE = 1000
 
 
-class WorkspaceError(ValueError):
-    pass
+class WorkspaceError(TaskFailed, ValueError):
+    """A skill's workspace write is refused (bad key, value or size); its task may go on."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("workspace_error", message)
 
 
 class SqliteWorkspace:

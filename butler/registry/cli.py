@@ -15,16 +15,19 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import TextIO
 
 from butler.config.node import ConfigError
+from butler.data_folder import hold_data_folder
 from butler.heap import settle_heap
 from butler.registry.client import RegistryClient, RegistryError
 from butler.registry.clock import SystemClock
 from butler.registry.config import RegistryServiceConfig, load_registry_config
 from butler.registry.model import AgentEntry
 from butler.registry.service import start_registry
-from butler.registry.store import open_store
+from butler.registry.store import open_store, store_folder
+from internal.protocol.a2a.model import SetupError
 
 URL_ENV = "BUTLER_REGISTRY_URL"
 BEARER_ENV = "BUTLER_REGISTRY_TOKEN"
@@ -122,35 +125,41 @@ def _serve_command(path: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return asyncio.run(serve(config))
-    except OSError as exc:
-        return _fail(f"cannot serve: {exc}", code=1)
     except KeyboardInterrupt:  # interrupted before the signal handlers were installed
         return 0
 
 
 async def serve(config: RegistryServiceConfig) -> int:
-    """Run until SIGINT or SIGTERM, then shut down cleanly and return 0."""
-    try:
-        store = await open_store(config.store)
-    except Exception as exc:
-        return _fail(f"cannot open store {config.store_display}: {exc}", code=1)
-    try:
-        running = await start_registry(config, store, SystemClock())
-        settle_heap()
+    """Run until SIGINT or SIGTERM, then shut down cleanly and return 0. A start that
+    fails stops what had started, prints one line and returns 2."""
+    async with AsyncExitStack() as stack:
         try:
-            host, port = running.address
-            print(f"butler registry listening on http://{host}:{port} "
-                  f"(store: {config.store_display})", flush=True)
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            await stop.wait()
-            print("butler registry: shutting down", flush=True)
-        finally:
-            await running.close()
-    finally:
-        await store.close()
+            folder = store_folder(config.store)
+            if folder is not None:
+                # Before the store opens: a second registry on it must touch nothing.
+                stack.enter_context(hold_data_folder(folder))
+        except (SetupError, OSError) as exc:
+            return _fail(f"cannot start: {exc}")
+        try:
+            store = await open_store(config.store)
+        except Exception as exc:
+            return _fail(f"cannot start: cannot open store {config.store_display}: {exc}")
+        stack.push_async_callback(store.close)
+        try:
+            running = await start_registry(config, store, SystemClock())
+        except OSError as exc:
+            return _fail(f"cannot start: {exc}")
+        stack.push_async_callback(running.close)
+        settle_heap()
+        host, port = running.address
+        print(f"butler registry listening on http://{host}:{port} "
+              f"(store: {config.store_display})", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("butler registry: shutting down", flush=True)
     return 0
 
 

@@ -11,26 +11,28 @@ import aiohttp
 
 from butler.registry.model import AgentEntry, check_url
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.model import ButlerError
+from internal.protocol.a2a.model import ButlerError, DelegationFailed
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
-class RegistryError(Exception):
-    """A registry call failed. ``status`` is None when no HTTP answer came back."""
+class RegistryError(DelegationFailed):
+    """A registry call failed, with the registry's code or one of ours (``unreachable``,
+    ``bad_response``). ``http_status`` is None when no HTTP answer came back."""
+
+    fallback_code = "registry_error"
 
     def __init__(
         self, message: str, *, status: int | None, code: str, retry_after: float | None = None
     ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.retry_after = retry_after
+        super().__init__(code, message, retry_after=retry_after)
+        self.http_status = status
 
     @property
     def retryable(self) -> bool:
         """Worth trying again later: unreachable, overloaded or rate-limited."""
-        return self.status is None or self.status >= 500 or self.status in (408, 429)
+        status = self.http_status
+        return status is None or status >= 500 or status in (408, 429)
 
 
 class RegistryClient:

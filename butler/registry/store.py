@@ -93,6 +93,12 @@ async def open_store(url: str) -> RegistryStore:
     raise ValueError(f"unsupported store URL scheme in {redact_url(url)!r}")
 
 
+def store_folder(url: str) -> Path | None:
+    """The folder a ``sqlite:PATH`` store lives in (one registry process holds it);
+    None for Redis, which several replicas share by design."""
+    return Path(url.removeprefix("sqlite:")).parent if url.startswith("sqlite:") else None
+
+
 def redact_url(url: str) -> str:
     """A store URL fit for logs: any credentials replaced."""
     scheme, sep, rest = url.partition("://")

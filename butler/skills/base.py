@@ -7,16 +7,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
-from internal.protocol.a2a.model import Artifact, CostNode, Part
+from internal.protocol.a2a.model import Artifact, CostNode, Part, TaskFailed
 
 
-class SkillFailed(Exception):
+class SkillFailed(TaskFailed):
     """Raise from a skill to fail its task with a machine-readable code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class DelegationError(SkillFailed):
@@ -25,8 +20,11 @@ class DelegationError(SkillFailed):
     task with the same code."""
 
 
-class SkillRejected(Exception):
+class SkillRejected(TaskFailed):
     """The skill will not do this task (state ``rejected``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("rejected", reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,10 +6,14 @@ import importlib
 import inspect
 
 from butler.skills.base import SkillFunction
+from internal.protocol.a2a.model import SetupError
 
 
-class PluginError(Exception):
-    pass
+class PluginError(SetupError):
+    """A skill's ``python`` entry point cannot be used; the message says why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_plugin", message)
 
 
 def load_plugin(ref: str) -> SkillFunction:

@@ -14,6 +14,7 @@ class Admitted:
 
     chain: tuple[str, ...]
     budget_usd: Decimal
+    may_delegate: bool  # the next hop (chain + us) is within max_depth
 
     @property
     def depth(self) -> int:
@@ -52,7 +53,7 @@ class SwarmPolicy:
             )
         claimed = envelope.budget_usd
         budget = self.budget_cap_usd if claimed is None else min(claimed, self.budget_cap_usd)
-        return Admitted(chain=chain, budget_usd=budget)
+        return Admitted(chain=chain, budget_usd=budget, may_delegate=self.can_delegate(chain))
 
     def can_delegate(self, chain: tuple[str, ...]) -> bool:
         """Whether the next hop (chain + us) is within depth: we never send a doomed hop."""

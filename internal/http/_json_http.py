@@ -12,7 +12,13 @@ from aiohttp.http_exceptions import LineTooLong
 
 from internal.http._incidents import SLOW_BODY, report
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.model import ButlerError, Identity, RequestError, Unavailable
+from internal.protocol.a2a.model import (
+    ButlerError,
+    Identity,
+    RequestError,
+    Unavailable,
+    code_for_http_status,
+)
 
 log = logging.getLogger("butler.http")
 
@@ -24,17 +30,6 @@ IDENTITY = web.RequestKey("butler.identity", Identity)
 # renderer; it answers for the requests it owns and returns None for the rest.
 ErrorRenderer = Callable[[web.Request, ButlerError], "web.Response | None"]
 ERROR_RENDERERS = web.AppKey("butler.error_renderers", list[ErrorRenderer])
-
-_HTTP_CODES = {
-    400: "invalid_request",
-    404: "not_found",
-    405: "method_not_allowed",
-    408: "request_timeout",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    431: "header_too_large",
-}
-
 
 def json_response(
     data: Any, *, status: int = 200, headers: dict[str, str] | None = None
@@ -81,7 +76,8 @@ def protocol_error(status: int, exc: BaseException | None) -> ButlerError:
         return Unavailable("internal_error", "internal error")
     if isinstance(exc, LineTooLong) or status == 431:
         return RequestError("header_too_large", "request line or header too large")
-    return RequestError(_HTTP_CODES.get(status, "invalid_request"), "malformed HTTP request")
+    return RequestError(code_for_http_status(status) or "invalid_request",
+                        "malformed HTTP request")
 
 
 def identity_of(request: web.Request) -> Identity:
@@ -101,7 +97,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = _HTTP_CODES.get(exc.status, "invalid_request" if exc.status < 500 else "overloaded")
+        code = code_for_http_status(exc.status) or (
+            "invalid_request" if exc.status < 500 else "overloaded")
         message = "request body too large" if exc.status == 413 else exc.reason
         mapped = RequestError(code, message) if exc.status < 500 else Unavailable(code, message)
         return render_error(request, mapped)

@@ -92,12 +92,12 @@ async def test_client_round_trip_and_typed_errors(
     async with RegistryClient(registry.url, TOKENS["bob"]) as bob:
         with pytest.raises(RegistryError) as info:
             await bob.deregister("office")
-        assert (info.value.status, info.value.code) == (403, "name_owned")
+        assert (info.value.http_status, info.value.code) == (403, "name_owned")
         assert not info.value.retryable
     async with RegistryClient(registry.url, "not-a-token") as nobody:
         with pytest.raises(RegistryError) as info:
             await nobody.find()
-        assert info.value.status == 401
+        assert info.value.http_status == 401
         assert "not-a-token" not in str(info.value)
     await client.deregister("office")
     with pytest.raises(RegistryError) as info:
@@ -116,7 +116,7 @@ async def test_unreachable_registry_is_a_retryable_error() -> None:
     async with RegistryClient(f"http://127.0.0.1:{free_port()}", "tok", timeout=2) as c:
         with pytest.raises(RegistryError) as info:
             await c.find()
-    assert info.value.status is None and info.value.retryable
+    assert info.value.http_status is None and info.value.retryable
 
 
 async def test_registers_refreshes_and_deregisters(

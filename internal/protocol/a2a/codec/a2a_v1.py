@@ -15,7 +15,6 @@ from internal.protocol.a2a.codec import butler_v2, exact_json, proto3
 from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import (
     DEFAULT_PAGE_SIZE,
-    ERROR_TABLE,
     MAX_PAGE_SIZE,
     Artifact,
     ButlerError,
@@ -320,7 +319,7 @@ def encode_push_config(config: PushConfig) -> dict[str, Any]:
 
 def encode_error_info(err: ButlerError) -> dict[str, Any]:
     """The ``google.rpc.ErrorInfo`` detail of an error; metadata values are strings."""
-    reason, domain = ERROR_TABLE[err.code].error_info(err.code)
+    reason, domain = err.spec.error_info(err.code)
     meta = {k: v if isinstance(v, str) else exact_json.dumps(v) for k, v in err.details.items()}
     meta["code"] = err.code
     return {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": domain, "metadata": meta}

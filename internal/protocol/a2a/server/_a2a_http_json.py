@@ -30,23 +30,10 @@ from internal.protocol.a2a.server._operations import A2AOperations, envelope_of
 log = logging.getLogger("butler.a2a")
 MEDIA_TYPE = "application/json"  # A2A 11.1; requests may also say application/a2a+json
 _PREFIXES = ("/message:", "/tasks", "/extendedAgentCard")
-# google.rpc.Code names: per error where the A2A specification names one, else by status.
-_RPC_STATUS = {
-    "task_not_cancelable": "FAILED_PRECONDITION", "unsupported_operation": "UNIMPLEMENTED",
-    "push_notification_not_supported": "UNIMPLEMENTED",
-    "version_not_supported": "UNIMPLEMENTED", "invalid_agent_response": "INTERNAL",
-}
-_BY_HTTP = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 402: "FAILED_PRECONDITION",
-            403: "PERMISSION_DENIED", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
-            408: "DEADLINE_EXCEEDED", 409: "FAILED_PRECONDITION", 413: "INVALID_ARGUMENT",
-            415: "INVALID_ARGUMENT", 422: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED",
-            500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
-
-
 def error_body(err: ButlerError) -> dict[str, Any]:
     return {"error": {
         "code": err.status,
-        "status": _RPC_STATUS.get(err.code) or _BY_HTTP.get(err.status, "UNKNOWN"),
+        "status": err.spec.grpc,
         "message": err.message,
         "details": [a2a_v1.encode_error_info(err)],
     }}
