@@ -2,6 +2,7 @@
 
     ButlerError
      ├── RequestError      the request is wrong: fix it, never retry        (4xx)
+     │    └── OutboundRefused  the outbound guard will not call this URL
      ├── AuthError         who you are, or what you may do                  (401, 403)
      ├── Refusal           swarm safety said no: never retry                (402, 409, 422)
      ├── StateConflict     the task is not in a state that allows this      (409)
@@ -71,12 +72,14 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "rate_limited": ErrorSpec(429, -31429, "unavailable"),
     "overloaded": ErrorSpec(503, -31503, "unavailable"),
     "request_timeout": ErrorSpec(408, -32600, "request"),
+    "outbound_refused": ErrorSpec(400, -32602, "request"),
     "internal_error": ErrorSpec(500, -32603, "unavailable", "INTERNAL_ERROR"),
     "peer_unreachable": ErrorSpec(502, -32603, "delegation"),
     "peer_timeout": ErrorSpec(504, -32603, "delegation"),
     "peer_error": ErrorSpec(502, -32603, "delegation"),
     "peer_tls_error": ErrorSpec(502, -32603, "delegation"),
     "peer_refused": ErrorSpec(502, -32603, "delegation"),
+    "peer_address_refused": ErrorSpec(502, -32603, "delegation"),
     "no_capable_peer": ErrorSpec(502, -32603, "delegation"),
     "invalid_agent_response": ErrorSpec(502, -32006, "delegation", "INVALID_AGENT_RESPONSE"),
 }
@@ -123,6 +126,20 @@ class ButlerError(Exception):
 
 class RequestError(ButlerError):
     category = "request"
+
+
+class OutboundRefused(RequestError):
+    """The outbound guard will not let Butler call a URL (``internal.http.OutboundGuard``).
+
+    The message names the host and the reason, never the whole URL: a webhook's query
+    string or a peer's path may carry a secret.
+    """
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__("outbound_refused",
+                         f"outbound call to {host or '(no host)'} refused: {reason}")
+        self.host = host
+        self.reason = reason
 
 
 class AuthError(ButlerError):
