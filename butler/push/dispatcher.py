@@ -91,6 +91,9 @@ class PushDispatcher:
             if attempt:
                 await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
             try:
+                # The session judges the host; this also refuses what aiohttp would turn
+                # into a header before the session sees the URL (credentials).
+                self.guard.check_target(config.url)
                 async with self._http().post(
                     config.url, data=body, headers=headers, allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=self.timeout),
