@@ -93,8 +93,9 @@ def _run(args: argparse.Namespace, action: Action) -> int:
     token = read_token(args)
 
     async def go() -> int:
-        async with outbound_session(OutboundGuard(CONFIGURED)) as session:
-            client = PeerClient(args.url, token, session=session, timeout=3600)
+        guard = OutboundGuard(CONFIGURED)
+        async with outbound_session(guard) as session:
+            client = PeerClient(args.url, token, session=session, timeout=3600, guard=guard)
             return await action(args, client)
 
     try:
