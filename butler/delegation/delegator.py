@@ -55,6 +55,7 @@ class PeerDelegator:
         self._tracer = tracer
         self._audit = audit
         self._slots = asyncio.Semaphore(max_concurrency)
+        self._max_concurrency = max_concurrency
         self._names = names
         # One guarded session per set of rules: a candidate's source decides its rules.
         self._sessions: dict[OutboundRules, tuple[OutboundGuard, aiohttp.ClientSession]] = {}
@@ -63,7 +64,8 @@ class PeerDelegator:
     def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
         if rules not in self._sessions:
             guard = OutboundGuard(rules, names=self._names)
-            self._sessions[rules] = (guard, outbound_session(guard))
+            # A call holds one connection at a time, inside a slot: never more are needed.
+            self._sessions[rules] = (guard, outbound_session(guard, limit=self._max_concurrency))
         return self._sessions[rules]
 
     def _pinned(self, ca_file: Path | None) -> ssl.SSLContext | None:
