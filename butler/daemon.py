@@ -36,7 +36,6 @@ from butler.metrics import (
     observe_audit,
     serve_metrics,
 )
-from butler.push.guard import PushGuard
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.swarm.admission import SwarmPolicy
@@ -46,6 +45,7 @@ from internal.http import (
     INCIDENTS,
     IncidentLog,
     ListenSettings,
+    OutboundGuard,
     TokenBuckets,
     TokenVerifier,
     error_middleware,
@@ -68,7 +68,7 @@ class Daemon:
     span_exporter: SpanExporter | None = None
     delegator_factory: DelegatorFactory | None = None
     port: int = 0
-    push_guard: PushGuard | None = None  # tests: a guard that lets webhooks on loopback through
+    push_guard: OutboundGuard | None = None  # tests: a guard that lets webhooks on loopback through
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
     tracer_provider: TracerProvider = field(init=False)

@@ -24,12 +24,12 @@ from aiohttp import web
 from butler.config import load_config
 from butler.daemon import Daemon
 from butler.push.dispatcher import PushDispatcher
-from butler.push.guard import PushGuard
-from internal.protocol.a2a.model import PushConfig, TaskEvent
+from internal.http import OutboundGuard, OutboundRules
+from internal.protocol.a2a.model import OutboundRefused, PushConfig, TaskEvent
 from tests.a2a_support import ASK, error_reason, plain_message, rpc, sdk_client
 from tests.support import ECHO, Instance, Swarm, wait_task
 
-LOOPBACK_OK = {"push_guard": PushGuard(allow_loopback=True)}
+LOOPBACK_OK = {"push_guard": OutboundGuard(OutboundRules(allow_loopback=True))}
 QUICK_STOP = {"server": {"shutdown_grace_seconds": 0.2}}  # tasks left waiting for input
 
 
@@ -177,7 +177,7 @@ async def test_ssrf_guard_refuses_webhooks(swarm: Swarm) -> None:
         status, body = await rpc(home, "CreateTaskPushNotificationConfig",
                                  {"taskId": task_id, "url": url})
         assert status == 200 and body["error"]["code"] == -32602, (url, body)
-        assert error_reason(body["error"]) == "INVALID_PARAMS"
+        assert error_reason(body["error"]) == "OUTBOUND_REFUSED"
         # Refused in a SendMessage too, before any task is created.
         _, body = await rpc(home, "SendMessage", {"message": plain_message(), "configuration": {
             "taskPushNotificationConfig": {"url": url}}})
@@ -202,12 +202,13 @@ async def test_delivery_checks_again_and_never_follows_redirects() -> None:
     event_task = _task()
     async with webhook() as hook, webhook() as other:
         # A config stored before the rules changed (or behind DNS) is refused at delivery.
-        strict = PushDispatcher(PushGuard(), max_attempts=2, timeout=2, backoff=0.01)
+        strict = PushDispatcher(OutboundGuard(), max_attempts=2, timeout=2, backoff=0.01)
         config = PushConfig(id="c", task_id="t", url=hook.url)
         assert not await strict.deliver(config, TaskEvent(event_task, "status"))
         assert hook.received == []
         await strict.aclose()
-        lenient = PushDispatcher(PushGuard(allow_loopback=True), max_attempts=3, timeout=2,
+        lenient = PushDispatcher(OutboundGuard(OutboundRules(allow_loopback=True)),
+                                 max_attempts=3, timeout=2,
                                  backoff=0.01)
         hook.redirect_to = other.url
         assert not await lenient.deliver(config, TaskEvent(event_task, "status"))
@@ -216,8 +217,8 @@ async def test_delivery_checks_again_and_never_follows_redirects() -> None:
 
 
 async def test_guarded_resolver_refuses_names_that_resolve_to_loopback() -> None:
-    resolver = PushGuard().resolver()
-    with pytest.raises(OSError, match="loopback"):
+    resolver = OutboundGuard().resolver()
+    with pytest.raises(OutboundRefused, match="loopback"):
         await resolver.resolve("localhost", 80)
     await resolver.close()
 

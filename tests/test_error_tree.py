@@ -18,17 +18,6 @@ from internal.protocol.a2a.model import (
     error_from_code,
 )
 
-# Replaced by the one outbound client and guard (another slice of the same restructuring).
-_PENDING = {
-    "butler.push.guard.WebhookRefused",
-    "butler.delegation.outbound_policy.PolicyViolation",
-    "internal.protocol.a2a.client._http1.HttpError",
-    "internal.protocol.a2a.client._http1.PeerClosed",
-    "internal.protocol.a2a.client._http1.MalformedAnswer",
-    "internal.protocol.a2a.client._http1.BodyTooLarge",
-    "internal.protocol.a2a.client._http1.ConnectFailed",
-}
-
 
 def _exception_classes() -> dict[str, type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
@@ -50,7 +39,7 @@ def test_every_exception_class_is_a_butler_error() -> None:
     classes = _exception_classes()
     assert "butler.skills.base.SkillFailed" in classes  # the walk found the modules
     outside = sorted(name for name, cls in classes.items()
-                     if not issubclass(cls, ButlerError) and name not in _PENDING)
+                     if not issubclass(cls, ButlerError))
     assert outside == []
 
 

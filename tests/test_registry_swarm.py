@@ -107,22 +107,23 @@ async def test_registry_exports_its_size(http: aiohttp.ClientSession,
 async def test_registry_urls_pass_the_outbound_policy_or_are_ignored(
     url: str, loopback: bool, private: bool, allowed: bool
 ) -> None:
-    from butler.delegation.outbound_policy import OutboundPolicy, PolicyViolation
+    from internal.http import OutboundGuard, OutboundRules
+    from internal.protocol.a2a.model import OutboundRefused
 
-    policy = OutboundPolicy(allow_loopback=loopback, allow_private=private)
+    guard = OutboundGuard(OutboundRules(allow_loopback=loopback, allow_private=private))
     if allowed:
-        await policy.check_url(url)
+        await guard.check_url(url)
     else:
-        with pytest.raises(PolicyViolation):
-            await policy.check_url(url)
+        with pytest.raises(OutboundRefused):
+            await guard.check_url(url)
 
 
 async def test_a_registry_entry_failing_the_policy_is_not_a_candidate(
     tmp_path: Path, http: aiohttp.ClientSession, registry: LiveRegistry
 ) -> None:
     from butler.delegation.discovery import RegistryDiscovery
-    from butler.delegation.outbound_policy import OutboundPolicy
     from butler.registry.client import RegistryClient
+    from internal.http import CONFIGURED, OutboundGuard, OutboundRules
     from tests.registry.registry_support import auth, make_card
 
     for name, url in (("metadata", "http://169.254.169.254"), ("office", "http://127.0.0.1:9")):
@@ -131,8 +132,9 @@ async def test_a_registry_entry_failing_the_policy_is_not_a_candidate(
             assert resp.status == 201
     client = RegistryClient(registry.url, TOKENS["root"], session=http)
     discovery = RegistryDiscovery(client, self_name="home", peer_token="t", static=(),
-                                  policy=OutboundPolicy(), cache_seconds=0)
+                                  guard=OutboundGuard(CONFIGURED), cache_seconds=0)
     assert [c.name for c in await discovery(["memory.search"])] == ["office"]
     strict = RegistryDiscovery(client, self_name="home", peer_token="t", static=(),
-                               policy=OutboundPolicy(allow_loopback=False), cache_seconds=0)
+                               guard=OutboundGuard(OutboundRules(allow_private=True)),
+                               cache_seconds=0)
     assert await strict(["memory.search"]) == []

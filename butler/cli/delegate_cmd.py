@@ -7,11 +7,10 @@ import asyncio
 import os
 import sys
 
-import aiohttp
-
 from butler.cli.remote import read_token
 from butler.cli.render import print_task
 from butler.cli.serve import load_or_exit
+from internal.http import CONFIGURED, OutboundGuard, outbound_session
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.codec.butler_v2 import decode_money
 from internal.protocol.a2a.model import ButlerError, TaskRequest
@@ -49,9 +48,10 @@ def _delegate(args: argparse.Namespace) -> int:
                           blocking=False)
 
     async def go() -> int:
-        async with aiohttp.ClientSession() as session:
+        guard = OutboundGuard(CONFIGURED)
+        async with outbound_session(guard) as session:
             client = PeerClient(url, token, session=session, name=peer.name if peer else url,
-                                timeout=peer.timeout_seconds if peer else 300)
+                                timeout=peer.timeout_seconds if peer else 300, guard=guard)
             task = await client.submit(request, chain=(config.agent.id,), budget=budget)
             print(f"delegated to {client.name}: task {task.id}", file=sys.stderr)
             async for name, data in client.events(task.id):

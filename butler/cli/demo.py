@@ -17,12 +17,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import yaml
 
 from butler.cli.render import print_task
 from butler.registry.client import RegistryClient
-from internal.http import hash_token, new_token
+from internal.http import CONFIGURED, OutboundGuard, hash_token, new_token, outbound_session
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.model import TaskRequest
 
@@ -133,7 +132,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 async def _conversation(home_url: str, token: str, registry_url: str, reg_token: str) -> int:
-    async with aiohttp.ClientSession() as session:
+    async with outbound_session(OutboundGuard(CONFIGURED)) as session:
         home = PeerClient(home_url, token, session=session, name="home")
         registry = RegistryClient(registry_url, reg_token, session=session)
         print("== 0. the registry: who provides memory.search?")

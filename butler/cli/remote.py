@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import aiohttp
-
 from butler.cli.render import print_task, print_task_line
+from internal.http import CONFIGURED, OutboundGuard, outbound_session
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import ButlerError, DelegationFailed, TaskRequest, TaskState
@@ -94,8 +93,9 @@ def _run(args: argparse.Namespace, action: Action) -> int:
     token = read_token(args)
 
     async def go() -> int:
-        async with aiohttp.ClientSession() as session:
-            client = PeerClient(args.url, token, session=session, timeout=3600)
+        guard = OutboundGuard(CONFIGURED)
+        async with outbound_session(guard) as session:
+            client = PeerClient(args.url, token, session=session, timeout=3600, guard=guard)
             return await action(args, client)
 
     try:

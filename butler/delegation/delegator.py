@@ -23,7 +23,8 @@ from opentelemetry.trace import Tracer
 from butler.delegation.peers import Candidate, DiscoverFn, PeerHealth, eligible
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
-from internal.protocol.a2a.client import A2APeerClient, Http1Pool, PeerClient
+from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
+from internal.protocol.a2a.client import A2APeerClient, PeerClient
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import (
     Budget,
@@ -44,7 +45,9 @@ POLL_SECONDS = 0.2
 class PeerDelegator:
     def __init__(self, *, agent_id: str, static: Sequence[Candidate], tracer: Tracer,
                  audit: Callable[..., None], max_concurrency: int,
-                 discover: DiscoverFn | None = None) -> None:
+                 discover: DiscoverFn | None = None, names: ResolverFactory | None = None,
+                 ) -> None:
+        """``names``: the resolver peers' host names go through (tests map names with it)."""
         self.agent_id = agent_id
         self.static = list(static)
         self.discover = discover
@@ -52,15 +55,18 @@ class PeerDelegator:
         self._tracer = tracer
         self._audit = audit
         self._slots = asyncio.Semaphore(max_concurrency)
-        self._session: aiohttp.ClientSession | None = None
-        self.pool = Http1Pool()  # calls to Butler peers; aiohttp for standard A2A agents
+        self._max_concurrency = max_concurrency
+        self._names = names
+        # One guarded session per set of rules: a candidate's source decides its rules.
+        self._sessions: dict[OutboundRules, tuple[OutboundGuard, aiohttp.ClientSession]] = {}
         self._tls: dict[Path, ssl.SSLContext] = {}
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60))
-        return self._session
+    def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
+        if rules not in self._sessions:
+            guard = OutboundGuard(rules, names=self._names)
+            # A call holds one connection at a time, inside a slot: never more are needed.
+            self._sessions[rules] = (guard, outbound_session(guard, limit=self._max_concurrency))
+        return self._sessions[rules]
 
     def _pinned(self, ca_file: Path | None) -> ssl.SSLContext | None:
         """A context that trusts only the peer's pinned CA (built once per file)."""
@@ -71,9 +77,8 @@ class PeerDelegator:
         return self._tls[ca_file]
 
     async def aclose(self) -> None:
-        self.pool.close()
-        if self._session is not None:
-            await self._session.close()
+        for _, session in self._sessions.values():
+            await session.close()
 
     async def candidates(self, capabilities: Sequence[str], chain: Sequence[str],
                          peer: str | None = None) -> list[Candidate]:
@@ -120,10 +125,11 @@ class PeerDelegator:
 
     async def _send(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
                     grant: Decimal, deadline: float) -> DelegationResult:
-        client = PeerClient(cand.url, cand.token, session=self._http(), name=cand.name,
+        guard, session = self._http(cand.rules)
+        client = PeerClient(cand.url, cand.token, session=session, name=cand.name,
                             connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                             max_response_bytes=cand.max_response_bytes,
-                            tls=self._pinned(cand.ca_file), http1_pool=self.pool)
+                            tls=self._pinned(cand.ca_file), guard=guard)
         started = time.monotonic()
         audit: dict[str, Any] = {"caller": self.agent_id, "task_id": request.id, "chain": chain,
                                  "detail": {"peer": cand.name, "url": cand.url}}
@@ -175,10 +181,12 @@ class PeerDelegator:
                         grant: Decimal, headers: dict[str, str], deadline: float) -> Task:
         """A standard A2A agent: it reports no spend, so a completed task is charged the
         ``cost_usd`` its peer entry says it costs."""
-        client = A2APeerClient(cand.url, cand.token, session=self._http(), name=cand.name,
+        guard, session = self._http(cand.rules)
+        client = A2APeerClient(cand.url, cand.token, session=session, name=cand.name,
                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                                max_response_bytes=cand.max_response_bytes,
-                               tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS)
+                               tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
+                               guard=guard)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")

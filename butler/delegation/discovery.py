@@ -1,4 +1,6 @@
-"""Registry results as delegation candidates, cached briefly, filtered by policy."""
+"""Registry results as delegation candidates, cached briefly, filtered by the outbound
+guard under the registry's rules (an entry is a claim, so its URL is judged before it
+becomes a candidate, and again, through the same rules, when a delegation connects)."""
 
 from __future__ import annotations
 
@@ -9,23 +11,24 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from butler.config.model import PeerConfig
-from butler.delegation.outbound_policy import OutboundPolicy, PolicyViolation
 from butler.delegation.peers import Candidate
 from butler.registry.client import RegistryClient
 from butler.registry.model import AgentEntry
+from internal.http import OutboundGuard
+from internal.protocol.a2a.model import OutboundRefused
 
 log = logging.getLogger("butler.delegation")
 
 
 class RegistryDiscovery:
     def __init__(self, client: RegistryClient, *, self_name: str, peer_token: str,
-                 static: Sequence[PeerConfig], policy: OutboundPolicy,
+                 static: Sequence[PeerConfig], guard: OutboundGuard,
                  cache_seconds: float) -> None:
         self._client = client
         self._self = self_name
         self._peer_token = peer_token
         self._static = {p.name: p for p in static}
-        self._policy = policy
+        self._guard = guard
         self._ttl = cache_seconds
         self._cache: dict[tuple[str, ...], tuple[float, list[Candidate]]] = {}
 
@@ -51,16 +54,16 @@ class RegistryDiscovery:
         if not token:
             return None
         try:
-            await self._policy.check_url(entry.url)
-        except PolicyViolation as exc:
-            log.warning("ignoring registry entry %s: %s", entry.name, exc)
+            await self._guard.check_url(entry.url)
+        except OutboundRefused as exc:
+            log.warning("ignoring registry entry %s: %s", entry.name, exc.message)
             return None
         return Candidate(
             name=entry.name, url=entry.url.rstrip("/"), token=token,
             capabilities=entry.capabilities, cost_usd=_price(entry.card, caps),
             spend_cap_usd=static.spend_cap_usd if static else None,
             timeout=static.timeout_seconds if static else 60.0, source="registry",
-            ca_file=static.ca_file if static else None,
+            ca_file=static.ca_file if static else None, rules=self._guard.rules,
         )
 
 

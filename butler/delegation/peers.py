@@ -1,4 +1,4 @@
-"""Delegation candidates: static peers from config (and later the registry), ranked."""
+"""Delegation candidates: static peers from config and peers found in a registry, ranked."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from butler.config.model import PeerConfig
+from internal.http import CONFIGURED, OutboundRules
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Candidate:
     source: str = "static"
     ca_file: Path | None = None
     protocol: str = "butler"
+    # What the outbound guard lets this peer's URL reach: an operator's config may name a
+    # peer on this host or the LAN; a registry entry gets the registry's rules.
+    rules: OutboundRules = CONFIGURED
 
     def __repr__(self) -> str:  # never show the token
         return f"Candidate({self.name!r}, {self.url!r}, source={self.source!r})"

@@ -10,9 +10,9 @@ import aiohttp
 
 from butler.config.model import Config
 from butler.delegation.discovery import RegistryDiscovery
-from butler.delegation.outbound_policy import OutboundPolicy
 from butler.registry.announcer import Announcer
 from butler.registry.client import RegistryClient
+from internal.http import CONFIGURED, OutboundGuard, OutboundRules, outbound_session
 
 log = logging.getLogger("butler.registry")
 
@@ -29,12 +29,16 @@ class RegistryLink:
                 log.warning("configurations.registry.self_register is on but no registry url "
                             "and token are set: not registering")
             return
-        self._session = aiohttp.ClientSession()
+        # The registry's own URL is the operator's: the rules of a configured peer.
+        self._session = outbound_session(OutboundGuard(CONFIGURED))
         client = RegistryClient(reg.url, reg.token, session=self._session)
+        found = OutboundRules(
+            allow_loopback=reg.allow_loopback, allow_private=reg.allow_private_networks,
+            loopback_key="configurations.registry.allow_loopback",
+            private_key="configurations.registry.allow_private_networks")
         self.discovery = RegistryDiscovery(
             client, self_name=config.agent.id, peer_token=reg.peer_token, static=config.peers,
-            policy=OutboundPolicy(reg.allow_loopback, reg.allow_private_networks),
-            cache_seconds=reg.cache_seconds)
+            guard=OutboundGuard(found), cache_seconds=reg.cache_seconds)
         if reg.self_register:
             self.announcer = Announcer(client, config.agent.id, card, url,
                                        max(10, round(reg.health_ttl_minutes * 60)))

@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING
 
 from butler.delegation.delegator import PeerDelegator
 from butler.delegation.peers import from_config
+from internal.http import ResolverFactory
 
 if TYPE_CHECKING:
     from butler.daemon import Daemon
 
 
-def make_delegator(daemon: Daemon) -> PeerDelegator:
+def make_delegator(daemon: Daemon, *, names: ResolverFactory | None = None) -> PeerDelegator:
+    """``names``: the resolver peers' host names go through (the system's by default)."""
     cfg = daemon.config
     return PeerDelegator(
         agent_id=cfg.agent.id,
@@ -20,4 +22,5 @@ def make_delegator(daemon: Daemon) -> PeerDelegator:
         audit=daemon.engine.deps.audit,
         max_concurrency=cfg.swarm.max_outbound_concurrency,
         discover=daemon.registry_link.discovery,
+        names=names,
     )

@@ -2,7 +2,8 @@
 
 One worker per task keeps its updates in order. Each delivery is retried with
 exponential backoff on network errors, timeouts, 408, 429 and 5xx; other answers,
-redirects (never followed) and refused addresses end it. Delivery is best effort: a
+redirects (never followed) and addresses the outbound guard refuses end it: a URL checked
+when its config was created can resolve to a refused address later. Delivery is best effort: a
 webhook that keeps failing never affects the task.
 """
 
@@ -11,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from butler.push.guard import PushGuard, WebhookRefused
+from internal.http import OutboundGuard, outbound_session
 from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json
-from internal.protocol.a2a.model import PushConfig, TaskEvent
+from internal.protocol.a2a.model import OutboundRefused, PushConfig, TaskEvent
 
 log = logging.getLogger("butler.push")
 TOKEN_HEADER = "X-A2A-Notification-Token"  # noqa: S105 -- a header name, not a secret
@@ -30,7 +32,7 @@ def payload(config: PushConfig, event: TaskEvent) -> bytes:
 
 
 class PushDispatcher:
-    def __init__(self, guard: PushGuard, *, max_attempts: int, timeout: float,
+    def __init__(self, guard: OutboundGuard, *, max_attempts: int, timeout: float,
                  backoff: float = 0.5, max_backoff: float = 30.0) -> None:
         self.guard = guard
         self.max_attempts = max_attempts
@@ -75,8 +77,7 @@ class PushDispatcher:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(resolver=self.guard.resolver(), use_dns_cache=False)
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session = outbound_session(self.guard)
         return self._session
 
     async def deliver(self, config: PushConfig, event: TaskEvent) -> bool:
@@ -90,27 +91,28 @@ class PushDispatcher:
             if attempt:
                 await asyncio.sleep(min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
             try:
-                await self.guard.check_url(config.url)
+                # The session judges the host; this also refuses what aiohttp would turn
+                # into a header before the session sees the URL (credentials).
+                self.guard.check_target(config.url)
                 async with self._http().post(
                     config.url, data=body, headers=headers, allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=self.timeout),
                 ) as resp:
                     status = resp.status
-            except WebhookRefused as exc:
-                log.warning("push to %s for task %s refused: %s", config.url, config.task_id,
-                            exc)
+            except OutboundRefused as exc:
+                log.warning("push for task %s dropped: %s", config.task_id, exc.message)
                 return False
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-                log.info("push to %s for task %s failed (attempt %d): %s", config.url,
+                log.info("push to %s for task %s failed (attempt %d): %s", _host(config.url),
                          config.task_id, attempt + 1, type(exc).__name__)
                 continue
             if 200 <= status < 300:
                 return True
             if status < 500 and status not in (408, 429):
                 log.warning("push to %s for task %s answered HTTP %d; not retried",
-                            config.url, config.task_id, status)
+                            _host(config.url), config.task_id, status)
                 return False
-        log.warning("push to %s for task %s failed %d times; giving up", config.url,
+        log.warning("push to %s for task %s failed %d times; giving up", _host(config.url),
                     config.task_id, self.max_attempts)
         return False
 
@@ -122,3 +124,8 @@ class PushDispatcher:
                 await worker
         if self._session is not None:
             await self._session.close()
+
+
+def _host(url: str) -> str:
+    """What a log line names: the webhook's host, never its query (it may hold a secret)."""
+    return urlsplit(url).netloc.rpartition("@")[2] or "(no host)"

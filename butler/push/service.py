@@ -8,17 +8,20 @@ from pathlib import Path
 from butler.config.model import PushNotificationsConfig
 from butler.engine.engine import TaskEngine
 from butler.push.dispatcher import PushDispatcher
-from butler.push.guard import PushGuard, WebhookRefused
 from butler.push.store import SqlitePushStore
+from internal.http import OutboundGuard, OutboundRules
 from internal.protocol.a2a.model import Identity, PushConfig, RequestError
 
 
 class PushNotifications:
     def __init__(self, config: PushNotificationsConfig, engine: TaskEngine, data_dir: Path,
-                 guard: PushGuard | None = None) -> None:
+                 guard: OutboundGuard | None = None) -> None:
+        """``guard``: tests pass one that lets webhooks reach loopback; the config cannot."""
         self.config = config
         self.engine = engine
-        self.guard = guard or PushGuard(allow_private=config.allow_private_networks)
+        self.guard = guard or OutboundGuard(OutboundRules(
+            allow_private=config.allow_private_networks,
+            private_key="configurations.a2a.push_notifications.allow_private_networks"))
         self.store = SqlitePushStore(data_dir / "push.db")
         self.dispatcher = PushDispatcher(self.guard, max_attempts=config.max_attempts,
                                          timeout=config.timeout_seconds)
@@ -38,10 +41,8 @@ class PushNotifications:
         await self.store.close()
 
     async def validate(self, config: PushConfig) -> None:
-        try:
-            await self.guard.check_url(config.url)
-        except WebhookRefused as exc:
-            raise RequestError("invalid_params", str(exc)) from None
+        """A webhook the outbound guard refuses is refused here (``OutboundRefused``)."""
+        await self.guard.check_url(config.url)
 
     async def create(self, caller: Identity, config: PushConfig) -> PushConfig:
         """Tracked before anything awaits a store: a task created together with its config

@@ -10,6 +10,7 @@ from urllib.parse import quote
 import aiohttp
 
 from butler.registry.model import AgentEntry, check_url
+from internal.http import CONFIGURED, OutboundGuard, outbound_session
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import ButlerError, DelegationFailed
 
@@ -127,8 +128,8 @@ class RegistryClient:
     async def _call(
         self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None
     ) -> Any:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        if self._session is None:  # the registry's URL is the operator's to choose
+            self._session = outbound_session(OutboundGuard(CONFIGURED))
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         data = None
         if body is not None:
@@ -141,8 +142,8 @@ class RegistryClient:
             ) as resp:
                 raw = await _read_bounded(resp)
                 status, retry_after = resp.status, resp.headers.get("Retry-After")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            reason = str(exc) or type(exc).__name__
+        except (aiohttp.ClientError, TimeoutError, ButlerError) as exc:
+            reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             raise RegistryError(f"registry unreachable: {reason}", status=None,
                                 code="unreachable") from None
         decoded = _decode(raw, status)

@@ -1,6 +1,7 @@
 """HTTP plumbing shared by the daemon and the registry: the listener and its limits,
 the request gate (auth, rate limits, in-flight cap), JSON bodies and errors as JSON,
-the incident log, server-sent events and OpenAPI documents.
+the incident log, server-sent events and OpenAPI documents; on the way out, the one
+outbound guard and the one place outbound sessions are built.
 """
 
 from internal.http._auth import TokenEntry, TokenVerifier, hash_token, new_token
@@ -19,32 +20,48 @@ from internal.http._json_http import (
     read_json,
 )
 from internal.http._listener import ListenSettings, listen
+from internal.http._outbound import outbound_session
+from internal.http._outbound_guard import (
+    CONFIGURED,
+    OutboundGuard,
+    OutboundRules,
+    ResolverFactory,
+    embedded_ipv4,
+    ip_literal,
+)
 from internal.http._rate_limits import TokenBuckets, limited
 from internal.http._sse import SseTiming, sse_frame, sse_stream
 
 __all__ = [
+    "CONFIGURED",
     "ERROR_RENDERERS",
     "INCIDENTS",
     "ErrorRenderer",
     "Handler",
     "IncidentLog",
     "ListenSettings",
+    "OutboundGuard",
+    "OutboundRules",
+    "ResolverFactory",
     "SseTiming",
     "TokenBuckets",
     "TokenEntry",
     "TokenVerifier",
     "document_route",
+    "embedded_ipv4",
     "error_headers",
     "error_middleware",
     "gate_middleware",
     "hash_token",
     "identity_of",
+    "ip_literal",
     "json_bytes_response",
     "json_response",
     "limited",
     "listen",
     "load",
     "new_token",
+    "outbound_session",
     "read_json",
     "sse_frame",
     "sse_stream",

@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from internal.http import OutboundGuard
 from internal.protocol.a2a.client._butler import transport_errors
 from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, swarm_extension
 from internal.protocol.a2a.codec.butler_v2 import TRACE_HEADER
@@ -103,7 +104,9 @@ class A2APeerClient:
     def __init__(self, base_url: str, token: str, *, session: aiohttp.ClientSession,
                  name: str = "", connect_timeout: float = 3.0, timeout: float = 60.0,
                  max_response_bytes: int = 4 * 1024 * 1024, tls: ssl.SSLContext | None = None,
-                 poll_seconds: float = 0.2) -> None:
+                 poll_seconds: float = 0.2, guard: OutboundGuard | None = None) -> None:
+        """``guard``: the session's guard, also judging the interface URLs the card names
+        (as ``PeerClient``'s)."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
         self._token = token
@@ -113,6 +116,7 @@ class A2APeerClient:
         self._max = max_response_bytes
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
         self._poll = poll_seconds
+        self._guard = guard
 
     def __repr__(self) -> str:
         return f"A2APeerClient({self.base_url!r})"
@@ -129,6 +133,8 @@ class A2APeerClient:
     @contextlib.asynccontextmanager
     async def _open(self, method: str, url: str, *, body: Any, headers: Mapping[str, str],
                     ) -> AsyncIterator[aiohttp.ClientResponse]:
+        if self._guard is not None:
+            self._guard.check_target(url)
         hdrs = {"Authorization": f"Bearer {self._token}", **headers}
         data = None if body is None else exact_json.dumps_bytes(body)
         if data is not None:

@@ -17,11 +17,12 @@ from urllib.parse import quote
 
 import aiohttp
 
-from internal.protocol.a2a.client import _http1 as http1
+from internal.http import OutboundGuard
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     ButlerError,
     DelegationFailed,
+    OutboundRefused,
     Task,
     TaskRequest,
     error_from_code,
@@ -40,11 +41,12 @@ class PeerClient:
         max_response_bytes: int = 4 * 1024 * 1024,
         name: str = "",
         tls: ssl.SSLContext | None = None,
-        http1_pool: http1.Http1Pool | None = None,
+        guard: OutboundGuard | None = None,
     ) -> None:
-        """``tls``: a context trusting a pinned CA; None verifies against the system's.
-        ``http1_pool``: plain requests go through it instead of ``session`` (which still
-        carries event streams); a delegation pays for its calls at every hop."""
+        """``session``: normally one from ``internal.http.outbound_session`` (guarded, tuned).
+        ``tls``: a context trusting a pinned CA; None verifies against the system's.
+        ``guard``: the session's guard, to refuse what aiohttp would quietly rewrite
+        before the session sees it (credentials in the URL become a Basic header)."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
         self._token = token
@@ -52,8 +54,7 @@ class PeerClient:
         self._timeout = timeout
         self._max = max_response_bytes
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
-        self._http1 = http1_pool
-        self._connect_timeout = connect_timeout
+        self._guard = guard
         # aiohttp's own total stays off: ``request`` bounds the whole exchange itself.
         self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
 
@@ -69,6 +70,12 @@ class PeerClient:
     def _mapped(self, timeout: float) -> contextlib.AbstractContextManager[None]:
         return transport_errors(self.name, timeout)
 
+    def _url(self, path: str) -> str:
+        url = self.base_url + path
+        if self._guard is not None:
+            self._guard.check_target(url)
+        return url
+
     async def request(
         self, method: str, path: str, *, body: Any = None,
         headers: Mapping[str, str] | None = None, timeout: float | None = None,
@@ -79,16 +86,9 @@ class PeerClient:
         hdrs = self._headers(headers)
         if data is not None:
             hdrs["Content-Type"] = "application/json"
-        if self._http1 is not None:
-            with self._mapped(total):
-                async with asyncio.timeout(total):
-                    answer = await self._http1.request(
-                        method, self.base_url + path, hdrs, data, max_body=self._max,
-                        connect_timeout=self._connect_timeout, tls=self._tls)
-            return self._decode(answer.status, answer.body)
         with self._mapped(total):
             async with asyncio.timeout(total), self._session.request(
-                method, self.base_url + path, data=data, headers=hdrs, allow_redirects=False,
+                method, self._url(path), data=data, headers=hdrs, allow_redirects=False,
                 ssl=self._tls, timeout=self._client_timeout,
             ) as resp:
                 raw = await self._read_capped(resp)
@@ -176,7 +176,7 @@ class PeerClient:
         """Server-sent events of a task: (event name, decoded data) until the stream ends."""
         with self._mapped(self._timeout):
             async with self._session.get(
-                f"{self.base_url}/v2/tasks/{_q(task_id)}/events", headers=self._headers(),
+                self._url(f"/v2/tasks/{_q(task_id)}/events"), headers=self._headers(),
                 allow_redirects=False, ssl=self._tls, timeout=self._client_timeout,
             ) as resp:
                 if resp.status != 200:
@@ -214,19 +214,16 @@ def transport_errors(name: str, timeout: float) -> Iterator[None]:
     """Every transport failure talking to a peer, as one ``DelegationFailed`` code."""
     try:
         yield
+    except OutboundRefused as exc:
+        raise DelegationFailed("peer_address_refused", f"{name}: {exc.message}") from None
     except ButlerError:
         raise
     except TimeoutError:
         raise DelegationFailed("peer_timeout",
                                f"{name} did not answer within {timeout:g}s") from None
-    except http1.ConnectFailed as exc:
-        if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
-            raise DelegationFailed(
-                "peer_tls_error", f"{name}: certificate not trusted: {exc.__cause__}"
-            ) from None
-        raise DelegationFailed("peer_unreachable", f"cannot connect to {name}: {exc}") from None
-    except http1.BodyTooLarge as exc:
-        raise DelegationFailed("peer_error", f"{name} answer exceeds {exc.limit} bytes") from None
+    except aiohttp.NonHttpUrlClientError:
+        raise DelegationFailed("peer_address_refused",
+                               f"{name}: the URL is not http or https") from None
     except aiohttp.ClientConnectorCertificateError as exc:
         raise DelegationFailed(
             "peer_tls_error", f"{name}: certificate not trusted: {exc.certificate_error}"
@@ -234,7 +231,7 @@ def transport_errors(name: str, timeout: float) -> Iterator[None]:
     except aiohttp.ClientConnectorError as exc:
         raise DelegationFailed("peer_unreachable",
                                f"cannot connect to {name}: {exc.os_error}") from None
-    except (aiohttp.ClientError, http1.HttpError, OSError, UnicodeDecodeError) as exc:
+    except (aiohttp.ClientError, OSError, UnicodeDecodeError) as exc:
         # Only the kind of failure: aiohttp's text may quote the peer's raw bytes.
         raise DelegationFailed("peer_error", f"{name}: {_describe(exc)}") from None
 

@@ -2,6 +2,7 @@
 
     ButlerError
      ├── RequestError      the request is wrong: fix it, never retry        (4xx)
+     │    └── OutboundRefused  the outbound guard will not call this URL
      ├── AuthError         who you are, or what you may do                  (401, 403)
      ├── Refusal           swarm safety said no: never retry                (402, 409, 422)
      ├── StateConflict     the task is not in a state that allows this      (409)
@@ -78,6 +79,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
                                        grpc=_UNIMPL),
     "request_timeout": ErrorSpec(408, -32600, "request", grpc="DEADLINE_EXCEEDED",
                                  for_http=(408,)),
+    "outbound_refused": ErrorSpec(400, -32602, "request", grpc=_ARG),
     "unauthenticated": ErrorSpec(401, -31401, "auth", grpc="UNAUTHENTICATED"),
     "forbidden": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "chain_mismatch": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
@@ -98,6 +100,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "peer_error": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "peer_tls_error": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "peer_refused": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
+    "peer_address_refused": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "no_capable_peer": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "invalid_agent_response": ErrorSpec(502, -32006, "delegation", "INVALID_AGENT_RESPONSE",
                                         grpc="INTERNAL"),
@@ -168,6 +171,20 @@ class ButlerError(Exception):
 
 class RequestError(ButlerError):
     category = "request"
+
+
+class OutboundRefused(RequestError):
+    """The outbound guard will not let Butler call a URL (``internal.http.OutboundGuard``).
+
+    The message names the host and the reason, never the whole URL: a webhook's query
+    string or a peer's path may carry a secret.
+    """
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__("outbound_refused",
+                         f"outbound call to {host or '(no host)'} refused: {reason}")
+        self.host = host
+        self.reason = reason
 
 
 class AuthError(ButlerError):
