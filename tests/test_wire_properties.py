@@ -59,9 +59,12 @@ def test_orjson_reads_and_writes_what_the_standard_library_does(value: Any,
     assert exact_json.loads(text, max_depth=64) == json.loads(text, parse_float=Decimal)
 
 
-def test_lone_surrogates_and_huge_integers_take_the_standard_path() -> None:
-    assert exact_json.loads('["\\ud800", 123456789012345678901234567890, -1.50]') == [
-        "\ud800", 123456789012345678901234567890, Decimal("-1.50")]
+def test_huge_integers_take_the_standard_path_and_lone_surrogates_are_refused() -> None:
+    assert exact_json.loads('["\\ud83d\\ude00", 123456789012345678901234567890, -1.50]') == [
+        "\U0001f600", 123456789012345678901234567890, Decimal("-1.50")]
+    with pytest.raises(RequestError) as refused:
+        exact_json.loads('["\\ud800", 123456789012345678901234567890]')
+    assert refused.value.code == "invalid_params"
     assert exact_json.dumps({"s": "\ud800", "n": 2**70}) == '{"s":"\ud800","n":' + str(2**70) + '}'
 
 
