@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,51 @@ def test_token_hash_reads_stdin_like_echo_n_sha256sum(stdin: bytes) -> None:
     run = butler("token", "hash", stdin=stdin)
     assert run.returncode == 0, run.stderr
     assert run.stdout.decode().strip() == sha256sum(b"s3cret-token")
+
+
+def test_token_hash_takes_off_one_newline_only() -> None:
+    token = b"7b1c0f5e9a2d4c6b8e0f1a3c5e7d9b2f"
+    run = butler("token", "hash", stdin=token + b"\n\n")
+    assert run.stdout.decode().strip() == sha256sum(token + b"\n")
+
+
+@pytest.mark.parametrize(("stdin", "warned"), [
+    (b"password\n", b"well-known weak token 'password'"),
+    (b"123", b"well-known weak token '123'"),
+    (b"0123456789abcdef0123456789abcde", b"at most 124 bits"),  # 31 hex digits
+    (b"correct-horse", b"at most 78 bits"),
+    (b"0123456789abcdef0123456789abcdef", b""),  # 32 hex digits: 128 bits
+])
+def test_token_hash_warns_on_weak_or_short_tokens(stdin: bytes, warned: bytes) -> None:
+    run = butler("token", "hash", stdin=stdin)
+    assert run.returncode == 0 and HEX64.fullmatch(run.stdout.decode().strip())
+    if warned:
+        assert b"warning" in run.stderr and warned in run.stderr, run.stderr
+    else:
+        assert run.stderr == b""
+
+
+def test_check_config_warns_on_weak_and_published_hashes(tmp_path: Path) -> None:
+    weak = sha256sum(b"password")
+    strong = json.loads(butler("token", "new", "--json").stdout)["sha256"]
+    path = tmp_path / "weak.yaml"
+    path.write_text(f"configurations:\n  a2a:\n    enabled: true\n    token_hashes:\n"
+                    f"      - {weak}\n      - {strong}\n      - {{sha256: {EXAMPLE}, name: x}}\n")
+    run = butler("check-config", str(path))
+    assert run.returncode == 0, run.stderr  # a warning, not a refusal
+    lines = run.stderr.decode().strip().splitlines()
+    assert len(lines) == 2, lines
+    assert "token_hashes[0]: is the SHA-256 of the well-known weak token 'password'" in lines[0]
+    assert "token_hashes[2]: is a hash published in Butler's examples" in lines[1]
+    env = child_env(BUTLER_OFFICE_TOKEN="t", BUTLER_HOME_TOKEN="t")
+    for example in ("examples/home.yaml", "examples/office.yaml", "config.example.yaml"):
+        run = subprocess.run([sys.executable, "-m", "butler", "check-config", example],
+                             capture_output=True, cwd=REPO, env=env, timeout=20)
+        assert run.returncode == 0 and b"published in Butler's examples" in run.stderr, run
+
+
+# The office token hash in examples/home.yaml.
+EXAMPLE = "76fd1bcd9fb322e1aa5e87c93f35f3a97f0c6505e993835148b56cd7e4ee7f4c"
 
 
 def test_token_hash_refuses_empty_stdin() -> None:

@@ -11,6 +11,7 @@ import sqlite3
 import sys
 
 from butler.config import Config, ConfigError, load_config
+from butler.config.weak_tokens import token_hash_warnings
 from butler.heap import settle_heap
 from butler.logs import setup_logging
 from butler.skills.catalog import is_reserved
@@ -57,6 +58,8 @@ def _check(args: argparse.Namespace) -> int:
         if skill.expose and is_reserved(skill.id):
             print(f"butler: {config.source}: skills[{i}].id: {skill.id!r} is in a reserved "
                   "namespace (a2a., butler., admin.) and is never exposed", file=sys.stderr)
+    for warning in token_hash_warnings([t.digest for t in config.a2a.tokens]):
+        print(f"butler: {config.source}: warning: {warning}", file=sys.stderr)
     print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s))")
     return 0
 
@@ -89,6 +92,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"butler: {config.source}: {problem}", file=sys.stderr)
         return 2
     setup_logging(config.logging)
+    for warning in token_hash_warnings([t.digest for t in config.a2a.tokens]):
+        log.warning("%s: %s", config.source, warning)
     return asyncio.run(run_daemon(config))
 
 

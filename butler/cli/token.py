@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from butler.config.weak_tokens import MIN_TOKEN_BITS, estimated_bits, weakness
 from internal.http import hash_token, new_token
 
 
@@ -20,8 +21,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     new.set_defaults(handler=_new)
     hsh = tsub.add_parser(
         "hash", help="read a token on stdin and print its SHA-256",
-        description="Reads a token on standard input (trailing newline ignored) and prints "
-                    "its SHA-256 hex, the same as `echo -n TOKEN | sha256sum`.")
+        description="Reads a token on standard input (one trailing newline ignored) and "
+                    "prints its SHA-256 hex, the same as `echo -n TOKEN | sha256sum`. Warns "
+                    "when the token is a known weak one or shorter than 128 bits.")
     hsh.set_defaults(handler=_hash)
 
 
@@ -38,9 +40,21 @@ def _new(args: argparse.Namespace) -> int:
 
 def _hash(args: argparse.Namespace) -> int:
     data = sys.stdin.buffer.read()
-    token = data.rstrip(b"\r\n")
+    # Exactly one line ending goes (what `echo` adds); anything more is part of the token.
+    token = data.removesuffix(b"\n").removesuffix(b"\r") if data.endswith(b"\n") else data
     if not token:
         print("butler token hash: no token on standard input", file=sys.stderr)
         return 2
-    print(hash_token(token))
+    digest = hash_token(token)
+    print(digest)
+    why = weakness(digest)
+    if why is not None:
+        print(f"butler token hash: warning: this {why}; make one with `butler token new`",
+              file=sys.stderr)
+    else:
+        bits = estimated_bits(token.decode("utf-8", "replace"))
+        if bits < MIN_TOKEN_BITS:
+            print(f"butler token hash: warning: this token carries at most {bits:.0f} bits, "
+                  f"fewer than {MIN_TOKEN_BITS}: a guesser could find it; make one with "
+                  "`butler token new`", file=sys.stderr)
     return 0
