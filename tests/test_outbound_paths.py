@@ -33,7 +33,7 @@ from butler.delegation.wiring import make_delegator
 from butler.push.dispatcher import PushDispatcher
 from butler.registry.client import RegistryClient
 from butler.registry.clock import SystemClock
-from butler.registry.store import open_store
+from butler.registry.store_url import open_store
 from internal.http import CONFIGURED, OutboundGuard, OutboundRules, outbound_session
 from internal.protocol.a2a.client import A2APeerClient
 from internal.protocol.a2a.model import (

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from butler.registry.clock import SystemClock
-from butler.registry.store import open_store
+from butler.registry.store_url import open_store
 from internal.http import hash_token
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from butler.registry.store import RegistryStore, open_store
+from butler.registry.store import RegistryStore
+from butler.registry.store_url import open_store
 from harness import registry_data, wrk
 from harness.procs import Cpus, Server, free_port, http_json, pinned, start
 from internal.http import hash_token, new_token

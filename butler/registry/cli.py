@@ -26,7 +26,7 @@ from butler.registry.clock import SystemClock
 from butler.registry.config import RegistryServiceConfig, load_registry_config
 from butler.registry.model import AgentEntry
 from butler.registry.service import start_registry
-from butler.registry.store import open_store, store_folder
+from butler.registry.store_url import open_store, store_folder
 from internal.protocol.a2a.model import SetupError
 
 URL_ENV = "BUTLER_REGISTRY_URL"

@@ -12,7 +12,6 @@ Semantics both stores share (one behaviour suite runs against each):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from butler.registry.model import AgentEntry
@@ -78,25 +77,6 @@ class RegistryStore(Protocol):
     async def sweep(self, *, now: float) -> int: ...
 
     async def close(self) -> None: ...
-
-
-async def open_store(url: str) -> RegistryStore:
-    """``sqlite:PATH`` or ``redis://...``; the Redis client is imported only when used."""
-    if url.startswith("sqlite:"):
-        from butler.registry.sqlite_store import SqliteStore
-
-        return await SqliteStore.open(Path(url.removeprefix("sqlite:")))
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        from butler.registry.redis_store import RedisStore
-
-        return await RedisStore.open(url)
-    raise ValueError(f"unsupported store URL scheme in {redact_url(url)!r}")
-
-
-def store_folder(url: str) -> Path | None:
-    """The folder a ``sqlite:PATH`` store lives in (one registry process holds it);
-    None for Redis, which several replicas share by design."""
-    return Path(url.removeprefix("sqlite:")).parent if url.startswith("sqlite:") else None
 
 
 def redact_url(url: str) -> str:
