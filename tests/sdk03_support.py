@@ -6,11 +6,13 @@ subprocess: ``tests/sdk03/client.py`` (a client) and ``tests/sdk03/agent.py`` (a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import subprocess
 import sys
 import venv
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +45,21 @@ async def run_client(python: Path, url: str, token: str, scenario: str) -> dict[
     assert proc.returncode == 0, err.decode()[-2000:]
     result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
     return result
+
+
+@contextlib.asynccontextmanager
+async def sdk03_agent(python: Path, token: str, *, mode: str = "updater",
+                      card: str = "new") -> AsyncIterator[str]:
+    """A running ``tests/sdk03/agent.py``; yields its base URL."""
+    proc = await asyncio.create_subprocess_exec(
+        str(python), str(SCRIPTS / "agent.py"), token, mode, card,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        port = json.loads(line)["port"]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()

@@ -8,7 +8,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
 from tests.support import Instance, Swarm, config_dict, new_pair, post_task, start_instance
 
@@ -96,3 +98,64 @@ async def test_a_butler_over_a2a_keeps_its_refusals(swarm: Swarm, tmp_path: Path
                                      "caller_chain": ["origin"]})
     assert task["state"] == "failed" and task["error"]["code"] == "depth_exceeded", task
     assert "office" in task["error"]["message"]
+
+
+@pytest.mark.parametrize(("mode", "card"), [
+    ("updater", "new"),  # the stream begins with a status-update (0.3 allows it)
+    ("task", "new"),
+    ("task", "old"),     # only /.well-known/agent.json, the older card path
+])
+async def test_delegate_to_an_a2a_sdk_0_3_agent(swarm: Swarm, sdk03: Path, mode: str,
+                                                card: str) -> None:
+    token, _ = new_pair()
+    async with sdk03_agent(sdk03, token, mode=mode, card=card) as url:
+        home = await butler_with_peer(swarm, url, token)
+        status, task = await post_task(home, {"task": "hello there",
+                                              "capabilities_needed": ["shout"]})
+        assert status == 200 and task["state"] == "completed", task.get("error")
+        assert task["output"] == "HELLO THERE"
+
+
+async def test_an_unusable_stream_falls_back_to_a_plain_send(swarm: Swarm) -> None:
+    """A 0.3 agent whose stream begins with something no reader can use: the message
+    goes again, without streaming, and that answer is taken."""
+    token, _ = new_pair()
+    sends: list[str] = []
+
+    async def card(request: web.Request) -> web.Response:
+        base = f"http://127.0.0.1:{request.url.port}"
+        return web.json_response({
+            "name": "odd", "description": "odd", "url": base + "/rpc", "version": "1",
+            "protocolVersion": "0.3.0", "preferredTransport": "JSONRPC",
+            "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"], "skills": []})
+
+    async def rpc(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        sends.append(body["method"])
+        if body["method"] == "message/stream":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b'data: {"jsonrpc": "2.0", "id": 1, "result": {"kind": "odd"}}\n\n')
+            return resp
+        text = body["params"]["message"]["parts"][0]["text"]
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": {
+            "kind": "task", "id": "t1", "contextId": "c1",
+            "status": {"state": "completed"},
+            "artifacts": [{"artifactId": "a", "parts": [{"kind": "text", "text": text[::-1]}]}]}})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    app.router.add_post("/rpc", rpc)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        home = await butler_with_peer(swarm, f"http://127.0.0.1:{port}", token)
+        _, task = await post_task(home, {"task": "abc", "capabilities_needed": ["shout"]})
+    finally:
+        await runner.cleanup()
+    assert sends == ["message/stream", "message/send"]
+    assert task["state"] == "completed" and task["output"] == "cba", task.get("error")

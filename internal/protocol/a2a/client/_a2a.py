@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import time
 import uuid
@@ -35,6 +36,7 @@ from internal.protocol.a2a.codec.peer_answers import (
 from internal.protocol.a2a.model import (
     BUTLER_DOMAIN,
     ERROR_TABLE,
+    LEGACY_CARD_PATH,
     LEGACY_VERSION,
     PROTOCOL_VERSION,
     VERSION_HEADER,
@@ -49,6 +51,7 @@ from internal.protocol.a2a.model import (
     version_matches,
 )
 
+log = logging.getLogger("butler.delegation")
 _PREFERENCE = (("JSONRPC", PROTOCOL_VERSION), ("HTTP+JSON", PROTOCOL_VERSION),
                ("JSONRPC", LEGACY_VERSION))
 
@@ -165,12 +168,23 @@ class A2APeerClient:
                 return resp.status, await self._json(resp)
 
     async def card(self, deadline: float) -> dict[str, Any]:
-        status, data = await self._call("GET", self.base_url + WELL_KNOWN_CARD_PATH, None, {},
-                                        deadline)
-        if status != 200 or not isinstance(data, dict):
-            raise DelegationFailed("peer_error", f"{self.name} has no A2A agent card "
-                                                 f"(HTTP {status})")
-        return data
+        """The agent card; agents older than A2A 0.3 serve it at ``agent.json`` only."""
+        status = 0
+        for path in (WELL_KNOWN_CARD_PATH, LEGACY_CARD_PATH):
+            left = self._left(deadline)
+            with self._mapped(left):
+                async with asyncio.timeout(left), self._open(
+                        "GET", self.base_url + path, body=None, headers={}) as resp:
+                    status = resp.status
+                    if status == 404:
+                        continue
+                    data = await self._json(resp)
+            if status == 200 and isinstance(data, dict):
+                return data
+            break
+        raise DelegationFailed("peer_error", f"{self.name} has no A2A agent card at "
+                                             f"{WELL_KNOWN_CARD_PATH} or {LEGACY_CARD_PATH} "
+                                             f"(HTTP {status})")
 
     # -- one operation, on each binding -----------------------------------------------
 
@@ -242,7 +256,15 @@ class A2APeerClient:
                     if name == "error" and iface.binding != "JSONRPC":
                         raise peer_error(self.name, _dict(data).get("error"))
                     result = self._unwrap(iface, 200, data)
-                    task = apply_event(task, result, iface.version, self.name)
+                    try:
+                        task = apply_event(task, result, iface.version, self.name)
+                    except DelegationFailed:
+                        if task is not None:
+                            raise
+                        log.info("%s: a stream that does not begin with anything usable; "
+                                 "sending the message without streaming", self.name)
+                        return None
+
                     if interrupted_or_terminal(task.state):
                         break
         return task

@@ -127,7 +127,14 @@ def apply_event(task: Task | None, result: Any, version: str, peer: str) -> Task
             return message_task(data, peer)
         update = data
     if task is None:
-        raise bad_answer(peer, "a stream that does not begin with a task or message")
+        # A2A 0.3 lets a stream begin with an update (the 0.3 SDK's TaskUpdater pattern
+        # does): the task is known from the update's ids.
+        task_id = update.get("taskId")
+        if not isinstance(task_id, str) or not task_id:
+            raise bad_answer(peer, "a stream that begins with an update without a taskId")
+        task = Task(id=task_id, context_id=str(update.get("contextId", "")), owner="",
+                    state=TaskState.SUBMITTED, request=TaskRequest(), created_at="",
+                    updated_at="")
     if kind == "artifact-update":
         added = decode_parts(_dict(update.get("artifact")).get("parts"))
         return replace(task, parts=task.parts + added)

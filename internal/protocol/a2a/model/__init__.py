@@ -5,6 +5,7 @@ A2A view of a task, who is calling, and the one error tree with its one table.
 from internal.protocol.a2a.model._a2a import (
     DEFAULT_PAGE_SIZE,
     JSONRPC_PATH,
+    LEGACY_CARD_PATH,
     LEGACY_VERSION,
     MAX_PAGE_SIZE,
     PROTOCOL_VERSION,
@@ -64,6 +65,7 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "ERROR_TABLE",
     "JSONRPC_PATH",
+    "LEGACY_CARD_PATH",
     "LEGACY_VERSION",
     "MAX_PAGE_SIZE",
     "PROTOCOL_VERSION",

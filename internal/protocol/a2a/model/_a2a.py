@@ -19,6 +19,7 @@ from internal.protocol.a2a.model._task import Artifact, Message, Part, PushConfi
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 WELL_KNOWN_CARD_PATH = "/.well-known/agent-card.json"
+LEGACY_CARD_PATH = "/.well-known/agent.json"  # before A2A 0.3
 PROTOCOL_VERSION = "1.0"
 LEGACY_VERSION = "0.3"
 MAX_PAGE_SIZE = 100

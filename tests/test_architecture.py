@@ -1,0 +1,97 @@
+"""The shape docs/architecture.md draws, held by the code: ``internal`` never imports
+``butler``, no import cycle between modules (lazy and TYPE_CHECKING imports count), no
+private module imported from outside its package, no file over 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("butler", "internal")
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Project modules ``name`` imports, anywhere in the file."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                       for a in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in MODULES and t != name)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def test_internal_never_imports_butler() -> None:
+    wrong = sorted((m, t) for m, ts in GRAPH.items() if m.startswith("internal")
+                   for t in ts if t.startswith("butler"))
+    assert wrong == []
+
+
+def test_no_import_cycles() -> None:
+    """A package's ``__init__`` re-exporting its own private modules is not a cycle."""
+    def edges(module: str) -> set[str]:
+        return {t for t in GRAPH[module]
+                if not (MODULES[module].name == "__init__.py" and t.startswith(module + "."))
+                and not (MODULES[t].name == "__init__.py" and module.startswith(t + "."))}
+
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(edges(module)):
+            if state.get(target) == 1:
+                cycles.append([*stack[stack.index(target):], target])
+            elif target not in state:
+                visit(target, [*stack, target])
+        state[module] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_private_modules_are_used_only_inside_their_package() -> None:
+    wrong = []
+    for module, targets in GRAPH.items():
+        for target in targets:
+            package, _, last = target.rpartition(".")
+            if last.startswith("_") and not (module == package or module.startswith(package + ".")):
+                wrong.append((module, target))
+    assert sorted(wrong) == []
+
+
+def test_no_file_over_400_lines() -> None:
+    long = {name: n for name, path in MODULES.items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
