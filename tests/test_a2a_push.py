@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -306,3 +307,29 @@ async def test_configs_go_when_their_task_is_purged(swarm: Swarm) -> None:
     async with asyncio.timeout(10):  # retention is 0.72 s; the purge runs every second
         while await push.store.list_configs(task_id):
             await asyncio.sleep(0.1)
+
+
+async def test_loopback_webhooks_are_an_explicit_opt_in(
+        swarm: Swarm, caplog: pytest.LogCaptureFixture) -> None:
+    """``push_notifications.allow_loopback`` (off by default, warned at start-up) lets a
+    developer receive pushes on this machine."""
+    caplog.set_level(logging.WARNING, logger="butler.push")
+    refusing = await swarm.start("refusing", skills=[ECHO, ASK], extra=QUICK_STOP)
+    assert not [r for r in caplog.records if "allow_loopback" in r.getMessage()]
+    async with webhook() as hook:
+        task_id = await ask_task(refusing)
+        _, body = await rpc(refusing, "CreateTaskPushNotificationConfig",
+                            {"taskId": task_id, "url": hook.url})
+        assert body["error"]["code"] == -32602
+        assert "allow_loopback" in body["error"]["message"]
+
+        home = await swarm.start("home", skills=[ECHO, ASK], extra=QUICK_STOP, configurations={
+            "a2a": {"push_notifications": {"allow_loopback": True}}})
+        assert any("allow_loopback" in r.getMessage() for r in caplog.records)
+        task_id = await ask_task(home)
+        _, body = await rpc(home, "CreateTaskPushNotificationConfig",
+                            {"taskId": task_id, "url": hook.url})
+        assert "error" not in body, body
+        await rpc(home, "SendMessage", {"message": plain_message("Ada", taskId=task_id)})
+        await hook.wait_for(2)
+        assert states(hook) == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]

@@ -10,12 +10,14 @@ def push_notifications(node: Node | None) -> m.PushNotificationsConfig:
     d = m.PushNotificationsConfig()
     if node is None:
         return d
-    k = node.mapping({"enabled", "allow_private_networks", "max_attempts", "timeout_seconds",
-                      "max_configs_per_task"})
+    k = node.mapping({"enabled", "allow_private_networks", "allow_loopback", "max_attempts",
+                      "timeout_seconds", "max_configs_per_task"})
     return m.PushNotificationsConfig(
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
         allow_private_networks=k["allow_private_networks"].boolean()
         if "allow_private_networks" in k else d.allow_private_networks,
+        allow_loopback=k["allow_loopback"].boolean() if "allow_loopback" in k
+        else d.allow_loopback,
         max_attempts=k["max_attempts"].integer(minimum=1, maximum=20)
         if "max_attempts" in k else d.max_attempts,
         timeout_seconds=k["timeout_seconds"].number(minimum=0.1)

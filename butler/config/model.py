@@ -36,6 +36,7 @@ class PushNotificationsConfig:
 
     enabled: bool = True
     allow_private_networks: bool = False
+    allow_loopback: bool = False  # webhooks on this machine: local development only
     max_attempts: int = 5
     timeout_seconds: float = 10.0
     max_configs_per_task: int = 10

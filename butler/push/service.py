@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
 
@@ -12,16 +13,19 @@ from butler.push.store import SqlitePushStore
 from internal.http import OutboundGuard, OutboundRules
 from internal.protocol.a2a.model import Identity, PushConfig, RequestError
 
+log = logging.getLogger("butler.push")
+
 
 class PushNotifications:
     def __init__(self, config: PushNotificationsConfig, engine: TaskEngine, data_dir: Path,
                  guard: OutboundGuard | None = None) -> None:
-        """``guard``: tests pass one that lets webhooks reach loopback; the config cannot."""
+        """``guard``: tests may pass their own (a resolver mapping test host names)."""
         self.config = config
         self.engine = engine
+        key = "configurations.a2a.push_notifications."
         self.guard = guard or OutboundGuard(OutboundRules(
-            allow_private=config.allow_private_networks,
-            private_key="configurations.a2a.push_notifications.allow_private_networks"))
+            allow_loopback=config.allow_loopback, allow_private=config.allow_private_networks,
+            loopback_key=key + "allow_loopback", private_key=key + "allow_private_networks"))
         self.store = SqlitePushStore(data_dir / "push.db")
         self.dispatcher = PushDispatcher(self.guard, max_attempts=config.max_attempts,
                                          timeout=config.timeout_seconds)
@@ -31,6 +35,10 @@ class PushNotifications:
         return self.config.enabled
 
     async def start(self) -> None:
+        if self.config.enabled and self.config.allow_loopback:
+            log.warning("push notifications may be delivered to webhooks on this machine "
+                        "(configurations.a2a.push_notifications.allow_loopback): for local "
+                        "development only")
         for config in await self.store.all_configs():
             self.dispatcher.track(config)
         self.engine.hub.listen(self.dispatcher.on_event)
