@@ -65,6 +65,14 @@ async def test_direct_loop_and_depth_refusals(mesh: Mesh, http: aiohttp.ClientSe
     status, body = await post(http, home.url, token,
                               {"task": "x", "skill": "echo", "caller_chain": ["a", "home"]})
     assert status == 409 and body["error"]["code"] == "loop_detected"
+    # Names compare as the registry compares them (NFKC, case folded): "HOME" is home.
+    for spelled in ("HOME", "hOmE"):
+        status, body = await post(http, home.url, token, {"task": "x", "skill": "echo"},
+                                  {"X-Swarm-Agent-Chain": f"a,{spelled}", "X-Swarm-Depth": "2"})
+        assert status == 409 and body["error"]["code"] == "loop_detected", spelled
+        status, body = await post(http, home.url, token, {
+            "task": "x", "skill": "echo", "caller_chain": ["a", spelled]})
+        assert status == 409 and body["error"]["code"] == "loop_detected", spelled
     status, body = await post(http, home.url, token,
                               {"task": "x", "skill": "echo", "caller_chain": ["a", "b", "c"]})
     assert status == 422 and body["error"]["code"] == "depth_exceeded"

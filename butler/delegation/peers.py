@@ -10,6 +10,7 @@ from pathlib import Path
 
 from butler.config.model import PeerConfig
 from internal.http import CONFIGURED, OutboundRules
+from internal.protocol.a2a.model import agent_key
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,10 @@ def eligible(candidates: Iterable[Candidate], capabilities: Sequence[str],
              chain: Sequence[str], peer: str | None) -> list[Candidate]:
     """Candidates for this work: never one already in the chain (that would loop)."""
     seen: set[str] = set()
+    in_chain = {agent_key(hop) for hop in chain}
     out = []
     for cand in candidates:
-        if cand.name in chain or cand.name in seen:
+        if agent_key(cand.name) in in_chain or cand.name in seen:
             continue
         if peer is not None and peer not in (cand.name, cand.url):
             continue

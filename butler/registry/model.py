@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from internal.protocol.a2a.model import RequestError
+from internal.protocol.a2a.model import RequestError, agent_key
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _TERM = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,127}")
@@ -26,9 +26,7 @@ def bad(path: str, problem: str) -> RequestError:
     return RequestError("invalid_request", f"{path}: {problem}")
 
 
-def fold(text: str) -> str:
-    # casefold can produce text that is no longer NFKC (e.g. U+0130), hence the second pass.
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+fold = agent_key  # the registry's names compare as every agent name does
 
 
 def has_control(text: str, *, multiline: bool = False) -> bool:

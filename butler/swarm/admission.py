@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from internal.protocol.a2a.model import AuthError, Envelope, Identity, Refusal
+from internal.protocol.a2a.model import AuthError, Envelope, Identity, Refusal, agent_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +33,13 @@ class SwarmPolicy:
             if not chain:
                 # A bound peer is the caller even when it sent no chain.
                 chain = (caller.name,)
-            elif chain[-1] != caller.name:
+            elif agent_key(chain[-1]) != agent_key(caller.name):
                 raise AuthError(
                     "chain_mismatch",
                     f"token belongs to {caller.name!r} but the chain names {chain[-1]!r} "
                     "as the caller",
                 )
-        if self.agent_id in chain:
+        if agent_key(self.agent_id) in {agent_key(hop) for hop in chain}:
             raise Refusal(
                 "loop_detected",
                 f"{self.agent_id} is already in the caller chain {' -> '.join(chain)}",

@@ -42,7 +42,7 @@ from internal.protocol.a2a.model._errors import (
     code_for_http_status,
     error_from_code,
 )
-from internal.protocol.a2a.model._identity import Identity
+from internal.protocol.a2a.model._identity import Identity, agent_key
 from internal.protocol.a2a.model._task import (
     Artifact,
     Budget,
@@ -102,6 +102,7 @@ __all__ = [
     "TaskRequest",
     "TaskState",
     "Unavailable",
+    "agent_key",
     "code_for_http_status",
     "error_from_code",
     "history",

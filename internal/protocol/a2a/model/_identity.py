@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 
@@ -16,3 +17,10 @@ class Identity:
     @property
     def is_admin(self) -> bool:
         return self.tier == "admin"
+
+
+def agent_key(name: str) -> str:
+    """What two agent names must share to be the same agent: NFKC, then case folding (and
+    NFKC again, since folding can undo it, e.g. U+0130). Loop detection, chain checks
+    and the registry all compare names this way."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
