@@ -43,9 +43,12 @@ from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
     ERROR_RENDERERS,
     INCIDENTS,
+    STREAM_SLOTS,
     IncidentLog,
     ListenSettings,
     OutboundGuard,
+    StreamCaps,
+    StreamSlots,
     TokenBuckets,
     TokenVerifier,
     error_middleware,
@@ -241,9 +244,12 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                 verifier=verifier, public_paths=PUBLIC_PATHS,
                 max_inflight=cfg.limits.max_inflight,
                 per_address=_buckets(rl.per_address_per_second, rl.per_address_burst),
-                per_caller=_buckets(rl.per_caller_per_second, rl.per_caller_burst)),
+                per_caller=_buckets(rl.per_caller_per_second, rl.per_caller_burst),
+                never_limited=("/healthz",)),
         ],
     )
+    app[STREAM_SLOTS] = StreamSlots(StreamCaps(cfg.limits.max_streams,
+                                               cfg.limits.max_streams_per_caller))
     if cfg.metrics.enabled and not cfg.metrics.listen:
         app.add_routes([metrics_route(metrics)])
     rest = RestBinding(engine, RestLimits(cfg.limits.max_json_depth,

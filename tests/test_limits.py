@@ -221,11 +221,13 @@ async def test_inflight_cap_answers_503(swarm: Swarm, http: aiohttp.ClientSessio
         async with asyncio.timeout(5):
             while True:  # until the slow request is being worked on
                 await asyncio.sleep(0.05)
-                async with http.get(f"{home.url}/healthz") as resp:
+                async with http.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
                     if resp.status == 503:
                         assert resp.headers["Retry-After"].isdigit()
                         assert_json_error(await resp.json(), "overloaded")
                         break
+            async with http.get(f"{home.url}/healthz") as resp:
+                assert resp.status == 200  # never refused, even at the cap
         status, body = await first
     finally:
         first.cancel()

@@ -20,6 +20,8 @@ class Limits:
     body_timeout_seconds: float = 30.0
     max_connections: int = 256
     max_inflight: int = 128
+    max_streams: int = 256  # open event streams, apart from max_inflight
+    max_streams_per_caller: int = 32
     shutdown_grace_seconds: float = 30.0
 
 

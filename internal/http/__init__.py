@@ -31,11 +31,13 @@ from internal.http._outbound_guard import (
 )
 from internal.http._rate_limits import TokenBuckets, limited
 from internal.http._sse import SseTiming, sse_frame, sse_stream
+from internal.http._streams import STREAM_SLOTS, StreamCaps, StreamSlots
 
 __all__ = [
     "CONFIGURED",
     "ERROR_RENDERERS",
     "INCIDENTS",
+    "STREAM_SLOTS",
     "ErrorRenderer",
     "Handler",
     "IncidentLog",
@@ -44,6 +46,8 @@ __all__ = [
     "OutboundRules",
     "ResolverFactory",
     "SseTiming",
+    "StreamCaps",
+    "StreamSlots",
     "TokenBuckets",
     "TokenEntry",
     "TokenVerifier",

@@ -12,21 +12,32 @@ from aiohttp import web
 from internal.http._auth import TokenVerifier
 from internal.http._json_http import IDENTITY, Handler
 from internal.http._rate_limits import TokenBuckets, limited
+from internal.http._streams import INFLIGHT, InflightSlot
 from internal.protocol.a2a.model import Unavailable
 
 
 def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
                     max_inflight: int, per_address: TokenBuckets | None = None,
-                    per_caller: TokenBuckets | None = None) -> Any:
+                    per_caller: TokenBuckets | None = None,
+                    never_limited: Collection[str] = ()) -> Any:
     """In this order: per-address limit (before auth, so floods of bad tokens are
     limited too), the in-flight cap (503 with Retry-After instead of queueing), the bearer
-    token, then the caller's own bucket."""
+    token, then the caller's own bucket. ``never_limited`` paths (a health check) skip
+    all of it. A request that becomes an event stream leaves the in-flight count
+    (``_streams``)."""
     public = frozenset(public_paths)
+    exempt = frozenset(never_limited)
     inflight = 0
+
+    def give_back() -> None:
+        nonlocal inflight
+        inflight -= 1
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         nonlocal inflight
+        if request.path in exempt:
+            return await handler(request)
         if per_address is not None:
             wait = per_address.take(request.remote or "?")
             if wait:
@@ -34,6 +45,7 @@ def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
         if inflight >= max_inflight:
             raise Unavailable("overloaded", "too many requests in flight", retry_after=1)
         inflight += 1
+        slot = request[INFLIGHT] = InflightSlot(give_back)
         try:
             if request.path not in public:
                 ident = verifier.identify(request.headers.get("Authorization"))
@@ -44,6 +56,6 @@ def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
                         raise limited("per caller", wait)
             return await handler(request)
         finally:
-            inflight -= 1
+            slot.release()
 
     return middleware

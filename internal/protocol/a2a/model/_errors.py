@@ -94,6 +94,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "idempotency_conflict": ErrorSpec(409, -32600, "state", grpc=_PRE),
     "rate_limited": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
     "overloaded": ErrorSpec(503, -31503, "unavailable", grpc="UNAVAILABLE"),
+    "too_many_streams": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
     "internal_error": ErrorSpec(500, -32603, "unavailable", "INTERNAL_ERROR", grpc="INTERNAL"),
     "peer_unreachable": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "peer_timeout": ErrorSpec(504, -32603, "delegation", grpc="DEADLINE_EXCEEDED"),
