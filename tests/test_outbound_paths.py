@@ -26,6 +26,7 @@ from aiohttp import web
 from opentelemetry import trace
 
 from butler.config import ConfigError, load_config
+from butler.config.model import PeerConfig
 from butler.delegation.delegator import PeerDelegator
 from butler.delegation.discovery import RegistryDiscovery
 from butler.delegation.peers import Candidate
@@ -218,7 +219,8 @@ async def test_registry_entries_are_never_candidates(
     names = HostileNames()
     client = RegistryClient(registry.url, TOKENS["root"], session=http)
     discovery = RegistryDiscovery(client, self_name="home", peer_token=SECRET, static=(),
-                                  guard=lenient(names), cache_seconds=0)
+                                  guard=lenient(names), cache_seconds=0,
+                                  trusted_registrants=("alice",))
     assert await discovery(["hostile.cap"]) == []
     peers = delegator(names, discover=discovery)
     try:
@@ -243,7 +245,8 @@ async def test_a_registry_entry_that_rebinds_to_metadata_is_refused_at_connect(
     rules = OutboundRules()  # the registry's strictest rules
     discovery = RegistryDiscovery(RegistryClient(registry.url, TOKENS["root"], session=http),
                                   self_name="home", peer_token=SECRET, static=(),
-                                  guard=lenient(names, rules), cache_seconds=600)
+                                  guard=lenient(names, rules), cache_seconds=600,
+                                  trusted_registrants=("alice",))
     assert [c.name for c in await discovery(["flip.cap"])] == ["flip"]  # cached from now
     names.names["flip.test"] = ("169.254.169.254",)
     peers = delegator(names, discover=discovery)
@@ -297,3 +300,35 @@ async def test_interface_urls_a_card_advertises_are_refused(listener: Listener) 
                 assert_refused(info.value, url)
     finally:
         await runner.cleanup()
+
+
+# -- who gets a token ------------------------------------------------------------------------
+
+async def test_tokens_go_only_where_the_config_sends_them(
+    registry: LiveRegistry, http: aiohttp.ClientSession, listener: Listener,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A registrant nobody trusts gets no ``peer_token``, and one that registers under a
+    configured peer's name with its own URL gets neither that peer's token nor a call."""
+    card = make_card("Grab", caps=("grab.cap",))
+    for name in ("stranger", "office"):
+        async with http.put(f"{registry.url}/v1/agents/{name}", json={
+                "card": card, "url": f"http://127.0.0.1:{listener.port}", "ttl_seconds": 60},
+                headers={"Authorization": f"Bearer {TOKENS['alice']}"}) as resp:
+            assert resp.status == 201
+    office = PeerConfig(name="office", url="http://127.0.0.1:9", token=SECRET,
+                        capabilities=("grab.cap",))
+    client = RegistryClient(registry.url, TOKENS["root"], session=http)
+    untrusting = RegistryDiscovery(client, self_name="home", peer_token=SECRET,
+                                   static=(office,), guard=lenient(HostileNames()),
+                                   cache_seconds=0)
+    with caplog.at_level(logging.INFO, logger="butler.delegation"):
+        assert await untrusting(["grab.cap"]) == []
+    assert "not in configurations.registry.trusted_registrants" in caplog.text
+    assert "not the one configured for peer office" in caplog.text
+    trusting = RegistryDiscovery(client, self_name="home", peer_token="shared",
+                                 static=(office,), guard=lenient(HostileNames()),
+                                 cache_seconds=0, trusted_registrants=("ALICE",))
+    found = await trusting(["grab.cap"])
+    assert [(c.name, c.token) for c in found] == [("stranger", "shared")]
+    assert SECRET not in caplog.text

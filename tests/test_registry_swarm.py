@@ -41,7 +41,8 @@ async def test_home_finds_memory_search_through_the_registry(
         return {"registry": {"self_register": self_register, "url": registry.url,
                              "token_file": str(tmp_path / f"{owner}.token"),
                              "peer_token_file": str(tmp_path / "swarm.token"),
-                             "health_ttl_minutes": 1, "cache_seconds": 0}}
+                             "health_ttl_minutes": 1, "cache_seconds": 0,
+                             "trusted_registrants": ["alice", "bob"]}}
 
     accept = [hash_token(swarm_token)]
     mesh = Mesh(tmp_path, http)
@@ -132,9 +133,10 @@ async def test_a_registry_entry_failing_the_policy_is_not_a_candidate(
             assert resp.status == 201
     client = RegistryClient(registry.url, TOKENS["root"], session=http)
     discovery = RegistryDiscovery(client, self_name="home", peer_token="t", static=(),
-                                  guard=OutboundGuard(CONFIGURED), cache_seconds=0)
+                                  guard=OutboundGuard(CONFIGURED), cache_seconds=0,
+                                  trusted_registrants=("alice",))
     assert [c.name for c in await discovery(["memory.search"])] == ["office"]
     strict = RegistryDiscovery(client, self_name="home", peer_token="t", static=(),
                                guard=OutboundGuard(OutboundRules(allow_private=True)),
-                               cache_seconds=0)
+                               cache_seconds=0, trusted_registrants=("alice",))
     assert await strict(["memory.search"]) == []

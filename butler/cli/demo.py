@@ -86,7 +86,9 @@ def _demo(args: argparse.Namespace) -> int:
         def reg(who: str, announce: bool, peer_token: str) -> dict[str, Any]:
             return {"self_register": announce, "url": registry_url, "health_ttl_minutes": 1,
                     "token_file": str(tmp / f"{who}-reg.token"),
-                    "peer_token_file": str(tmp / f"{peer_token}.token")}
+                    "peer_token_file": str(tmp / f"{peer_token}.token"),
+                    # peer_token goes only to agents these registry identities registered
+                    "trusted_registrants": ["office", "home"]}
 
         (tmp / "office.yaml").write_text(_config(
             "office", {"home": hash_token(tokens["home-to-office"]),

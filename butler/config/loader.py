@@ -232,6 +232,7 @@ def _registry(node: Node | None, base: Path) -> m.RegistryConfig:
     k = node.mapping({
         "self_register", "health_ttl_minutes", "url", "token_env", "token_file", "cache_seconds",
         "allow_private_networks", "allow_loopback", "peer_token_env", "peer_token_file",
+        "trusted_registrants",
     })
     return m.RegistryConfig(
         self_register=k["self_register"].boolean() if "self_register" in k else d.self_register,
@@ -246,6 +247,8 @@ def _registry(node: Node | None, base: Path) -> m.RegistryConfig:
         if "allow_private_networks" in k else d.allow_private_networks,
         allow_loopback=k["allow_loopback"].boolean() if "allow_loopback" in k
         else d.allow_loopback,
+        trusted_registrants=tuple(ident(n) for n in k["trusted_registrants"].items())
+        if "trusted_registrants" in k else d.trusted_registrants,
     )
 
 

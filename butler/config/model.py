@@ -95,6 +95,8 @@ class RegistryConfig:
     cache_seconds: float = 10.0
     allow_private_networks: bool = True
     allow_loopback: bool = True
+    # Registry identities (who registered an entry) whose agents get ``peer_token``.
+    trusted_registrants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

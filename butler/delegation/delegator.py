@@ -87,7 +87,9 @@ class PeerDelegator:
             try:
                 pool += await self.discover(capabilities)
             except Exception as exc:
-                log.debug("registry lookup failed: %s", exc)
+                # Static peers still serve; the operator must see that the registry did not.
+                log.warning("registry lookup for %s failed, using configured peers only: %s",
+                            ",".join(capabilities), exc)
         found = eligible(pool, capabilities, (*chain, self.agent_id), peer)
         return sorted(found, key=self.health.rank_key)
 

@@ -15,19 +15,29 @@ from butler.delegation.peers import Candidate
 from butler.registry.client import RegistryClient
 from butler.registry.model import AgentEntry
 from internal.http import OutboundGuard
-from internal.protocol.a2a.model import OutboundRefused
+from internal.protocol.a2a.model import OutboundRefused, agent_key
 
 log = logging.getLogger("butler.delegation")
 
 
+# Capability lists are the callers' choice: the cache keeps this many, the oldest go.
+CACHE_ENTRIES = 256
+
+
 class RegistryDiscovery:
+    """A registry entry is a claim anyone with registry access can make, so a token goes
+    only where the config sends it: ``peers`` entries by name (to the URL configured
+    there, never one a registrant advertises under that name), and ``peer_token`` only
+    to agents registered by an identity in ``trusted_registrants``."""
+
     def __init__(self, client: RegistryClient, *, self_name: str, peer_token: str,
                  static: Sequence[PeerConfig], guard: OutboundGuard,
-                 cache_seconds: float) -> None:
+                 cache_seconds: float, trusted_registrants: Sequence[str] = ()) -> None:
         self._client = client
         self._self = self_name
         self._peer_token = peer_token
-        self._static = {p.name: p for p in static}
+        self._static = {agent_key(p.name): p for p in static}
+        self._trusted = frozenset(agent_key(n) for n in trusted_registrants)
         self._guard = guard
         self._ttl = cache_seconds
         self._cache: dict[tuple[str, ...], tuple[float, list[Candidate]]] = {}
@@ -37,6 +47,8 @@ class RegistryDiscovery:
         hit = self._cache.get(key)
         if hit is not None and time.monotonic() - hit[0] < self._ttl:
             return hit[1]
+        while len(self._cache) >= CACHE_ENTRIES:
+            del self._cache[next(iter(self._cache))]
         entries = await self._client.find(capability=key[0], max_results=200)
         found = []
         for entry in entries:
@@ -49,8 +61,20 @@ class RegistryDiscovery:
     async def _candidate(self, entry: AgentEntry, caps: tuple[str, ...]) -> Candidate | None:
         if entry.name == self._self or not set(caps) <= set(entry.capabilities):
             return None
-        static = self._static.get(entry.name)
-        token = static.token if static is not None else self._peer_token
+        static = self._static.get(agent_key(entry.name))
+        if static is not None:
+            if entry.url.rstrip("/") != static.url.rstrip("/"):
+                log.warning("ignoring registry entry %s (registered by %s): its URL is not the "
+                            "one configured for peer %s, so its token is not sent there",
+                            entry.name, entry.owner, static.name)
+                return None
+            token = static.token
+        elif agent_key(entry.owner) in self._trusted:
+            token = self._peer_token
+        else:
+            log.info("not calling registry entry %s: registered by %s, who is not in "
+                     "configurations.registry.trusted_registrants", entry.name, entry.owner)
+            return None
         if not token:
             return None
         try:

@@ -38,6 +38,7 @@ class RegistryLink:
             private_key="configurations.registry.allow_private_networks")
         self.discovery = RegistryDiscovery(
             client, self_name=config.agent.id, peer_token=reg.peer_token, static=config.peers,
+            trusted_registrants=reg.trusted_registrants,
             guard=OutboundGuard(found), cache_seconds=reg.cache_seconds)
         if reg.self_register:
             self.announcer = Announcer(client, config.agent.id, card, url,
