@@ -65,6 +65,7 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
             description=skill.config.description or skill.config.name,
             tags=tuple(dict.fromkeys((*skill.config.tags, *caps))),
             examples=skill.config.examples,
+            input_modes=skill.config.input_modes, output_modes=skill.config.output_modes,
         ))
     return CardInfo(
         name=config.agent.name,

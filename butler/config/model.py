@@ -120,6 +120,9 @@ class SkillConfig:
     command: tuple[str, ...] | None = None
     python: str | None = None
     max_output_bytes: int = 1024 * 1024
+    # Media types of the parts it takes and gives (A2A inputModes/outputModes).
+    input_modes: tuple[str, ...] = ("text/plain", "application/json")
+    output_modes: tuple[str, ...] = ("text/plain", "application/json")
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,25 @@ from butler.config import model as m
 from butler.config.common import BUILTIN_SKILLS, ident, secret, url
 from butler.config.node import Node
 
+_MEDIA_TYPE = re.compile(r"(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)")
+
+
+def _media_types(node: Node) -> tuple[str, ...]:
+    """``type/subtype`` media types (``image/*`` and ``*/*`` allowed), at least one."""
+    types = node.strings()
+    if not types:
+        node.fail("needs at least one media type")
+    for value in types:
+        if not _MEDIA_TYPE.fullmatch(value.lower()):
+            node.fail(f"{value!r} is not a media type like 'text/plain' or 'image/*'")
+    return tuple(v.lower() for v in types)
+
 
 def parse_skill(node: Node) -> m.SkillConfig:
     k = node.mapping({
         "id", "name", "description", "capabilities", "tags", "examples", "cost_usd",
         "timeout_seconds", "expose", "tier", "builtin", "command", "python", "max_output_bytes",
+        "input_modes", "output_modes",
     })
     if "id" not in k:
         node.fail("a skill needs an id")
@@ -48,6 +62,10 @@ def parse_skill(node: Node) -> m.SkillConfig:
         python=python,
         max_output_bytes=k["max_output_bytes"].integer(minimum=1)
         if "max_output_bytes" in k else 1024 * 1024,
+        input_modes=_media_types(k["input_modes"]) if "input_modes" in k
+        else m.SkillConfig.input_modes,
+        output_modes=_media_types(k["output_modes"]) if "output_modes" in k
+        else m.SkillConfig.output_modes,
     )
 
 

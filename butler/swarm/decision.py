@@ -15,7 +15,15 @@ from typing import Protocol
 
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
-from internal.protocol.a2a.model import AuthError, Envelope, Identity, Refusal, TaskRequest
+from internal.protocol.a2a.model import (
+    AuthError,
+    Envelope,
+    Identity,
+    Refusal,
+    RequestError,
+    TaskRequest,
+    media_type_matches,
+)
 
 
 class PeerPrices(Protocol):
@@ -54,6 +62,21 @@ class Decision:
     plan: Plan
 
 
+def require_accepted(skill: Skill, request: TaskRequest) -> None:
+    """Every part's media type is one the skill's ``input_modes`` accept (A2A 3.1.1)."""
+    offered = [p.media_type for p in request.parts]
+    if request.text:
+        offered.append("text/plain")
+    if request.input:
+        offered.append("application/json")
+    modes = skill.config.input_modes
+    for media in offered:
+        if not any(media_type_matches(media, mode) for mode in modes):
+            raise RequestError("content_type_not_supported",
+                               f"skill {skill.id!r} takes {', '.join(modes)}, not {media}",
+                               details={"media_type": media, "accepted": list(modes)})
+
+
 @dataclass(frozen=True, slots=True)
 class SwarmDecision:
     policy: SwarmPolicy
@@ -65,6 +88,7 @@ class SwarmDecision:
         admitted = self.policy.admit(envelope, caller)
         skill = self._choose_skill(caller, request)
         if skill is not None:
+            require_accepted(skill, request)
             require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
             return Decision(admitted, RunSkill(skill))
         return Decision(admitted, await self._plan_delegation(request, admitted, peers))

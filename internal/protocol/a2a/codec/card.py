@@ -27,6 +27,10 @@ def _skills(info: CardInfo) -> list[dict[str, Any]]:
                                 "description": skill.description, "tags": list(skill.tags)}
         if skill.examples:
             item["examples"] = list(skill.examples)
+        if skill.input_modes and skill.input_modes != info.input_modes:
+            item["inputModes"] = list(skill.input_modes)
+        if skill.output_modes and skill.output_modes != info.output_modes:
+            item["outputModes"] = list(skill.output_modes)
         out.append(item)
     return out
 

@@ -58,6 +58,7 @@ from internal.protocol.a2a.model._task import (
     TaskPage,
     TaskRequest,
     TaskState,
+    media_type_matches,
 )
 
 __all__ = [
@@ -107,6 +108,7 @@ __all__ = [
     "error_from_code",
     "history",
     "interrupted_or_terminal",
+    "media_type_matches",
     "message_fields",
     "requested_version",
     "status_message",

@@ -58,6 +58,8 @@ class SkillInfo:
     description: str
     tags: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
+    input_modes: tuple[str, ...] = ()  # empty: the card's defaults
+    output_modes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

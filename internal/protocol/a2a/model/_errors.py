@@ -66,6 +66,8 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "payload_too_large": ErrorSpec(413, -32600, "request", grpc=_ARG, for_http=(413,)),
     "unsupported_media_type": ErrorSpec(415, -32005, "request", "CONTENT_TYPE_NOT_SUPPORTED",
                                         grpc=_ARG, for_http=(415,)),
+    "content_type_not_supported": ErrorSpec(415, -32005, "request",
+                                            "CONTENT_TYPE_NOT_SUPPORTED", grpc=_ARG),
     "header_too_large": ErrorSpec(400, -32600, "request", grpc=_ARG, for_http=(431,)),
     "push_notification_not_supported": ErrorSpec(400, -32003, "request",
                                                  "PUSH_NOTIFICATION_NOT_SUPPORTED", grpc=_UNIMPL),

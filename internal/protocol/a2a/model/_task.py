@@ -52,6 +52,24 @@ class Part:
             return "text"
         return "data" if self.data is not None else "file"
 
+    @property
+    def media_type(self) -> str:
+        """What a skill's ``input_modes`` are matched against."""
+        if self.text is not None:
+            return "text/plain"
+        if self.data is not None:
+            return "application/json"
+        file = self.file or {}
+        media = file.get("mimeType") or file.get("mediaType") or file.get("media_type")
+        return str(media) if media else "application/octet-stream"
+
+
+def media_type_matches(media_type: str, accepted: str) -> bool:
+    """``accepted`` may be ``*/*`` or ``type/*``; parameters (``;charset=...``) are ignored."""
+    kind, _, sub = media_type.split(";", 1)[0].strip().lower().partition("/")
+    want_kind, _, want_sub = accepted.split(";", 1)[0].strip().lower().partition("/")
+    return want_kind in ("*", kind) and want_sub in ("*", sub)
+
 
 @dataclass(frozen=True, slots=True)
 class Artifact:
