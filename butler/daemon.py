@@ -104,7 +104,7 @@ class Daemon:
         self._closers.append(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
-        store = SqliteTaskStore(cfg.data_dir / "tasks.db")
+        store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")
         workspace = SqliteWorkspace(cfg.data_dir / "workspace.db", cfg.swarm.workspace_ttl_hours)
         self._closers.append(workspace.close)
         deps = RunDeps(
