@@ -25,7 +25,7 @@ from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
-from butler.memory_store import MemoryStore
+from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
     metrics_middleware,
@@ -36,6 +36,7 @@ from butler.metrics import (
 from butler.push.guard import PushGuard
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
+from butler.storage import private_folder
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
@@ -75,6 +76,8 @@ class Daemon:
     _closers: list[Callable[[], Any]] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _aclosers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, init=False)
+    # Databases, and writers into them: closed last, in reverse order, after the engine.
+    _storage: list[Callable[[], Awaitable[None]]] = field(default_factory=list, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _server: asyncio.Server | None = field(default=None, init=False)
 
@@ -90,23 +93,24 @@ class Daemon:
 
     async def start(self) -> None:
         cfg = self.config
-        cfg.data_dir.mkdir(parents=True, exist_ok=True)
-        memory = MemoryStore(cfg.data_dir / "memory.db")
-        self._closers.append(memory.close)
+        private_folder(cfg.data_dir)
+        memory = await MemoryStore.open(cfg.data_dir / "memory.db")
+        self._storage.append(memory.close)
         catalog = SkillCatalog(build_skills(cfg.skills, memory),
                                cfg.mcp_server.allowed_capabilities)
-        audit_log = AuditLog(cfg.data_dir / "audit.db")
-        self._closers.append(audit_log.close)
+        audit_log = await AuditLog.open(cfg.data_dir / "audit.db")
+        self._storage.append(audit_log.db.close)
         audit = AuditWriter(audit_log)
-        self._closers.append(audit.close)  # closed first: flushes into the open log
+        self._storage.append(audit.close)  # closed first: flushes into the open log
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
         self._closers.append(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
         store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")
-        workspace = SqliteWorkspace(cfg.data_dir / "workspace.db", cfg.swarm.workspace_ttl_hours)
-        self._closers.append(workspace.close)
+        workspace = await SqliteWorkspace.open(cfg.data_dir / "workspace.db",
+                                               cfg.swarm.workspace_ttl_hours)
+        self._storage.append(workspace.close)
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer,
@@ -182,6 +186,8 @@ class Daemon:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.engine.store.close()
+        for aclose in reversed(self._storage):
+            await aclose()
         for close in reversed(self._closers):
             close()
         self.incidents.close()
@@ -192,7 +198,7 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            purged = await asyncio.to_thread(workspace.purge)
+            purged = await workspace.purge()
         except Exception:
             log.exception("workspace purge failed")
         else:

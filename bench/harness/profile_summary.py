@@ -24,7 +24,7 @@ _KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ids and randomness (uuid, secrets)", ("uuid.py", "random.py", "secrets.py")),
     ("SQLite calls (task store)", ("butler/engine/store.py",)),
     ("SQLite calls (audit log)", ("butler/audit/",)),
-    ("SQLite calls (other)", ("sqlite3/", "workspace.py", "memory_store.py")),
+    ("SQLite calls (other)", ("sqlite3/", "workspace.py", "butler/memory/", "butler/storage/")),
     ("Butler engine, swarm, skills", ("butler/",)),
     ("protocol codecs and handlers", ("internal/protocol/",)),
 )

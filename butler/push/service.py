@@ -28,6 +28,7 @@ class PushNotifications:
         return self.config.enabled
 
     async def start(self) -> None:
+        await self.store.open()
         for config in await self.store.all_configs():
             self.dispatcher.track(config)
         self.engine.hub.listen(self.dispatcher.on_event)

@@ -80,10 +80,9 @@ class Database:
 
     @classmethod
     async def open(cls, path: Path, *, name: str, **options: Any) -> Database:
-        """Opens on the worker; raises what opening raised (the worker is then gone)."""
+        """``Database(...)`` then ``start()``."""
         db = cls(path, name=name, **options)
-        db._thread.start()
-        await asyncio.wrap_future(db._opened)
+        await db.start()
         return db
 
     @classmethod
@@ -94,6 +93,12 @@ class Database:
         db._thread.start()
         db._opened.result()
         return db
+
+    async def start(self) -> None:
+        """Opens the file on the worker; raises what opening raised (the worker is then
+        gone)."""
+        self._thread.start()
+        await asyncio.wrap_future(self._opened)
 
     # -- the loop's side -------------------------------------------------------------
 
