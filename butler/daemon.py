@@ -195,12 +195,14 @@ class Daemon:
 
 async def _purge_workspace(workspace: SqliteWorkspace) -> None:
     interval = min(3600.0, max(workspace.ttl_seconds / 10, 1.0))
+    failures = 0
     while True:
         await asyncio.sleep(interval)
         try:
             purged = await workspace.purge()
-        except Exception:
-            log.exception("workspace purge failed")
+        except Exception:  # the next round tries again
+            failures += 1
+            log.exception("workspace purge failed (%d time(s) so far)", failures)
         else:
             if purged:
                 log.info("purged %d expired workspace entries", purged)

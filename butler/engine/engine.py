@@ -8,7 +8,6 @@ task can never change again (a result that arrives after a cancel is discarded).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -124,13 +123,17 @@ class TaskEngine:
         return task is not None and task.state.interrupted
 
     async def _purge_loop(self) -> None:
+        failures = 0
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 purged = await self.store.purge_terminal(iso_before(self._retention))
                 if purged:
                     log.info("purged %d terminal task(s) past retention", len(purged))
                     for listener in self.purge_listeners:
                         await listener(purged)
+            except Exception:  # the next round tries again
+                failures += 1
+                log.exception("task purge failed (%d time(s) so far)", failures)
             await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
 
     # -- requests ----------------------------------------------------------------
