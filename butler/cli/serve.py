@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import sqlite3
 import sys
 
 from butler.config import Config, ConfigError, load_config
@@ -107,8 +106,9 @@ async def run_daemon(config: Config) -> int:
     except PluginError as exc:
         log.error("%s: skills: %s", config.source, exc)
         return 2
-    except (OSError, sqlite3.Error) as exc:
-        # Binding, or creating data_dir and its databases: the message names which.
+    except OSError as exc:
+        # Binding, or opening data_dir and its databases (``butler.storage.CannotOpen``):
+        # the message names which.
         log.error("cannot start: %s", exc)
         return 1
     settle_heap()

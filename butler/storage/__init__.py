@@ -4,13 +4,14 @@ database that owns its connection, group commit, and nothing on the event loop."
 
 from butler.storage._batch_writer import BatchWriter
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, catch_up, checkpoint
-from butler.storage._database import Database, DatabaseClosed
+from butler.storage._database import CannotOpen, Database, DatabaseClosed
 from butler.storage._files import FILE_MODE, FOLDER_MODE, private_file, private_folder
 
 __all__ = [
     "FILE_MODE",
     "FOLDER_MODE",
     "BatchWriter",
+    "CannotOpen",
     "CheckpointPolicy",
     "Checkpointer",
     "Database",

@@ -37,6 +37,18 @@ Setup = Callable[[sqlite3.Connection], None]
 MAX_JOBS_PER_ROUND = 1024
 
 
+class CannotOpen(Unavailable, OSError):
+    """A database could not be opened (its folder, file, or schema); names the file. An
+    ``OSError`` too, as most causes are: start-up reports it with binding errors."""
+
+    def __init__(self, path: Path, cause: BaseException) -> None:
+        Unavailable.__init__(self, "overloaded", f"cannot open {path}: {cause}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class DatabaseClosed(Unavailable):
     """A job was handed to a database after ``close`` (the daemon is stopping)."""
 
@@ -163,9 +175,9 @@ class Database:
     def _serve(self) -> None:
         try:
             conn = self._connect()
-        except BaseException as exc:
+        except Exception as exc:
             self._closing = True
-            self._opened.set_exception(exc)
+            self._opened.set_exception(CannotOpen(self.path, exc))
             self._fail_queued(exc)
             self._finished.set_result(None)
             return
