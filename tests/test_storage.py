@@ -178,20 +178,21 @@ def _storage_threads() -> set[threading.Thread]:
 
 
 async def test_no_storage_thread_outlives_a_daemon(swarm: Swarm) -> None:
-    assert not _storage_threads()
+    before = _storage_threads()
     home = await swarm.start("home")
     status, task = await post_task(home, {"task": "hi", "skill": "echo"})
     assert status in (200, 202)
     await wait_task(home, task["id"])
-    assert len(_storage_threads()) >= 6  # five databases and the task checkpointer
+    assert len(_storage_threads() - before) == 6  # five databases, the task checkpointer
     await swarm.stop(home)
-    assert not _storage_threads()
+    assert _storage_threads() == before
 
 
 async def test_no_storage_thread_outlives_a_registry(tmp_path: Path) -> None:
+    before = _storage_threads()
     store = await open_store(f"sqlite:{tmp_path / 'registry.db'}")
     running = await start_registry(RegistryServiceConfig(port=0), store, SystemClock())
-    assert _storage_threads()
+    assert len(_storage_threads() - before) == 1
     await running.close()
     await store.close()
-    assert not _storage_threads()
+    assert _storage_threads() == before
