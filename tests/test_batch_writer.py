@@ -30,11 +30,19 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-async def open_writer(path: Path, statement: str = INSERT, key: Any = id,
+async def open_writer(path: Path, on_loop: bool, statement: str = INSERT, key: Any = id,
                       policy: CheckpointPolicy = FAST,
                       writer: type[BatchWriter] = BatchWriter) -> BatchWriter:
     database = await Database.open(path, name="t", pragmas=policy.pragmas())
-    return writer(database, statement, lambda v: (v,), key=key, checkpoints=policy)
+    return writer(database, statement, lambda v: (v,), key=key, checkpoints=policy,
+                  commit_on_loop=on_loop)
+
+
+@pytest.fixture(params=[False, True], ids=["on-worker", "on-loop"])
+def on_loop(request: pytest.FixtureRequest) -> bool:
+    """Every behaviour holds in both commit modes."""
+    flag: bool = request.param
+    return flag
 
 
 async def close(writer: BatchWriter) -> None:
@@ -50,8 +58,8 @@ def committed(path: Path) -> list[int]:
         conn.close()
 
 
-async def test_each_caller_is_answered_after_its_commit(db: Path) -> None:
-    writer = await open_writer(db)
+async def test_each_caller_is_answered_after_its_commit(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     try:
         async def put(v: int) -> list[int]:
             await writer.submit(v)
@@ -74,15 +82,15 @@ class CountingWriter(BatchWriter):
         super()._commit(conn, items)
 
 
-async def counting_writer(path: Path, key: Any = id) -> CountingWriter:
-    writer = await open_writer(path, key=key, writer=CountingWriter)
+async def counting_writer(path: Path, on_loop: bool, key: Any = id) -> CountingWriter:
+    writer = await open_writer(path, on_loop, key=key, writer=CountingWriter)
     assert isinstance(writer, CountingWriter)
     writer.transactions = []
     return writer
 
 
-async def test_writes_made_together_share_one_transaction(db: Path) -> None:
-    writer = await counting_writer(db)
+async def test_writes_made_together_share_one_transaction(db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop)
     try:
         pending = [writer.submit(v) for v in range(10)]
         assert committed(db) == []  # nothing is committed before the loop gets to it
@@ -94,8 +102,8 @@ async def test_writes_made_together_share_one_transaction(db: Path) -> None:
 
 
 async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
-        db: Path) -> None:
-    writer = await open_writer(db, key=lambda v: v // 10)
+        db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop, key=lambda v: v // 10)
     try:
         pending = [writer.submit(v) for v in (1, 2, 13, 3, 11)]  # keys 0, 0, 1, 0, 1
         await asyncio.gather(*pending)  # every caller is answered
@@ -106,10 +114,10 @@ async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
         await close(writer)
 
 
-async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path) -> None:
+async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path, on_loop: bool) -> None:
     """Under load a commit is always about to run when a task starts; its first write
     must still wait long enough for the task's next write to replace it."""
-    writer = await counting_writer(db, key=lambda v: v // 10)
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         earlier = writer.submit(100)  # another task's write: a commit is now on its way
         await asyncio.sleep(0)
@@ -124,8 +132,8 @@ async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path) -> N
 
 
 async def test_a_deferred_write_replaced_in_time_is_written_once_as_the_newer(
-        db: Path) -> None:
-    writer = await counting_writer(db, key=lambda v: v // 10)
+        db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         first = writer.submit(1, defer=5.0)
         for _ in range(5):
@@ -139,8 +147,9 @@ async def test_a_deferred_write_replaced_in_time_is_written_once_as_the_newer(
         await close(writer)
 
 
-async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(db: Path) -> None:
-    writer = await counting_writer(db, key=lambda v: v // 10)
+async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(
+        db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -158,8 +167,8 @@ async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(db: Pat
 
 
 async def test_a_write_already_queued_is_never_deferred_behind_a_newer_one(
-        db: Path) -> None:
-    writer = await counting_writer(db, key=lambda v: v // 10)
+        db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         queued = writer.submit(1)
         deferred = writer.submit(2, defer=5.0)  # same key: it replaces the queued write
@@ -169,10 +178,10 @@ async def test_a_write_already_queued_is_never_deferred_behind_a_newer_one(
         await close(writer)
 
 
-async def test_the_newer_write_of_a_key_is_answered_first(db: Path) -> None:
+async def test_the_newer_write_of_a_key_is_answered_first(db: Path, on_loop: bool) -> None:
     """Its caller (a task's run, storing the outcome) settles the task before the caller
     of the older write (the one waiting to answer) resumes: one pass of the loop less."""
-    writer = await open_writer(db, key=lambda v: v // 10)
+    writer = await open_writer(db, on_loop, key=lambda v: v // 10)
     try:
         order: list[int] = []
 
@@ -188,16 +197,16 @@ async def test_the_newer_write_of_a_key_is_answered_first(db: Path) -> None:
         await close(writer)
 
 
-async def test_close_commits_deferred_writes_too(db: Path) -> None:
-    writer = await open_writer(db)
+async def test_close_commits_deferred_writes_too(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     pending = [writer.submit(1, defer=60.0), writer.submit(2)]
     await close(writer)
     await asyncio.gather(*pending)
     assert committed(db) == [1, 2]
 
 
-async def test_a_failed_commit_fails_every_caller_in_it(db: Path) -> None:
-    writer = await open_writer(db)
+async def test_a_failed_commit_fails_every_caller_in_it(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     try:
         await writer.submit(1)
         batch = [writer.submit(v) for v in (2, -1, 3)]  # -1 breaks the CHECK
@@ -210,8 +219,8 @@ async def test_a_failed_commit_fails_every_caller_in_it(db: Path) -> None:
         await close(writer)
 
 
-async def test_a_caller_that_gives_up_still_has_its_write(db: Path) -> None:
-    writer = await open_writer(db)
+async def test_a_caller_that_gives_up_still_has_its_write(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     try:
         abandoned = asyncio.ensure_future(writer.submit(1))
         await asyncio.sleep(0)
@@ -222,8 +231,8 @@ async def test_a_caller_that_gives_up_still_has_its_write(db: Path) -> None:
         await close(writer)
 
 
-async def test_close_commits_what_was_queued(db: Path) -> None:
-    writer = await open_writer(db)
+async def test_close_commits_what_was_queued(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     pending = [writer.submit(v) for v in range(5)]
     await close(writer)
     await asyncio.gather(*pending)
@@ -231,10 +240,10 @@ async def test_close_commits_what_was_queued(db: Path) -> None:
 
 
 async def test_checkpoints_keep_the_wal_from_growing(
-        db: Path) -> None:
+        db: Path, on_loop: bool) -> None:
     # Commits never checkpoint (they must not wait for an fsync): without the
     # checkpointer thread the WAL would grow with every write.
-    writer = await open_writer(db)
+    writer = await open_writer(db, on_loop)
     wal = db.with_name(db.name + "-wal")
 
     async def write_rounds(first: int) -> None:
@@ -253,13 +262,13 @@ async def test_checkpoints_keep_the_wal_from_growing(
 
 
 async def test_the_wal_starts_over_under_steady_writes(
-        db: Path) -> None:
+        db: Path, on_loop: bool) -> None:
     """Writes that never pause, so every checkpoint runs while commits go on: the WAL must
     still start over, not grow with everything ever written."""
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE big (v TEXT NOT NULL)")
     conn.close()
-    writer = await open_writer(db, "INSERT INTO big(v) VALUES (?)",
+    writer = await open_writer(db, on_loop, "INSERT INTO big(v) VALUES (?)",
                                policy=CheckpointPolicy(interval=0.02, restart_frames=64))
     wal = db.with_name(db.name + "-wal")
     row = "x" * 3000  # a page each
@@ -278,13 +287,14 @@ async def test_the_wal_starts_over_under_steady_writes(
         await close(writer)
 
 
-async def test_close_does_not_wait_for_a_checkpointer_holding_the_worker(
-        db: Path) -> None:
-    """The checkpointer waits for its held checkpoint on the database's worker; closing
-    the writer and the database meanwhile must not leave either waiting for the other."""
+async def test_close_does_not_wait_for_a_checkpointer_holding_the_commits(
+        db: Path, on_loop: bool) -> None:
+    """The checkpointer waits for the commits to be held (by the worker, or by the loop);
+    closing the writer and the database meanwhile must not leave either waiting for the
+    other."""
     policy = CheckpointPolicy(interval=0.005, restart_frames=0)  # holds at every checkpoint
     for round_ in range(5):
-        writer = await open_writer(db, policy=policy)
+        writer = await open_writer(db, on_loop, policy=policy)
         for v in range(20):
             await writer.submit(round_ * 100 + v)
         time.sleep(0.02)  # the loop is busy: checkpoints run meanwhile

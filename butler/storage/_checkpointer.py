@@ -8,9 +8,9 @@ A WAL starts over from its beginning only when a write finds every frame in it a
 checkpointed. Under steady load commits land while each checkpoint runs, so that never
 happens by itself, and the WAL would grow until a lull let the next commit cut it back,
 a long stall. So once the WAL is past ``restart_frames``, the last few frames are
-checkpointed as a job on the database's worker, where no commit can run beside it: the
+checkpointed while commits are held (``start_over``, given by whoever commits): the
 next commit then starts the WAL over. Unheld checkpoints run back to back first, until
-one finds only a few milliseconds' frames, so that held one is short.
+one finds only a few milliseconds' frames, so that the hold is short.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from butler.storage._database import Database, DatabaseClosed
+from butler.storage._database import Database
 
 log = logging.getLogger("butler.storage")
 
@@ -57,14 +58,20 @@ def checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
     return int(busy), int(frames), int(copied)
 
 
-class Checkpointer:
-    """The thread; ``committed()`` is the count of rows ever committed (by the worker)."""
+StartOver = Callable[[sqlite3.Connection, threading.Event], None]
 
-    def __init__(self, db: Database, policy: CheckpointPolicy,
-                 committed: Callable[[], int]) -> None:
+
+class Checkpointer:
+    """The thread. ``committed()`` is the count of rows ever committed; ``start_over(conn,
+    stopping)`` checkpoints with ``conn`` (the thread's own) while no commit runs, and
+    gives up waiting for that moment once ``stopping`` is set."""
+
+    def __init__(self, db: Database, policy: CheckpointPolicy, committed: Callable[[], int],
+                 start_over: StartOver) -> None:
         self._db = db
         self._policy = policy
         self._committed = committed
+        self._start_over = start_over
         self._stop = threading.Event()
         self.failures = 0
         self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -86,7 +93,7 @@ class Checkpointer:
                     _, frames, copied = checkpoint(conn)
                     if frames > policy.restart_frames:
                         catch_up(conn, copied, policy)
-                        self._start_over()
+                        self._start_over(conn, self._stop)
                 except sqlite3.Error as exc:
                     self.failures += 1
                     log.warning("%s: checkpoint failed (%d so far): %s", self._db.name,
@@ -94,19 +101,6 @@ class Checkpointer:
         finally:
             conn.close()
             self._finished.set_result(None)
-
-    def _start_over(self) -> None:
-        """The last checkpoint, on the worker: no commit runs while it does."""
-        done = self._db.submit(checkpoint)
-        while True:  # never outwait a database that is closing
-            try:
-                done.result(timeout=0.05)
-                return
-            except concurrent.futures.TimeoutError:
-                if self._stop.is_set():
-                    return
-            except DatabaseClosed:
-                return
 
     async def stop(self) -> None:
         """Ends the thread; a checkpoint in progress is the most it waits for."""
@@ -124,3 +118,15 @@ def catch_up(conn: sqlite3.Connection, copied: int, policy: CheckpointPolicy) ->
         if fresh < 0 or fresh <= policy.catch_up_frames:  # started over, or nearly done
             return
         copied = now
+
+
+def wait_unless(done: concurrent.futures.Future[Any], stopping: threading.Event) -> bool:
+    """Wait for ``done`` on a thread that must never outwait a closing database (nor a
+    loop that is stopping and joins this thread); whether it came."""
+    while True:
+        try:
+            done.result(timeout=0.05)
+            return True
+        except concurrent.futures.TimeoutError:
+            if stopping.is_set():
+                return False
