@@ -1,6 +1,7 @@
 """One async SQLite layer for every database of a Butler (tasks, audit, memory, workspace,
 push configs, the registry): files 0600 in a 0700 folder, WAL, one worker thread per
-database that owns its connection, group commit, and nothing on the event loop."""
+database that owns its connection, group commit, and no SQLite call on the event loop
+but one: ``BatchWriter``'s loop mode, which the task store's commits use."""
 
 from butler.storage._batch_writer import BatchWriter
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, catch_up, checkpoint
