@@ -103,14 +103,27 @@ class Database:
         _refuse_on_loop()
         db = cls(path, name=name, **options)
         db._thread.start()
-        db._opened.result()
+        try:
+            db._opened.result()
+        finally:
+            if db._opened.exception() is not None:
+                db._thread.join()  # it has nothing left to do but return
         return db
 
     async def start(self) -> None:
         """Opens the file on the worker; raises what opening raised (the worker is then
         gone)."""
         self._thread.start()
-        await asyncio.wrap_future(self._opened)
+        try:
+            # Shielded: a cancelled caller must not cancel the worker's side of it.
+            await asyncio.shield(asyncio.wrap_future(self._opened))
+        except asyncio.CancelledError:
+            self._request_close()  # the worker closes the file once it has opened it
+            raise
+        except BaseException:
+            await asyncio.wrap_future(self._finished)
+            self._thread.join()  # it has nothing left to do but return
+            raise
 
     # -- the loop's side -------------------------------------------------------------
 
