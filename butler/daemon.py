@@ -28,7 +28,7 @@ from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
-from butler.memory_store import MemoryStore
+from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
     metrics_middleware,
@@ -38,6 +38,7 @@ from butler.metrics import (
 )
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
+from butler.storage import private_folder
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
@@ -112,23 +113,25 @@ class Daemon:
         cfg = self.config
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
-        memory = MemoryStore(cfg.data_dir / "memory.db")
-        stack.callback(memory.close)
+        private_folder(cfg.data_dir)
+        memory = await MemoryStore.open(cfg.data_dir / "memory.db")
+        stack.push_async_callback(memory.close)
         catalog = SkillCatalog(build_skills(cfg.skills, memory),
                                cfg.mcp_server.allowed_capabilities)
-        audit_log = AuditLog(cfg.data_dir / "audit.db")
-        stack.callback(audit_log.close)
+        audit_log = await AuditLog.open(cfg.data_dir / "audit.db")
+        stack.push_async_callback(audit_log.db.close)
         audit = AuditWriter(audit_log)
-        stack.callback(audit.close)  # closed before the log: flushes into it
+        stack.push_async_callback(audit.close)  # closed before the log: flushes into it
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
         stack.callback(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
-        store = SqliteTaskStore(cfg.data_dir / "tasks.db")
+        store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")
         stack.push_async_callback(store.close)
-        workspace = SqliteWorkspace(cfg.data_dir / "workspace.db", cfg.swarm.workspace_ttl_hours)
-        stack.callback(workspace.close)
+        workspace = await SqliteWorkspace.open(cfg.data_dir / "workspace.db",
+                                               cfg.swarm.workspace_ttl_hours)
+        stack.push_async_callback(workspace.close)
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer,
@@ -215,12 +218,14 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 async def _purge_workspace(workspace: SqliteWorkspace) -> None:
     interval = min(3600.0, max(workspace.ttl_seconds / 10, 1.0))
+    failures = 0
     while True:
         await asyncio.sleep(interval)
         try:
-            purged = await asyncio.to_thread(workspace.purge)
-        except Exception:
-            log.exception("workspace purge failed")
+            purged = await workspace.purge()
+        except Exception:  # the next round tries again
+            failures += 1
+            log.exception("workspace purge failed (%d time(s) so far)", failures)
         else:
             if purged:
                 log.info("purged %d expired workspace entries", purged)

@@ -1,8 +1,8 @@
-"""Group commits on the loop: each caller is answered only after its own commit, writes
-made together share one transaction (one row per key), a deferred write waits for a
-newer one of its key or for its time to be up, a failed commit fails everyone in it, a
-caller that stops waiting does not lose its write, and checkpoints keep the WAL
-bounded."""
+"""Group commits (``butler.storage.BatchWriter``): each caller is answered only after
+its own commit, writes made together share one transaction (one row per key), a deferred
+write waits for a newer one of its key or for its time to be up, a failed commit fails
+everyone in it, a caller that stops waiting does not lose its write, and checkpoints keep
+the WAL bounded."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from butler.engine import batch_writer
-from butler.engine.batch_writer import BatchWriter
+from butler.storage import BatchWriter, CheckpointPolicy, Database, catch_up
 
 INSERT = "INSERT INTO t(v) VALUES (?)"
+FAST = CheckpointPolicy(interval=0.02)
 
 
 @pytest.fixture
@@ -30,6 +30,26 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
+async def open_writer(path: Path, on_loop: bool, statement: str = INSERT, key: Any = id,
+                      policy: CheckpointPolicy = FAST,
+                      writer: type[BatchWriter] = BatchWriter) -> BatchWriter:
+    database = await Database.open(path, name="t", pragmas=policy.pragmas())
+    return writer(database, statement, lambda v: (v,), key=key, checkpoints=policy,
+                  commit_on_loop=on_loop)
+
+
+@pytest.fixture(params=[False, True], ids=["on-worker", "on-loop"])
+def on_loop(request: pytest.FixtureRequest) -> bool:
+    """Every behaviour holds in both commit modes."""
+    flag: bool = request.param
+    return flag
+
+
+async def close(writer: BatchWriter) -> None:
+    await writer.close()
+    await writer._db.close()
+
+
 def committed(path: Path) -> list[int]:
     conn = sqlite3.connect(path)
     try:
@@ -38,8 +58,8 @@ def committed(path: Path) -> list[int]:
         conn.close()
 
 
-async def test_each_caller_is_answered_after_its_commit(db: Path) -> None:
-    writer = BatchWriter(db, INSERT, lambda v: (v,))
+async def test_each_caller_is_answered_after_its_commit(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     try:
         async def put(v: int) -> list[int]:
             await writer.submit(v)
@@ -50,21 +70,27 @@ async def test_each_caller_is_answered_after_its_commit(db: Path) -> None:
             assert v in rows
         assert committed(db) == list(range(50))
     finally:
-        writer.close()
+        await close(writer)
 
 
 class CountingWriter(BatchWriter):
-    def __init__(self, path: Path, key: Any = id) -> None:
-        super().__init__(path, INSERT, lambda v: (v,), key=key)
-        self.transactions: list[list[int]] = []
+    transactions: list[list[int]]
 
-    def _commit(self, items: list[Any]) -> Exception | None:
+    def _commit(self, conn: sqlite3.Connection, items: list[Any]) -> None:
+        self.transactions = getattr(self, "transactions", [])
         self.transactions.append(list(items))
-        return super()._commit(items)
+        super()._commit(conn, items)
 
 
-async def test_writes_made_together_share_one_transaction(db: Path) -> None:
-    writer = CountingWriter(db)
+async def counting_writer(path: Path, on_loop: bool, key: Any = id) -> CountingWriter:
+    writer = await open_writer(path, on_loop, key=key, writer=CountingWriter)
+    assert isinstance(writer, CountingWriter)
+    writer.transactions = []
+    return writer
+
+
+async def test_writes_made_together_share_one_transaction(db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop)
     try:
         pending = [writer.submit(v) for v in range(10)]
         assert committed(db) == []  # nothing is committed before the loop gets to it
@@ -72,12 +98,12 @@ async def test_writes_made_together_share_one_transaction(db: Path) -> None:
         await writer.submit(10)
         assert writer.transactions == [list(range(10)), [10]]
     finally:
-        writer.close()
+        await close(writer)
 
 
 async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
-        db: Path) -> None:
-    writer = BatchWriter(db, INSERT, lambda v: (v,), key=lambda v: v // 10)
+        db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop, key=lambda v: v // 10)
     try:
         pending = [writer.submit(v) for v in (1, 2, 13, 3, 11)]  # keys 0, 0, 1, 0, 1
         await asyncio.gather(*pending)  # every caller is answered
@@ -85,13 +111,13 @@ async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
         await writer.submit(4)  # a later batch is written on its own
         assert committed(db) == [3, 4, 11]
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path) -> None:
+async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path, on_loop: bool) -> None:
     """Under load a commit is always about to run when a task starts; its first write
     must still wait long enough for the task's next write to replace it."""
-    writer = CountingWriter(db, key=lambda v: v // 10)
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         earlier = writer.submit(100)  # another task's write: a commit is now on its way
         await asyncio.sleep(0)
@@ -102,12 +128,12 @@ async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path) -> N
         assert committed(db) == [2, 100]
         assert [v for batch in writer.transactions for v in batch] == [100, 2]
     finally:
-        writer.close()
+        await close(writer)
 
 
 async def test_a_deferred_write_replaced_in_time_is_written_once_as_the_newer(
-        db: Path) -> None:
-    writer = CountingWriter(db, key=lambda v: v // 10)
+        db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         first = writer.submit(1, defer=5.0)
         for _ in range(5):
@@ -118,11 +144,12 @@ async def test_a_deferred_write_replaced_in_time_is_written_once_as_the_newer(
         assert writer.transactions == [[2]]
         assert committed(db) == [2]
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(db: Path) -> None:
-    writer = CountingWriter(db, key=lambda v: v // 10)
+async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(
+        db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -136,25 +163,25 @@ async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(db: Pat
         assert writer.transactions == [[25], [1, 13]]
         assert committed(db) == [1, 13, 25]
     finally:
-        writer.close()
+        await close(writer)
 
 
 async def test_a_write_already_queued_is_never_deferred_behind_a_newer_one(
-        db: Path) -> None:
-    writer = CountingWriter(db, key=lambda v: v // 10)
+        db: Path, on_loop: bool) -> None:
+    writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
         queued = writer.submit(1)
         deferred = writer.submit(2, defer=5.0)  # same key: it replaces the queued write
         await asyncio.wait_for(asyncio.gather(queued, deferred), 1)
         assert committed(db) == [2]
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_the_newer_write_of_a_key_is_answered_first(db: Path) -> None:
+async def test_the_newer_write_of_a_key_is_answered_first(db: Path, on_loop: bool) -> None:
     """Its caller (a task's run, storing the outcome) settles the task before the caller
     of the older write (the one waiting to answer) resumes: one pass of the loop less."""
-    writer = BatchWriter(db, INSERT, lambda v: (v,), key=lambda v: v // 10)
+    writer = await open_writer(db, on_loop, key=lambda v: v // 10)
     try:
         order: list[int] = []
 
@@ -167,19 +194,19 @@ async def test_the_newer_write_of_a_key_is_answered_first(db: Path) -> None:
         await asyncio.wait_for(asyncio.gather(first, put(2)), 1)
         assert order == [2, 1]
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_close_commits_deferred_writes_too(db: Path) -> None:
-    writer = BatchWriter(db, INSERT, lambda v: (v,))
+async def test_close_commits_deferred_writes_too(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     pending = [writer.submit(1, defer=60.0), writer.submit(2)]
-    writer.close()
+    await close(writer)
     await asyncio.gather(*pending)
     assert committed(db) == [1, 2]
 
 
-async def test_a_failed_commit_fails_every_caller_in_it(db: Path) -> None:
-    writer = BatchWriter(db, INSERT, lambda v: (v,))
+async def test_a_failed_commit_fails_every_caller_in_it(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     try:
         await writer.submit(1)
         batch = [writer.submit(v) for v in (2, -1, 3)]  # -1 breaks the CHECK
@@ -189,11 +216,11 @@ async def test_a_failed_commit_fails_every_caller_in_it(db: Path) -> None:
         await writer.submit(4)
         assert committed(db) == [1, 4]
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_a_caller_that_gives_up_still_has_its_write(db: Path) -> None:
-    writer = BatchWriter(db, INSERT, lambda v: (v,))
+async def test_a_caller_that_gives_up_still_has_its_write(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     try:
         abandoned = asyncio.ensure_future(writer.submit(1))
         await asyncio.sleep(0)
@@ -201,23 +228,22 @@ async def test_a_caller_that_gives_up_still_has_its_write(db: Path) -> None:
         await asyncio.wait_for(writer.submit(2), 10)
         assert committed(db) == [1, 2]
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_close_commits_what_was_queued(db: Path) -> None:
-    writer = BatchWriter(db, INSERT, lambda v: (v,))
+async def test_close_commits_what_was_queued(db: Path, on_loop: bool) -> None:
+    writer = await open_writer(db, on_loop)
     pending = [writer.submit(v) for v in range(5)]
-    writer.close()
+    await close(writer)
     await asyncio.gather(*pending)
     assert committed(db) == list(range(5))
 
 
 async def test_checkpoints_keep_the_wal_from_growing(
-        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Commits never checkpoint (the loop must not wait for an fsync): without the
+        db: Path, on_loop: bool) -> None:
+    # Commits never checkpoint (they must not wait for an fsync): without the
     # checkpointer thread the WAL would grow with every write.
-    monkeypatch.setattr(batch_writer, "CHECKPOINT_SECONDS", 0.02)
-    writer = BatchWriter(db, INSERT, lambda v: (v,))
+    writer = await open_writer(db, on_loop)
     wal = db.with_name(db.name + "-wal")
 
     async def write_rounds(first: int) -> None:
@@ -232,19 +258,18 @@ async def test_checkpoints_keep_the_wal_from_growing(
         assert wal.stat().st_size <= peak * 1.5
         assert committed(db) == list(range(4000))
     finally:
-        writer.close()
+        await close(writer)
 
 
 async def test_the_wal_starts_over_under_steady_writes(
-        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        db: Path, on_loop: bool) -> None:
     """Writes that never pause, so every checkpoint runs while commits go on: the WAL must
     still start over, not grow with everything ever written."""
-    monkeypatch.setattr(batch_writer, "CHECKPOINT_SECONDS", 0.02)
-    monkeypatch.setattr(batch_writer, "RESTART_FRAMES", 64)
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE big (v TEXT NOT NULL)")
     conn.close()
-    writer = BatchWriter(db, "INSERT INTO big(v) VALUES (?)", lambda v: (v,))
+    writer = await open_writer(db, on_loop, "INSERT INTO big(v) VALUES (?)",
+                               policy=CheckpointPolicy(interval=0.02, restart_frames=64))
     wal = db.with_name(db.name + "-wal")
     row = "x" * 3000  # a page each
     peak = 0
@@ -259,22 +284,22 @@ async def test_the_wal_starts_over_under_steady_writes(
         # Without starting over, the WAL holds every page ever written (several per row).
         assert peak < written * len(row) / 2
     finally:
-        writer.close()
+        await close(writer)
 
 
-async def test_close_does_not_wait_for_a_checkpointer_asking_the_loop_to_hold(
-        db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """close() joins the checkpointer on the loop's thread, so the checkpointer must not
-    wait for the loop to answer its request to hold commits."""
-    monkeypatch.setattr(batch_writer, "CHECKPOINT_SECONDS", 0.005)
-    monkeypatch.setattr(batch_writer, "RESTART_FRAMES", 0)  # asks at every checkpoint
+async def test_close_does_not_wait_for_a_checkpointer_holding_the_commits(
+        db: Path, on_loop: bool) -> None:
+    """The checkpointer waits for the commits to be held (by the worker, or by the loop);
+    closing the writer and the database meanwhile must not leave either waiting for the
+    other."""
+    policy = CheckpointPolicy(interval=0.005, restart_frames=0)  # holds at every checkpoint
     for round_ in range(5):
-        writer = BatchWriter(db, INSERT, lambda v: (v,))
+        writer = await open_writer(db, on_loop, policy=policy)
         for v in range(20):
             await writer.submit(round_ * 100 + v)
-        time.sleep(0.02)  # the loop is busy: the checkpointer is waiting for it to hold
+        time.sleep(0.02)  # the loop is busy: checkpoints run meanwhile
         started = time.monotonic()
-        writer.close()
+        await close(writer)
         assert time.monotonic() - started < 2
     assert len(committed(db)) == 100
 
@@ -299,10 +324,10 @@ class ScriptedCheckpoints:
     ([4_200, 4_230], 2),  # 200 new frames, then 30: close enough to hold the commits
     ([4_010], 1),  # few frames were written during the first checkpoint
     ([150], 1),  # the WAL started over meanwhile
-    ([5_000, 6_000, 7_000, 8_000], batch_writer.CATCH_UP_ROUNDS),  # never catches up
+    ([5_000, 6_000, 7_000, 8_000], FAST.catch_up_rounds),  # never catches up
 ])
 def test_unheld_checkpoints_catch_up_before_the_commits_are_held(
         script: list[int], rounds: int) -> None:
     conn = ScriptedCheckpoints(script)
-    BatchWriter._catch_up(conn, 4_000)  # type: ignore[arg-type]
+    catch_up(conn, 4_000, FAST)  # type: ignore[arg-type]
     assert conn.calls == rounds

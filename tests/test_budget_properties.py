@@ -114,7 +114,7 @@ def test_a_task_run_balances_its_budget(
 async def _run_fan_out(start: Decimal, skill_cost: Decimal, children: int,
                        shares: list[Decimal]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        store = SqliteTaskStore(Path(tmp) / "tasks.db")
+        store = await SqliteTaskStore.open(Path(tmp) / "tasks.db")
         fake = FakeDelegator(shares)
         cfg = SkillConfig(id="fan", name="fan", capabilities=("fan",), cost_usd=skill_cost,
                           expose=True, python="tests.plugins.fanout:fan_out")

@@ -189,7 +189,8 @@ async def test_kill_9_under_load_loses_nothing_and_runs_nothing_twice(tmp_path: 
             await loader
             retries = len(ledger.unacked())
 
-            check_files(data_dir, tmp_path / "snapshot", config, tmp_path)
+            await asyncio.to_thread(  # the CLI never blocks a loop
+                check_files, data_dir, tmp_path / "snapshot", config, tmp_path)
             log_path = tmp_path / f"daemon-{cycle}.log"
             daemon = await ServeProcess.start(path, log_path)
             async with aiohttp.ClientSession() as http:

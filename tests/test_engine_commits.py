@@ -56,7 +56,7 @@ def make_engine(store: Any, audit: Audit, skill: Skill | None = None) -> TaskEng
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
     path = tmp_path / "tasks.db"
-    sqlite = SqliteTaskStore(path)
+    sqlite = await SqliteTaskStore.open(path)
     # Every row written, insert or update, as the database saw it.
     conn = sqlite3.connect(path)
     conn.executescript("""

@@ -121,6 +121,9 @@ async def test_every_kind_of_refusal_is_counted_and_audited(
     await swarm.stop(home)
     from butler.audit import AuditLog
 
-    with AuditLog(config.data_dir / "audit.db") as audit:
-        codes = [r.code for r in audit.tail(10) if r.kind == "refusal"]
+    def refusal_codes() -> list[str | None]:
+        with AuditLog(config.data_dir / "audit.db") as audit:  # blocking: not on the loop
+            return [r.code for r in audit.tail(10) if r.kind == "refusal"]
+
+    codes = await asyncio.to_thread(refusal_codes)
     assert codes == ["budget_exhausted", "forbidden"]

@@ -22,14 +22,16 @@ _KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("asyncio loop and transports", ("asyncio/", "selectors.py")),
     ("object construction and copies (dataclasses)", ("dataclasses.py", "<string>")),
     ("ids and randomness (uuid, secrets)", ("uuid.py", "random.py", "secrets.py")),
-    ("SQLite calls (task store)", ("butler/engine/store.py",)),
+    ("SQLite calls (task store)", ("butler/engine/store.py", "butler/storage/_batch_writer.py",
+                                   "butler/storage/_checkpointer.py")),
     ("SQLite calls (audit log)", ("butler/audit/",)),
-    ("SQLite calls (other)", ("sqlite3/", "workspace.py", "memory_store.py")),
+    ("SQLite calls (other)", ("sqlite3/", "workspace.py", "butler/memory/", "butler/storage/")),
     ("Butler engine, swarm, skills", ("butler/",)),
     ("protocol codecs and handlers", ("internal/protocol/",)),
 )
 _REPO = str(REPO) + "/"
-_IDLE = ("_worker (concurrent/futures/thread.py)", "Thread.wait (threading.py)")
+_IDLE = ("_worker (concurrent/futures/thread.py)", "Thread.wait (threading.py)",
+         "Database._serve (butler/storage/_database.py)")  # a worker waiting for jobs
 
 
 def _is_stdlib(path: str) -> bool:

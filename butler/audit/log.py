@@ -4,16 +4,16 @@ Every record carries the SHA-256 of its own canonical JSON encoding (which inclu
 previous record's hash), and a one-row ``audit_head`` table remembers the last seq and hash
 so that truncation is detected too. See docs/audit.md for what this does and does not prove.
 
-All methods are synchronous and thread-safe; the daemon calls them from a worker thread.
+The file is served by the audit database's worker (``butler.storage``). The methods here
+block until it answers, for the CLI and tests; they refuse to run on an event loop's
+thread. The daemon appends through ``AuditWriter``, which only queues jobs for the worker.
 Callers pass identities (agent ids, task ids), never tokens: nothing here accepts a secret.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +29,7 @@ from butler.audit.record import (
     canonical,
     decode_text,
 )
+from butler.storage import Database
 from internal.protocol.a2a.model import SetupError
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
@@ -86,35 +87,39 @@ class VerifyResult:
     reason: str
 
 
+def _create_schema(conn: sqlite3.Connection) -> None:
+    # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
+    conn.text_factory = decode_text
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        # Only a brand-new log gets a genesis head; a missing head on a non-empty log
+        # is evidence of tampering and is left for verify() to report.
+        conn.execute(
+            "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, ? "
+            "WHERE NOT EXISTS (SELECT 1 FROM audit_head) "
+            "AND NOT EXISTS (SELECT 1 FROM audit)",
+            (GENESIS_HASH,),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
 class AuditLog:
-    def __init__(self, path: Path) -> None:
+    """``AuditLog(path)`` opens the file and blocks until it is open (CLI, tests);
+    ``await AuditLog.open(path)`` opens it from an event loop."""
+
+    def __init__(self, path: Path, *, db: Database | None = None) -> None:
         self.path = path
-        self._lock = threading.Lock()
-        if not path.exists():
-            # Create it private before SQLite does; the -wal/-shm files inherit the mode.
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        conn = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
-        try:
-            # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
-            conn.text_factory = decode_text
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            # Only a brand-new log gets a genesis head; a missing head on a non-empty log
-            # is evidence of tampering and is left for verify() to report.
-            conn.execute(
-                "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, ? "
-                "WHERE NOT EXISTS (SELECT 1 FROM audit_head) "
-                "AND NOT EXISTS (SELECT 1 FROM audit)",
-                (GENESIS_HASH,),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
+        self.db = db or Database.open_blocking(path, name="audit", setup=_create_schema)
+
+    @classmethod
+    async def open(cls, path: Path) -> AuditLog:
+        return cls(path, db=await Database.open(path, name="audit", setup=_create_schema))
 
     def __enter__(self) -> AuditLog:
         return self
@@ -128,8 +133,7 @@ class AuditLog:
         self.close()
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.db.close_blocking()
 
     def append(
         self,
@@ -161,38 +165,11 @@ class AuditLog:
 
     def _write(self, entries: Sequence[Mapping[str, Any]]) -> list[tuple[Entry, Row]]:
         checked = [Entry(**entry) for entry in entries]
-        written: list[tuple[Entry, Row]] = []
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                # Read inside the write transaction, so another process appending to the
-                # same file (or a restart) still continues the one chain.
-                head = self._read_head()
-                if head is None:
-                    raise AuditError("audit_head is missing; run `butler audit verify`")
-                seq, prev = head
-                for entry in checked:
-                    seq += 1
-                    row = entry.row(seq, datetime.now(UTC).isoformat(timespec="microseconds"),
-                                    prev)
-                    written.append((entry, row))
-                    prev = row[-1]
-                if written:
-                    conn.executemany(_INSERT, [row for _, row in written])
-                    conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1",
-                                 (seq, prev))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        return written
+        return self.db.call(append_entries, checked, write=True)
 
     def head(self) -> tuple[int, str]:
         """(last seq, last hash); keep a copy elsewhere to detect a wholesale rewrite."""
-        with self._lock:
-            head = self._read_head()
+        head = self.db.call(_read_head)
         if head is None:
             raise AuditError("audit_head is missing")
         return head
@@ -201,29 +178,19 @@ class AuditLog:
         """The last ``n`` records, oldest first."""
         if n <= 0:
             return []
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM "
-                f"(SELECT {_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?) ORDER BY seq",
-                (n,),
-            ).fetchall()
+        rows = self.db.call(_fetchall,
+                            f"SELECT {_COLUMNS} FROM "
+                            f"(SELECT {_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?) "
+                            "ORDER BY seq", (n,))
         return [_from_row(row) for row in rows]
 
     def iter_all(self) -> Iterator[AuditRecord]:
-        # Paged so the lock is never held while the caller runs between yields.
-        after: int | None = None
+        # Paged, so the worker serves others while the caller runs between yields.
+        after = 0
         while True:
-            with self._lock:
-                if after is None:
-                    cursor = self._conn.execute(
-                        f"SELECT {_COLUMNS} FROM audit ORDER BY seq LIMIT ?", (_PAGE,)
-                    )
-                else:
-                    cursor = self._conn.execute(
-                        f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
-                        (after, _PAGE),
-                    )
-                rows = cursor.fetchall()
+            rows = self.db.call(
+                _fetchall, f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after, _PAGE))
             for row in rows:
                 yield _from_row(row)
             if len(rows) < _PAGE:
@@ -236,68 +203,97 @@ class AuditLog:
         ``anchor`` is a ``head()`` exported earlier; if given, the record at that seq must
         still exist with that hash, which catches a rewrite that also rewrote the head.
         """
-        with self._lock:
-            self._conn.execute("BEGIN")  # one snapshot for the rows and the head
-            try:
-                return self._verify_locked(anchor)
-            finally:
-                self._conn.execute("COMMIT")
+        return self.db.call(_verify, anchor)
 
-    def _verify_locked(self, anchor: tuple[int, str] | None) -> VerifyResult:
-        checked = 0
-        prev_hash = GENESIS_HASH
-        for row in self._conn.execute(f"SELECT {_COLUMNS} FROM audit ORDER BY seq"):
-            seq = row[0]
-            expected = checked + 1
-            if seq > expected:
-                return _bad(checked, expected, f"missing record: seq {expected} is absent")
-            if seq < expected:
-                return _bad(checked, seq, f"unexpected record: seq {seq} is out of range")
-            try:
-                record = _from_row(row)
-                intact = record.compute_hash() == record.hash
-            except UnicodeError:
-                return _bad(checked, seq, "edited record: contains invalid UTF-8")
-            except (AuditError, ValueError) as exc:
-                return _bad(checked, seq, f"edited record: {exc}")
-            if not intact:
-                return _bad(checked, seq, "edited record: hash does not match contents")
-            if record.prev_hash != prev_hash:
-                return _bad(
-                    checked,
-                    seq,
-                    f"broken link: prev_hash does not match the hash of seq {seq - 1}",
-                )
-            if anchor is not None and seq == anchor[0] and record.hash != anchor[1]:
-                return _bad(checked, seq, "record does not match the exported head")
-            prev_hash = record.hash
-            checked += 1
-        if anchor is not None and anchor[0] > checked:
-            return _bad(checked, checked + 1, f"truncated: exported head is seq {anchor[0]}")
-        head = self._read_head()
-        if head is None:
-            return _bad(checked, None, "audit_head is missing")
-        head_seq, head_hash = head
-        if head_seq > checked:
+
+def _verify(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -> VerifyResult:
+    conn.execute("BEGIN")  # one snapshot for the rows and the head
+    try:
+        return _verify_snapshot(conn, anchor)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -> VerifyResult:
+    checked = 0
+    prev_hash = GENESIS_HASH
+    for row in conn.execute(f"SELECT {_COLUMNS} FROM audit ORDER BY seq"):
+        seq = row[0]
+        expected = checked + 1
+        if seq > expected:
+            return _bad(checked, expected, f"missing record: seq {expected} is absent")
+        if seq < expected:
+            return _bad(checked, seq, f"unexpected record: seq {seq} is out of range")
+        try:
+            record = _from_row(row)
+            intact = record.compute_hash() == record.hash
+        except UnicodeError:
+            return _bad(checked, seq, "edited record: contains invalid UTF-8")
+        except (AuditError, ValueError) as exc:
+            return _bad(checked, seq, f"edited record: {exc}")
+        if not intact:
+            return _bad(checked, seq, "edited record: hash does not match contents")
+        if record.prev_hash != prev_hash:
             return _bad(
                 checked,
-                checked + 1,
-                f"truncated: head is seq {head_seq} but the last record is seq {checked}",
+                seq,
+                f"broken link: prev_hash does not match the hash of seq {seq - 1}",
             )
-        if head_seq < checked:
-            return _bad(checked, head_seq + 1, f"records after the head (seq {head_seq})")
-        if head_hash != prev_hash:
-            return _bad(checked, head_seq or None, "head hash does not match the last record")
-        return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
+        if anchor is not None and seq == anchor[0] and record.hash != anchor[1]:
+            return _bad(checked, seq, "record does not match the exported head")
+        prev_hash = record.hash
+        checked += 1
+    if anchor is not None and anchor[0] > checked:
+        return _bad(checked, checked + 1, f"truncated: exported head is seq {anchor[0]}")
+    head = _read_head(conn)
+    if head is None:
+        return _bad(checked, None, "audit_head is missing")
+    head_seq, head_hash = head
+    if head_seq > checked:
+        return _bad(
+            checked,
+            checked + 1,
+            f"truncated: head is seq {head_seq} but the last record is seq {checked}",
+        )
+    if head_seq < checked:
+        return _bad(checked, head_seq + 1, f"records after the head (seq {head_seq})")
+    if head_hash != prev_hash:
+        return _bad(checked, head_seq or None, "head hash does not match the last record")
+    return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
 
-    def _read_head(self) -> tuple[int, str] | None:
-        row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
-        if row is None:
-            return None
-        seq, digest = row
-        if not isinstance(seq, int) or not isinstance(digest, str):
-            raise AuditError("audit_head is malformed")
-        return seq, digest
+
+def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry]) -> list[tuple[Entry, Row]]:
+    """Chain ``entries`` onto the log, inside the caller's write transaction: the head is
+    read there, so another process appending to the same file (or a restart) still
+    continues the one chain."""
+    head = _read_head(conn)
+    if head is None:
+        raise AuditError("audit_head is missing; run `butler audit verify`")
+    seq, prev = head
+    written: list[tuple[Entry, Row]] = []
+    for entry in entries:
+        seq += 1
+        row = entry.row(seq, datetime.now(UTC).isoformat(timespec="microseconds"), prev)
+        written.append((entry, row))
+        prev = row[-1]
+    if written:
+        conn.executemany(_INSERT, [row for _, row in written])
+        conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
+    return written
+
+
+def _read_head(conn: sqlite3.Connection) -> tuple[int, str] | None:
+    row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+    if row is None:
+        return None
+    seq, digest = row
+    if not isinstance(seq, int) or not isinstance(digest, str):
+        raise AuditError("audit_head is malformed")
+    return seq, digest
+
+
+def _fetchall(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
 
 
 def _bad(checked: int, seq: int | None, reason: str) -> VerifyResult:

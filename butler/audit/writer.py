@@ -1,5 +1,6 @@
-"""Audit appends off the event loop: a thread that batches queued records into one
-transaction each, so many tasks cost one fsync instead of one each.
+"""Audit appends from the event loop: records are collected for ``LINGER_SECONDS`` after
+the first of a batch, then handed to the audit database's worker as one job, so many
+tasks cost one commit instead of one each, and the loop never waits for the disk.
 
 The price is a window of about 25 milliseconds: records queued but not yet committed are
 lost if the process is killed (docs/audit.md). A clean stop flushes everything.
@@ -7,79 +8,82 @@ lost if the process is killed (docs/audit.md). A clean stop flushes everything.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
-import threading
-import time
+import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
-from butler.audit.log import AuditLog
+from butler.audit.log import AuditLog, append_entries
+from butler.audit.record import Entry
 
 log = logging.getLogger("butler.audit")
 MAX_BATCH = 512
 LINGER_SECONDS = 0.02
 
 
-class _Flush:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-
-
 class AuditWriter:
     def __init__(self, audit: AuditLog) -> None:
         self._audit = audit
-        self._queue: queue.SimpleQueue[dict[str, Any] | _Flush | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
-        self._thread.start()
+        self._pending: list[dict[str, Any]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_flight: set[asyncio.Future[Any]] = set()
+        self.failed_batches = 0  # counted on the loop
+        self.failed_records = 0  # counted on the worker
 
     def submit(self, kind: str, fields: dict[str, Any]) -> None:
-        self._queue.put({"kind": kind, **fields})
+        """On the loop; returns at once."""
+        self._pending.append({"kind": kind, **fields})
+        if len(self._pending) >= MAX_BATCH:
+            self._hand_over()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(LINGER_SECONDS,
+                                                                self._hand_over)
 
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Block until everything queued so far is committed."""
-        marker = _Flush()
-        self._queue.put(marker)
-        return marker.done.wait(timeout)
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            batch: list[dict[str, Any]] = []
-            flushes: list[_Flush] = []
-            item = self._queue.get()
-            # Linger a moment so one wake-up writes many records: each wake-up competes
-            # with the event loop for the interpreter, and each commit costs a write.
-            time.sleep(LINGER_SECONDS)
-            while True:
-                if item is None:
-                    stopping = True
-                elif isinstance(item, _Flush):
-                    flushes.append(item)
-                else:
-                    batch.append(item)
-                if stopping or len(batch) >= MAX_BATCH:
-                    break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            self._write(batch)
-            for marker in flushes:
-                marker.done.set()
-
-    def _write(self, batch: list[dict[str, Any]]) -> None:
+    def _hand_over(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._pending = self._pending, []
         if not batch:
             return
+        done = asyncio.wrap_future(self._audit.db.submit(self._write, batch, write=True))
+        self._in_flight.add(done)
+        done.add_done_callback(self._written)
+
+    def _written(self, done: asyncio.Future[Any]) -> None:
+        self._in_flight.discard(done)
+        if not done.cancelled() and done.exception() is not None:
+            self.failed_batches += 1
+            log.error("audit batch not written: %s", done.exception())
+
+    async def flush(self) -> None:
+        """Returns once everything submitted so far is committed."""
+        self._hand_over()
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight))
+
+    async def close(self) -> None:
+        await self.flush()
+
+    def _write(self, conn: sqlite3.Connection, batch: list[Mapping[str, Any]]) -> None:
+        """On the worker, in its transaction. One bad record must not take the rest of
+        its batch with it: on failure each record is tried on its own."""
+        conn.execute("SAVEPOINT audit_batch")
         try:
-            self._audit.write_many(batch)
+            append_entries(conn, [Entry(**entry) for entry in batch])
         except Exception:
-            # One bad record must not take the rest of its batch with it.
-            for entry in batch:
-                try:
-                    self._audit.write_many([entry])
-                except Exception:
-                    log.exception("could not write audit record %s", entry.get("kind"))
+            conn.execute("ROLLBACK TO audit_batch")
+        else:
+            conn.execute("RELEASE audit_batch")
+            return
+        conn.execute("RELEASE audit_batch")
+        for entry in batch:
+            conn.execute("SAVEPOINT audit_entry")
+            try:
+                append_entries(conn, [Entry(**entry)])
+            except Exception:
+                conn.execute("ROLLBACK TO audit_entry")
+                self.failed_records += 1
+                log.exception("could not write audit record %s", entry.get("kind"))
+            conn.execute("RELEASE audit_entry")

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import sqlite3
 import sys
 
 from butler.config import Config, ConfigError, load_config
@@ -118,7 +117,7 @@ async def run_daemon(config: Config) -> int:
         await daemon.start()
     except PluginError as exc:
         return _cannot_start(f"{config.source}: skills: {exc}")
-    except (SetupError, OSError, sqlite3.Error) as exc:
+    except (SetupError, OSError) as exc:
         # The data folder (in use, unwritable), a database in it, or the port: the
         # message names which. Whatever had started is stopped again by now.
         return _cannot_start(str(exc))

@@ -123,7 +123,7 @@ class TaskEngine:
         while True:
             busy = [r.handle for r in self._runs.values()
                     if r.handle is not None and not r.handle.done()
-                    and not self._waits_on_caller(r.task_id)]
+                    and not ((t := self._live.get(r.task_id)) and t.state.interrupted)]
             left = deadline - loop.time()
             if not busy or left <= 0:
                 return
@@ -131,11 +131,8 @@ class TaskEngine:
             await asyncio.wait(busy, timeout=min(left, 0.1),
                                return_when=asyncio.FIRST_COMPLETED)
 
-    def _waits_on_caller(self, task_id: str) -> bool:
-        task = self._live.get(task_id)
-        return task is not None and task.state.interrupted
-
     async def _purge_loop(self) -> None:
+        failures = 0
         while True:
             try:
                 purged = await self.store.purge_terminal(iso_before(self._retention))
@@ -143,8 +140,9 @@ class TaskEngine:
                     log.info("purged %d terminal task(s) past retention", len(purged))
                     for listener in self.purge_listeners:
                         await listener(purged)
-            except Exception:
-                log.exception("purging terminal tasks failed; trying again later")
+            except Exception:  # the next round tries again
+                failures += 1
+                log.exception("task purge failed (%d time(s) so far)", failures)
             await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
 
     # -- requests ----------------------------------------------------------------

@@ -76,15 +76,15 @@ class RunEngine(Protocol):
 
 
 class Workspace(Protocol):
-    def get(self, tree: str, key: str) -> Any: ...
-    def put(self, tree: str, key: str, value: Any) -> None: ...
+    async def get(self, tree: str, key: str) -> Any: ...
+    async def put(self, tree: str, key: str, value: Any) -> None: ...
 
 
 class _NoWorkspace:
-    def get(self, tree: str, key: str) -> Any:
+    async def get(self, tree: str, key: str) -> Any:
         return None
 
-    def put(self, tree: str, key: str, value: Any) -> None:
+    async def put(self, tree: str, key: str, value: Any) -> None:
         raise SkillFailed("workspace_unavailable", "this instance has no workspace")
 
 
@@ -289,11 +289,11 @@ class TaskRun:
             self.children.append(result.cost)
         return result
 
-    def workspace_get(self, key: str) -> Any:
-        return self.deps.workspace.get(self.task.trace_id, key)
+    async def workspace_get(self, key: str) -> Any:
+        return await self.deps.workspace.get(self.task.trace_id, key)
 
-    def workspace_put(self, key: str, value: Any) -> None:
+    async def workspace_put(self, key: str, value: Any) -> None:
         try:
-            self.deps.workspace.put(self.task.trace_id, key, value)
+            await self.deps.workspace.put(self.task.trace_id, key, value)
         except ValueError as exc:
             raise SkillFailed("workspace_error", str(exc)) from None

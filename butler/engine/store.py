@@ -1,22 +1,21 @@
 """Durable task storage: an interface and its SQLite (WAL) implementation.
 
 A write returns only after its transaction committed, so a task the daemon has
-acknowledged survives a kill -9. Calls run on one worker thread that owns the
-connection, keeping the event loop free.
+acknowledged survives a kill -9. Writes are group-committed (``BatchWriter``) and
+everything runs on the database's worker thread (``butler.storage``), keeping the event
+loop free.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from butler.engine.batch_writer import BatchWriter
+from butler.storage import BatchWriter, CheckpointPolicy, Database
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import Message, RequestError, Task, TaskPage, TaskState
 
@@ -38,6 +37,9 @@ CREATE INDEX IF NOT EXISTS tasks_owner_updated ON tasks(owner, updated_at, seq);
 """
 
 PURGE_CHUNK = 500
+# Task writes are committed by the loop itself (``BatchWriter``'s loop mode), not handed
+# to the worker: measured faster (docs/performance.md). Reads run on the worker.
+COMMIT_ON_LOOP = True
 
 
 class TaskStore(Protocol):
@@ -93,22 +95,26 @@ def _decode_message(data: dict[str, Any]) -> Message:
     )
 
 
-class SqliteTaskStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store")
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash or
-        # power loss can roll back the last transactions. See docs/tasks.md.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_SCHEMA)
-        # Writes go through their own connection, batched on the loop; reads use this one.
-        self._writer = BatchWriter(path, _UPSERT, _upsert_args, key=_task_id)
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.executescript(_SCHEMA)
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+class SqliteTaskStore:
+    """``await SqliteTaskStore.open(path)``."""
+
+    def __init__(self, db: Database, checkpoints: CheckpointPolicy,
+                 commit_on_loop: bool) -> None:
+        self._db = db
+        self._writer = BatchWriter(db, _UPSERT, _upsert_args, key=_task_id,
+                                   checkpoints=checkpoints, commit_on_loop=commit_on_loop)
+
+    @classmethod
+    async def open(cls, path: Path, checkpoints: CheckpointPolicy | None = None,
+                   commit_on_loop: bool = COMMIT_ON_LOOP) -> SqliteTaskStore:
+        checkpoints = checkpoints or CheckpointPolicy()
+        db = await Database.open(path, name="tasks", setup=_create_schema,
+                                 pragmas=checkpoints.pragmas())
+        return cls(db, checkpoints, commit_on_loop)
 
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
@@ -117,9 +123,7 @@ class SqliteTaskStore:
         await self._writer.submit(task, defer)
 
     async def get(self, task_id: str) -> Task | None:
-        row = await self._run(
-            lambda: self._db.execute("SELECT body FROM tasks WHERE id=?", (task_id,)).fetchone()
-        )
+        row = await self._db.fetchone("SELECT body FROM tasks WHERE id=?", (task_id,))
         return decode_row(row[0]) if row else None
 
     async def list_tasks(
@@ -161,12 +165,12 @@ class SqliteTaskStore:
         count_sql = "SELECT COUNT(*) FROM tasks" + (
             " WHERE " + " AND ".join(filters) if filters else "")
 
-        def query() -> tuple[list[Any], int | None]:
-            rows = self._db.execute(sql, args).fetchall()
-            total = self._db.execute(count_sql, filter_args).fetchone()[0] if by_update else None
+        def query(conn: sqlite3.Connection) -> tuple[list[Any], int | None]:
+            rows = conn.execute(sql, args).fetchall()
+            total = conn.execute(count_sql, filter_args).fetchone()[0] if by_update else None
             return rows, total
 
-        rows, total = await self._run(query)
+        rows, total = await self._db.run(query)
         more = len(rows) > limit
         rows = rows[:limit]
         next_cursor = _encode_cursor(rows[-1][0], rows[-1][1] if by_update else None) \
@@ -174,34 +178,32 @@ class SqliteTaskStore:
         return TaskPage(tuple(decode_row(r[2]) for r in rows), next_cursor, total)
 
     async def open_tasks(self) -> list[Task]:
-        rows = await self._run(
-            lambda: self._db.execute("SELECT body FROM tasks WHERE terminal=0").fetchall()
-        )
+        rows = await self._db.fetchall("SELECT body FROM tasks WHERE terminal=0")
         return [decode_row(r[0]) for r in rows]
 
     async def purge_terminal(self, updated_before: str) -> list[str]:
         """Delete terminal tasks last updated before then; returns their ids.
 
-        In chunks, each its own short transaction: the loop commits task writes itself
-        and would wait for the write lock a long delete held (``batch_writer``)."""
-        def purge() -> list[str]:
-            purged: list[str] = []
-            while True:
-                rows = self._db.execute(
-                    "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE terminal=1 "
-                    "AND updated_at<? LIMIT ?) RETURNING id", (updated_before, PURGE_CHUNK),
-                ).fetchall()
-                purged += [r[0] for r in rows]
-                if len(rows) < PURGE_CHUNK:
-                    return purged
-
-        ids: list[str] = await self._run(purge)
-        return ids
+        In chunks, each its own short transaction, so task writes queued meanwhile are
+        committed between them rather than after one long delete."""
+        purged: list[str] = []
+        while True:
+            rows = await self._db.transaction(_purge_chunk, updated_before)
+            purged += rows
+            if len(rows) < PURGE_CHUNK:
+                return purged
 
     async def close(self) -> None:
-        self._writer.close()
-        await self._run(self._db.close)
-        self._pool.shutdown(wait=True)
+        await self._writer.close()
+        await self._db.close()
+
+
+def _purge_chunk(conn: sqlite3.Connection, updated_before: str) -> list[str]:
+    rows = conn.execute(
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE terminal=1 "
+        "AND updated_at<? LIMIT ?) RETURNING id", (updated_before, PURGE_CHUNK),
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 _UPSERT = (

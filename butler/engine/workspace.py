@@ -1,18 +1,19 @@
 """Per-delegation-tree workspace: key/values the local skills of one tree share.
 
 A tree is identified by its trace id, which every hop of one delegation shares.
-Entries older than ``swarm.workspace_ttl_hours`` are purged periodically.
+Entries older than ``swarm.workspace_ttl_hours`` are purged periodically. Every SQLite call
+runs on the workspace database's worker (``butler.storage``).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from butler.storage import Database
 from internal.protocol.a2a.model import TaskFailed
 
 MAX_VALUE_BYTES = 256 * 1024
@@ -26,29 +27,33 @@ class WorkspaceError(TaskFailed, ValueError):
         super().__init__("workspace_error", message)
 
 
-class SqliteWorkspace:
-    def __init__(self, path: Path, ttl_hours: float) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.ttl_seconds = ttl_hours * 3600
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS workspace (tree TEXT NOT NULL, key TEXT NOT NULL, "
-            "value TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tree, key))"
-        )
-        self._db.execute("CREATE INDEX IF NOT EXISTS workspace_age ON workspace(created_at)")
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS workspace (tree TEXT NOT NULL, key TEXT NOT NULL, "
+        "value TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tree, key))"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS workspace_age ON workspace(created_at)")
 
-    def get(self, tree: str, key: str) -> Any:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT value FROM workspace WHERE tree=? AND key=? AND created_at>=?",
-                (tree, key, time.time() - self.ttl_seconds),
-            ).fetchone()
+
+class SqliteWorkspace:
+    """``await SqliteWorkspace.open(path, ttl_hours)``."""
+
+    def __init__(self, db: Database, ttl_hours: float) -> None:
+        self._db = db
+        self.ttl_seconds = ttl_hours * 3600
+
+    @classmethod
+    async def open(cls, path: Path, ttl_hours: float) -> SqliteWorkspace:
+        return cls(await Database.open(path, name="workspace", setup=_create_schema),
+                   ttl_hours)
+
+    async def get(self, tree: str, key: str) -> Any:
+        row = await self._db.fetchone(
+            "SELECT value FROM workspace WHERE tree=? AND key=? AND created_at>=?",
+            (tree, key, time.time() - self.ttl_seconds))
         return json.loads(row[0]) if row else None
 
-    def put(self, tree: str, key: str, value: Any) -> None:
+    async def put(self, tree: str, key: str, value: Any) -> None:
         if not key or len(key) > 200:
             raise WorkspaceError("workspace keys are 1-200 characters")
         try:
@@ -57,23 +62,22 @@ class SqliteWorkspace:
             raise WorkspaceError(f"workspace values must be JSON: {exc}") from None
         if len(text.encode()) > MAX_VALUE_BYTES:
             raise WorkspaceError(f"workspace values are at most {MAX_VALUE_BYTES} bytes")
-        with self._lock:
-            count = self._db.execute(
-                "SELECT COUNT(*) FROM workspace WHERE tree=?", (tree,)).fetchone()[0]
-            if count >= MAX_KEYS_PER_TREE:
-                raise WorkspaceError(f"a workspace holds at most {MAX_KEYS_PER_TREE} keys")
-            self._db.execute(
-                "INSERT INTO workspace(tree, key, value, created_at) VALUES (?,?,?,?) "
-                "ON CONFLICT(tree, key) DO UPDATE SET value=excluded.value",
-                (tree, key, text, time.time()),
-            )
+        await self._db.transaction(_put, tree, key, text, time.time())
 
-    def purge(self, now: float | None = None) -> int:
+    async def purge(self, now: float | None = None) -> int:
         cutoff = (now if now is not None else time.time()) - self.ttl_seconds
-        with self._lock:
-            return self._db.execute(
-                "DELETE FROM workspace WHERE created_at<?", (cutoff,)).rowcount
+        return await self._db.execute("DELETE FROM workspace WHERE created_at<?", (cutoff,))
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+    async def close(self) -> None:
+        await self._db.close()
+
+
+def _put(conn: sqlite3.Connection, tree: str, key: str, text: str, now: float) -> None:
+    count = conn.execute("SELECT COUNT(*) FROM workspace WHERE tree=?", (tree,)).fetchone()[0]
+    if count >= MAX_KEYS_PER_TREE:
+        raise WorkspaceError(f"a workspace holds at most {MAX_KEYS_PER_TREE} keys")
+    conn.execute(
+        "INSERT INTO workspace(tree, key, value, created_at) VALUES (?,?,?,?) "
+        "ON CONFLICT(tree, key) DO UPDATE SET value=excluded.value",
+        (tree, key, text, now),
+    )

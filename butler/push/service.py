@@ -39,6 +39,7 @@ class PushNotifications:
             log.warning("push notifications may be delivered to webhooks on this machine "
                         "(configurations.a2a.push_notifications.allow_loopback): for local "
                         "development only")
+        await self.store.open()
         for config in await self.store.all_configs():
             self.dispatcher.track(config)
         self.engine.hub.listen(self.dispatcher.on_event)

@@ -1,13 +1,12 @@
-"""Push-notification configs, durable in ``<data_dir>/push.db`` (SQLite, WAL)."""
+"""Push-notification configs, durable in ``<data_dir>/push.db`` (``butler.storage``)."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from butler.storage import Database
 from internal.protocol.a2a.model import PushConfig
 
 _SCHEMA = """
@@ -31,55 +30,54 @@ def _config(row: tuple[Any, ...]) -> PushConfig:
                       auth_credentials=row[5], wire=row[6])
 
 
-class SqlitePushStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="push-store")
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+def _create_schema(conn: sqlite3.Connection) -> None:
+    conn.executescript(_SCHEMA)
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+class SqlitePushStore:
+    """``SqlitePushStore(path)``, then ``await open()`` before any other call."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = Database(path, name="push", setup=_create_schema)
+
+    async def open(self) -> None:
+        await self._db.start()
 
     async def put(self, config: PushConfig) -> None:
-        def put() -> None:
-            seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM push_configs "
-                                   "WHERE task_id=?", (config.task_id,)).fetchone()[0]
-            self._db.execute(
-                f"INSERT INTO push_configs({_COLUMNS}, seq) VALUES (?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(task_id, id) DO UPDATE SET url=excluded.url, "
-                "token=excluded.token, auth_scheme=excluded.auth_scheme, "
-                "auth_credentials=excluded.auth_credentials, wire=excluded.wire",
-                (config.task_id, config.id, config.url, config.token, config.auth_scheme,
-                 config.auth_credentials, config.wire, seq))
-
-        await self._run(put)
+        await self._db.transaction(_put, config)
 
     async def list_configs(self, task_id: str) -> list[PushConfig]:
-        rows = await self._run(lambda: self._db.execute(
-            f"SELECT {_COLUMNS} FROM push_configs WHERE task_id=? ORDER BY seq",
-            (task_id,)).fetchall())
+        rows = await self._db.fetchall(
+            f"SELECT {_COLUMNS} FROM push_configs WHERE task_id=? ORDER BY seq", (task_id,))
         return [_config(r) for r in rows]
 
     async def delete(self, task_id: str, config_id: str) -> bool:
-        cur = await self._run(lambda: self._db.execute(
+        return bool(await self._db.execute(
             "DELETE FROM push_configs WHERE task_id=? AND id=?", (task_id, config_id)))
-        return bool(cur.rowcount)
 
     async def delete_for_tasks(self, task_ids: list[str]) -> None:
-        def delete() -> None:
-            self._db.executemany("DELETE FROM push_configs WHERE task_id=?",
-                                 [(t,) for t in task_ids])
-
-        await self._run(delete)
+        await self._db.transaction(_delete_for_tasks, task_ids)
 
     async def all_configs(self) -> list[PushConfig]:
-        rows = await self._run(lambda: self._db.execute(
-            f"SELECT {_COLUMNS} FROM push_configs ORDER BY task_id, seq").fetchall())
+        rows = await self._db.fetchall(
+            f"SELECT {_COLUMNS} FROM push_configs ORDER BY task_id, seq")
         return [_config(r) for r in rows]
 
     async def close(self) -> None:
-        await self._run(self._db.close)
-        self._pool.shutdown(wait=True)
+        await self._db.close()
+
+
+def _put(conn: sqlite3.Connection, config: PushConfig) -> None:
+    seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM push_configs WHERE task_id=?",
+                       (config.task_id,)).fetchone()[0]
+    conn.execute(
+        f"INSERT INTO push_configs({_COLUMNS}, seq) VALUES (?,?,?,?,?,?,?,?) "
+        "ON CONFLICT(task_id, id) DO UPDATE SET url=excluded.url, "
+        "token=excluded.token, auth_scheme=excluded.auth_scheme, "
+        "auth_credentials=excluded.auth_credentials, wire=excluded.wire",
+        (config.task_id, config.id, config.url, config.token, config.auth_scheme,
+         config.auth_credentials, config.wire, seq))
+
+
+def _delete_for_tasks(conn: sqlite3.Connection, task_ids: list[str]) -> None:
+    conn.executemany("DELETE FROM push_configs WHERE task_id=?", [(t,) for t in task_ids])

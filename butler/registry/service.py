@@ -111,12 +111,14 @@ async def _sweeper(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _sweep_forever(reg: Registry) -> None:
+    failures = 0
     while True:
         await asyncio.sleep(reg.config.sweep_interval_seconds)
         try:
             removed = await reg.store.sweep(now=reg.clock.now())
-        except Exception as exc:
-            log.warning("registry sweep failed: %s", exc)
+        except Exception as exc:  # the next round tries again
+            failures += 1
+            log.warning("registry sweep failed (%d time(s) so far): %s", failures, exc)
             continue
         if removed:
             log.debug("registry sweep removed %d expired agents", removed)

@@ -72,8 +72,8 @@ class Host(Protocol):
         self, *, capabilities: Sequence[str], task: str, input: dict[str, Any] | None,
         peer: str | None,
     ) -> DelegationResult: ...
-    def workspace_get(self, key: str) -> Any: ...
-    def workspace_put(self, key: str, value: Any) -> None: ...
+    async def workspace_get(self, key: str) -> Any: ...
+    async def workspace_put(self, key: str, value: Any) -> None: ...
 
 
 @dataclass
@@ -135,11 +135,12 @@ class SkillContext:
             capabilities=capabilities, task=task, input=input, peer=peer
         )
 
-    def workspace_get(self, key: str) -> Any:
-        return self._host.workspace_get(key)
+    async def workspace_get(self, key: str) -> Any:
+        """The value this delegation tree's skills stored under ``key``, or None."""
+        return await self._host.workspace_get(key)
 
-    def workspace_put(self, key: str, value: Any) -> None:
-        self._host.workspace_put(key, value)
+    async def workspace_put(self, key: str, value: Any) -> None:
+        await self._host.workspace_put(key, value)
 
 
 SkillOutput = str | dict[str, Any] | list[Part] | tuple[Part, ...] | SkillResult | None

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from butler.memory_store import MemoryStore
+from butler.memory import MemoryStore
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
 from internal.protocol.a2a.model import Part
 
@@ -36,9 +35,7 @@ def memory_skills(store: MemoryStore) -> dict[str, SkillFunction]:
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise SkillFailed("invalid_input", "input.tags must be a list of strings")
         try:
-            memory = await asyncio.to_thread(
-                store.write, text, key=key, tags=tags, source=ctx.caller
-            )
+            memory = await store.write(text, key=key, tags=tags, source=ctx.caller)
         except ValueError as exc:
             raise SkillFailed("invalid_input", str(exc)) from None
         return SkillResult(parts=(
@@ -50,7 +47,7 @@ def memory_skills(store: MemoryStore) -> dict[str, SkillFunction]:
         ref = _arg(ctx, "key") or _arg(ctx, "id") or ctx.text.strip()
         if not isinstance(ref, str) or not ref:
             raise SkillFailed("invalid_input", "memory.read needs input.key, input.id or text")
-        memory = await asyncio.to_thread(store.read, ref)
+        memory = await store.read(ref)
         if memory is None:
             raise SkillFailed("memory_not_found", f"no memory with id or key {ref!r}")
         return SkillResult(parts=(Part(text=memory.text), Part(data={"memory": memory.to_json()})))
@@ -62,7 +59,7 @@ def memory_skills(store: MemoryStore) -> dict[str, SkillFunction]:
             raise SkillFailed("invalid_input", "memory.search needs a query (text or input.query)")
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise SkillFailed("invalid_input", "input.limit must be an integer")
-        hits = await asyncio.to_thread(store.search, query, limit=limit)
+        hits = await store.search(query, limit=limit)
         lines = [f"- {h.memory.text}" for h in hits] or ["nothing found"]
         return SkillResult(parts=(
             Part(text="\n".join(lines)),

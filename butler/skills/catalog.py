@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from butler.config.model import SkillConfig
-from butler.memory_store import MemoryStore
+from butler.memory import MemoryStore
 from butler.skills.base import SkillFunction
 from butler.skills.builtin import echo, memory_skills
 from butler.skills.command import command_skill

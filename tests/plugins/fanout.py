@@ -22,5 +22,5 @@ async def fan_out(ctx: SkillContext) -> SkillOutput:
 
 async def share(ctx: SkillContext) -> SkillOutput:
     """Writes then reads the delegation tree's workspace."""
-    ctx.workspace_put("note", {"text": ctx.text})
-    return {"read_back": ctx.workspace_get("note")}
+    await ctx.workspace_put("note", {"text": ctx.text})
+    return {"read_back": await ctx.workspace_get("note")}

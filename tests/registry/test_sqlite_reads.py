@@ -1,18 +1,17 @@
-"""The SQLite registry's reads on the event loop: bounded, never waiting for a lock, and
-moved to the worker thread when a read would scan for long."""
+"""The SQLite registry's reads and writes: all on the file's worker thread, never on the
+event loop; a read never waits for another process's write lock."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from registry_support import make_card
 
-from butler.registry import sqlite_store
 from butler.registry.card import build_entry, validate_card
 from butler.registry.model import AgentEntry, _iso
 from butler.registry.sqlite_store import SqliteStore
@@ -32,29 +31,30 @@ async def _fill(store: SqliteStore, count: int) -> None:
         await store.upsert(_entry(f"agent-{i:04d}"), now=NOW, max_names=10_000)
 
 
-async def test_a_long_scan_moves_to_the_worker_with_the_same_answer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_every_statement_runs_on_the_worker_never_on_the_loop(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "r.db")
+    threads: set[int] = set()
+    await store._db.run(lambda conn: conn.set_trace_callback(
+        lambda _sql: threads.add(threading.get_ident())))
     try:
         await _fill(store, 300)
-        query = Query(capability="memory.search")
-        quick, quick_next = await store.query(query, now=NOW, limit=200)
-        assert not store._ticks > sqlite_store.LOOP_READ_STEPS // sqlite_store._STEPS_PER_TICK
-        monkeypatch.setattr(sqlite_store, "LOOP_READ_STEPS", sqlite_store._STEPS_PER_TICK)
-        moved, moved_next = await store.query(query, now=NOW, limit=200)
-        assert store._ticks > 1  # the loop's read was interrupted ...
-        assert [e.name for e in moved] == [e.name for e in quick]  # ... and redone whole
-        assert moved_next == quick_next == "agent-0199"
-        assert moved == quick
-        assert await store.get("agent-0150", now=NOW) == quick[150]
+        found, after = await store.query(Query(capability="memory.search"), now=NOW,
+                                         limit=200)
+        assert after == "agent-0199" and len(found) == 200
+        assert await store.get("agent-0150", now=NOW) == found[150]
+        found, _ = await store.query(Query(words=("agent-0003",)), now=NOW, limit=10)
+        assert [e.name for e in found] == ["agent-0003"]
+        assert await store.count_live(now=NOW) == 300
+        assert await store.sweep(now=NOW + 3600) == 300
     finally:
         await store.close()
+    assert threads and threading.get_ident() not in threads
+    assert len(threads) == 1  # the one worker
 
 
-async def test_loop_reads_see_commits_and_never_wait_for_a_writer(tmp_path: Path) -> None:
-    """Another process holding the write lock (an open transaction) neither blocks the
-    loop's read nor shows it uncommitted rows; once committed, the next read sees them."""
+async def test_reads_see_commits_and_never_wait_for_a_writer(tmp_path: Path) -> None:
+    """Another process holding the write lock (an open transaction) neither blocks a
+    read nor shows it uncommitted rows; once committed, the next read sees them."""
     path = tmp_path / "r.db"
     store = await SqliteStore.open(path)
     other = sqlite3.connect(path, isolation_level=None)
@@ -73,29 +73,6 @@ async def test_loop_reads_see_commits_and_never_wait_for_a_writer(tmp_path: Path
         assert [e.name for e in found][-1] == "agent-0009"
     finally:
         other.close()
-        await store.close()
-
-
-async def test_free_text_and_long_pages_run_on_the_worker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sqlite_store, "_STEPS_PER_TICK", 1)  # count every step on the loop
-    store = await SqliteStore.open(tmp_path / "r.db")
-    try:
-        await _fill(store, 5)
-        store._ticks = 0
-        found, _ = await store.query(Query(words=("agent-0003",)), now=NOW, limit=10)
-        assert [e.name for e in found] == ["agent-0003"]
-        assert store._ticks == 0  # the loop's connection never ran it
-        long_page = sqlite_store.LOOP_READ_PAGE + 1
-        found, _ = await store.query(Query(capability="memory.search"), now=NOW,
-                                     limit=long_page)
-        assert len(found) == 5
-        assert store._ticks == 0  # nor a page longer than LOOP_READ_PAGE
-        found, _ = await store.query(Query(capability="memory.search"), now=NOW, limit=10)
-        assert len(found) == 5
-        assert store._ticks > 0  # this one it did
-    finally:
         await store.close()
 
 

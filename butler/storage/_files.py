@@ -1,0 +1,42 @@
+"""Private files: a database and its folder are readable by their owner only.
+
+SQLite creates a database's ``-wal`` and ``-shm`` files with the mode of the database file,
+so creating that file 0600 before SQLite opens it keeps all three private; files left
+readable by an older version (or by hand) are tightened on every open.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
+COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def private_folder(folder: Path, *, tighten: bool = True) -> None:
+    """Create ``folder`` 0700; with ``tighten``, also take group and other access from an
+    existing one (a data folder is Butler's own; a folder an operator chose for a
+    registry file may be shared, so that caller creates it private but leaves it be)."""
+    folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+    if tighten and stat.S_IMODE(folder.stat().st_mode) & 0o077:
+        folder.chmod(FOLDER_MODE)
+
+
+def private_file(path: Path) -> None:
+    """Create the database file 0600 if missing; make it and its companions 0600."""
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, FILE_MODE)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    for suffix in COMPANIONS:
+        companion = path.with_name(path.name + suffix)
+        try:
+            if stat.S_IMODE(companion.stat().st_mode) != FILE_MODE:
+                companion.chmod(FILE_MODE)
+        except FileNotFoundError:
+            continue
