@@ -54,7 +54,8 @@ async def test_well_known_card_is_a_public_a2a_1_0_card(
     assert card["defaultInputModes"] and card["defaultOutputModes"]
     # Anonymous callers see only untiered, exposed skills.
     assert card["skills"] == [{"id": "echo", "name": "Echo", "description": "says it back",
-                               "tags": ["util", "echo"], "examples": ["hello"]}]
+                               "tags": ["util", "echo"], "examples": ["hello"],
+                               "inputModes": ["*/*"]}]
     # The official SDK reads it, and picks the 1.0 interfaces.
     parsed = parse_agent_card(dict(card))
     assert parsed.name == "home butler" and parsed.capabilities.streaming

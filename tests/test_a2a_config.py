@@ -31,8 +31,6 @@ configurations:
 
 @pytest.mark.parametrize(("text", "key"), [
     ("configurations: {a2a: {legacy_v03_card: maybe}}", "configurations.a2a.legacy_v03_card"),
-    ("configurations: {a2a: {push_notifications: {allow_loopback: true}}}",
-     "configurations.a2a.push_notifications.allow_loopback"),
     ("configurations: {a2a: {push_notifications: {max_attempts: 0}}}",
      "configurations.a2a.push_notifications.max_attempts"),
     ("configurations: {a2a: {push_notifications: {timeout_seconds: 0}}}",

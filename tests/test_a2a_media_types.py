@@ -12,6 +12,8 @@ from a2a.types import ContentTypeNotSupportedError, Part, TaskState
 from tests.a2a_support import rpc, sdk_client, send_request, send_task, text, user_message
 from tests.support import ECHO, Swarm
 
+WORDS = {"id": "words", "builtin": "echo", "capabilities": ["words"], "expose": True,
+         "input_modes": ["text/plain"]}
 PICTURES = {"id": "pictures", "builtin": "echo", "capabilities": ["pictures"], "expose": True,
             "input_modes": ["image/*"], "output_modes": ["text/plain"]}
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
@@ -22,17 +24,17 @@ def png_part() -> dict[str, str]:
 
 
 async def test_a_part_the_skill_does_not_take_is_refused(swarm: Swarm) -> None:
-    home = await swarm.start("home", skills=[ECHO, PICTURES])
+    home = await swarm.start("home", skills=[ECHO, WORDS, PICTURES])
     _, body = await rpc(home, "SendMessage", {"message": {
         "messageId": "m1", "role": "ROLE_USER", "parts": [png_part()],
-        "metadata": {"skill": "echo"}}})
+        "metadata": {"skill": "words"}}})
     error = body["error"]
     assert error["code"] == -32005 and "image/png" in error["message"]
     assert error["data"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
     async with home.session.post(home.url + "/message:send", headers={
             **home.headers(), "A2A-Version": "1.0"}, json={"message": {
             "messageId": "m2", "role": "ROLE_USER", "parts": [png_part()],
-            "metadata": {"skill": "echo"}}}) as resp:
+            "metadata": {"skill": "words"}}}) as resp:
         assert resp.status == 415
         assert (await resp.json())["error"]["details"][0]["reason"] == \
             "CONTENT_TYPE_NOT_SUPPORTED"
@@ -55,11 +57,13 @@ async def test_a_part_the_skill_does_not_take_is_refused(swarm: Swarm) -> None:
 
 
 async def test_the_card_shows_a_skill_s_modes_when_they_differ(swarm: Swarm) -> None:
-    home = await swarm.start("home", skills=[ECHO, PICTURES])
+    home = await swarm.start("home", skills=[ECHO, WORDS, PICTURES])
     async with home.session.get(home.url + "/.well-known/agent-card.json",
                                 headers={"A2A-Version": "1.0"}) as resp:
         card = await resp.json()
     by_id = {s["id"]: s for s in card["skills"]}
     assert by_id["pictures"]["inputModes"] == ["image/*"]
     assert by_id["pictures"]["outputModes"] == ["text/plain"]
-    assert "inputModes" not in by_id["echo"]  # the card's defaults
+    assert by_id["words"]["inputModes"] == ["text/plain"]
+    assert by_id["echo"]["inputModes"] == ["*/*"]  # echo takes anything
+    assert "outputModes" not in by_id["echo"]  # the card's defaults

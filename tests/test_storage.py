@@ -18,7 +18,7 @@ import pytest
 from butler.registry.clock import SystemClock
 from butler.registry.config import RegistryServiceConfig
 from butler.registry.service import start_registry
-from butler.registry.store import open_store
+from butler.registry.store_url import open_store
 from butler.storage import CannotOpen, Database, DatabaseClosed
 from tests.support import ECHO, Swarm, post_task, wait_task
 

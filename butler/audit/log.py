@@ -135,25 +135,10 @@ class AuditLog:
     def close(self) -> None:
         self.db.close_blocking()
 
-    def append(
-        self,
-        kind: str,
-        *,
-        caller: str,
-        task_id: str | None,
-        chain: Sequence[str],
-        budget_before: Decimal | None,
-        budget_after: Decimal | None,
-        decision: str,
-        code: str | None = None,
-        trace_id: str | None = None,
-        detail: Mapping[str, Any] | None = None,
-    ) -> AuditRecord:
-        return self.append_many([dict(
-            kind=kind, caller=caller, task_id=task_id, chain=chain,
-            budget_before=budget_before, budget_after=budget_after, decision=decision,
-            code=code, trace_id=trace_id, detail=detail,
-        )])[0]
+    def append(self, kind: str, **fields: Any) -> AuditRecord:
+        """One record; ``fields`` are ``Entry``'s (caller, task_id, chain, budget_before,
+        budget_after, decision, code, trace_id, detail), checked there."""
+        return self.append_many([{"kind": kind, **fields}])[0]
 
     def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[AuditRecord]:
         """Append several records, chained in order, in one transaction (one fsync)."""

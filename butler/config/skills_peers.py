@@ -63,7 +63,7 @@ def parse_skill(node: Node) -> m.SkillConfig:
         max_output_bytes=k["max_output_bytes"].integer(minimum=1)
         if "max_output_bytes" in k else 1024 * 1024,
         input_modes=_media_types(k["input_modes"]) if "input_modes" in k
-        else m.SkillConfig.input_modes,
+        else ("*/*",) if builtin == "echo" else m.SkillConfig.input_modes,  # echo: anything
         output_modes=_media_types(k["output_modes"]) if "output_modes" in k
         else m.SkillConfig.output_modes,
     )
