@@ -23,6 +23,7 @@ spellings differently, so no rule could be sure which address it names.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -54,6 +55,8 @@ _LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 _NUMBER = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
 
 
+JUDGED_LIMIT = 4096  # addresses whose judgement a guard remembers
+
 @dataclass(frozen=True)
 class OutboundRules:
     """What one use of outbound calls may reach besides public addresses.
@@ -83,6 +86,9 @@ class OutboundGuard:
                  names: ResolverFactory | None = None) -> None:
         self.rules = rules
         self._names: ResolverFactory = names or DefaultResolver
+        # Judgements by address: the rules never change, and judging costs tens of
+        # microseconds (the ipaddress module), twice per call, on every hop.
+        self._judged: dict[str, str | None] = {}
 
     def __repr__(self) -> str:
         return f"OutboundGuard({self.rules!r})"
@@ -115,10 +121,17 @@ class OutboundGuard:
     def check_address(self, host: str, address: str) -> None:
         """Raise ``OutboundRefused`` unless ``address`` (one answer for ``host``) passes."""
         try:
-            ip = ipaddress.ip_address(address.split("%", 1)[0])
-        except ValueError:
-            raise OutboundRefused(host, f"{address!r} is not an IP address") from None
-        if (why := self.refusal(ip)) is not None:
+            why = self._judged[address]
+        except KeyError:
+            try:
+                ip = ipaddress.ip_address(address.split("%", 1)[0])
+            except ValueError:
+                raise OutboundRefused(host, f"{address!r} is not an IP address") from None
+            why = self.refusal(ip)
+            if len(self._judged) >= JUDGED_LIMIT:
+                self._judged.clear()
+            self._judged[address] = why
+        if why is not None:
             raise OutboundRefused(host, why)
 
     def check_target(self, url: str | URL) -> URL:
@@ -189,6 +202,7 @@ def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def ip_literal(host: str) -> str | None:
     """``host`` as an IP address if it is one, None if it is a well-formed name;
     ``OutboundRefused`` if it is neither, or a number spelt in another form than a dotted
