@@ -1,6 +1,6 @@
 """Protocol value types: frozen dataclasses shared by every binding and the engine.
 
-Wire shapes live in the codecs (``rest_codec`` for Butler's /v2 REST); these types
+Wire shapes live in the codecs (``codec.butler_v2`` for Butler's /v2 REST); these types
 know nothing of JSON field names.
 """
 
