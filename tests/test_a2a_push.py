@@ -304,9 +304,11 @@ async def test_configs_go_when_their_task_is_purged(swarm: Swarm) -> None:
         assert resp.status == 200
     push = home.daemon.push
     assert push is not None
+    assert push.dispatcher.configs(task_id)
     async with asyncio.timeout(10):  # retention is 0.72 s; the purge runs every second
         while await push.store.list_configs(task_id):
             await asyncio.sleep(0.1)
+    assert push.dispatcher.configs(task_id) == {}  # gone from memory too
 
 
 async def test_loopback_webhooks_are_an_explicit_opt_in(
@@ -333,3 +335,28 @@ async def test_loopback_webhooks_are_an_explicit_opt_in(
         await rpc(home, "SendMessage", {"message": plain_message("Ada", taskId=task_id)})
         await hook.wait_for(2)
         assert states(hook) == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+
+
+async def test_a_delivery_that_raises_does_not_end_the_task_s_worker(
+        swarm: Swarm, caplog: pytest.LogCaptureFixture) -> None:
+    """A config whose delivery raises something unexpected (credentials with a line break,
+    which aiohttp refuses to put in a header) is logged; the task's other webhook still
+    gets every update, in order."""
+    home = await swarm.start("home", skills=[ECHO, ASK], daemon_kwargs=LOOPBACK_OK,
+                             extra=QUICK_STOP)
+    async with webhook() as bad, webhook() as good:
+        task_id = await ask_task(home)
+        for config_id, hook, auth in (("bad", bad, {"scheme": "Bearer",
+                                                     "credentials": "x\r\nX-Injected: 1"}),
+                                      ("good", good, None)):
+            params: dict[str, Any] = {"taskId": task_id, "id": config_id, "url": hook.url}
+            if auth:
+                params["authentication"] = auth
+            _, body = await rpc(home, "CreateTaskPushNotificationConfig", params)
+            assert "error" not in body, body
+        with caplog.at_level(logging.ERROR, logger="butler.push"):
+            await rpc(home, "SendMessage", {"message": plain_message("Ada", taskId=task_id)})
+            await good.wait_for(2)
+        assert states(good) == ["TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+        assert bad.received == []
+        assert "failed unexpectedly" in caplog.text

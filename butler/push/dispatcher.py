@@ -43,6 +43,7 @@ class PushDispatcher:
         self._queues: dict[str, asyncio.Queue[TaskEvent]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self.failures = 0  # deliveries that raised something unexpected
 
     def track(self, config: PushConfig) -> None:
         self._configs.setdefault(config.task_id, {})[config.id] = config
@@ -65,15 +66,29 @@ class PushDispatcher:
             self._workers[task_id] = asyncio.create_task(self._work(task_id),
                                                          name=f"push-{task_id}")
 
+    def forget(self, task_ids: list[str]) -> None:
+        """The tasks were purged: their configs and anything queued for them go too."""
+        for task_id in task_ids:
+            self._configs.pop(task_id, None)
+
     async def _work(self, task_id: str) -> None:
         queue = self._queues[task_id]
-        while not queue.empty():
-            event = queue.get_nowait()
-            for config in list(self._configs.get(task_id, {}).values()):
-                await self.deliver(config, event)
-        # No await between the check above and this: a new event starts a new worker.
-        del self._queues[task_id]
-        del self._workers[task_id]
+        try:
+            while not queue.empty():
+                event = queue.get_nowait()
+                for config in list(self._configs.get(task_id, {}).values()):
+                    try:
+                        await self.deliver(config, event)
+                    except Exception:
+                        # One bad delivery must not end the worker: its task's later
+                        # events, and the other configs, still go out.
+                        self.failures += 1
+                        log.exception("push for task %s failed unexpectedly (%d so far); "
+                                      "going on", task_id, self.failures)
+        finally:
+            # No await between the check above and this: a new event starts a new worker.
+            del self._queues[task_id]
+            del self._workers[task_id]
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:

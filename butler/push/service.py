@@ -43,7 +43,12 @@ class PushNotifications:
         for config in await self.store.all_configs():
             self.dispatcher.track(config)
         self.engine.hub.listen(self.dispatcher.on_event)
-        self.engine.purge_listeners.append(self.store.delete_for_tasks)
+        self.engine.purge_listeners.append(self._forget)
+
+    async def _forget(self, task_ids: list[str]) -> None:
+        """Purged tasks take their configs with them, in memory and on disk."""
+        self.dispatcher.forget(task_ids)
+        await self.store.delete_for_tasks(task_ids)
 
     async def aclose(self) -> None:
         await self.dispatcher.aclose()
