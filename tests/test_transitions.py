@@ -42,6 +42,7 @@ EVENTS: dict[str, Event] = {
     "started": Started(),
     "progress": Started("half way"),
     "input_requested": InputRequested("which one?"),
+    "auth_requested": InputRequested("sign in first", auth=True),
     "input_received": InputReceived(Message(message_id="m1", role="user",
                                             parts=(Part(text="this"),))),
     "artifact": ArtifactAdded(Artifact(artifact_id="a1", parts=(Part(text="x"),))),
@@ -58,7 +59,9 @@ for state in LIVE:
     TABLE.update({
         (state, "started"): S.WORKING, (state, "progress"): S.WORKING,
         (state, "input_requested"): S.INPUT_REQUIRED,
-        (state, "input_received"): S.WORKING if state is S.INPUT_REQUIRED
+        (state, "auth_requested"): S.AUTH_REQUIRED,
+        # A task waiting on its caller, for input or an authorisation, takes the answer.
+        (state, "input_received"): S.WORKING if state in (S.INPUT_REQUIRED, S.AUTH_REQUIRED)
         else "task_not_waiting",
         (state, "artifact"): state, (state, "canceled"): S.CANCELED,
         (state, "completed"): S.COMPLETED, (state, "failed"): S.FAILED,
@@ -91,7 +94,8 @@ def test_every_state_and_event(state: TaskState, event: str) -> None:
     after = apply(task, EVENTS[event], T1)
     assert after.state is expected
     assert after.updated_at == T1 or after is task
-    if expected is not state or event in ("progress", "input_requested", "canceled",
+    if expected is not state or event in ("progress", "input_requested", "auth_requested",
+                                          "canceled",
                                           "failed", "rejected", "input_received"):
         assert after.history[-1].state is expected and after.history[-1].at == T1
         assert len(after.history) == len(task.history) + 1

@@ -319,7 +319,8 @@ class TaskEngine:
 
     async def answer(self, caller: Identity, task_id: str, reply: TaskRequest) -> Task:
         """A follow-up message resuming a task that waits in ``input-required``."""
-        followup = FollowUp(text=reply.text, input=dict(reply.input), parts=reply.parts)
+        followup = FollowUp(text=reply.text, input=dict(reply.input), parts=reply.parts,
+                            message=reply.message)
         task = await self.get(caller, task_id)
         event = InputReceived(reply.message)
         apply(task, event, task.updated_at)  # ended, or not waiting: the transition refuses

@@ -200,7 +200,8 @@ class TaskRun:
             log.exception("skill %s raised on task %s", self.task.skill, self.task_id)
             return failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
         return Finished(TaskState.COMPLETED, parts=result.parts,
-                        artifacts=self._artifacts() + result.artifacts)
+                        artifacts=self._artifacts() + result.artifacts,
+                        message=result.status_message or None)
 
     def _artifacts(self) -> tuple[Artifact, ...]:
         live = self.engine.live(self.task_id)
@@ -215,6 +216,7 @@ class TaskRun:
             task_id=self.task_id, context_id=self.task.context_id, skill_id=self.skill.id,
             text=request.text, input=dict(request.input), parts=request.parts,
             caller=self.caller.name, chain=self.chain, trace_id=self.task.trace_id, _host=self,
+            message=request.message,
         )
         span = self.deps.tracer.start_as_current_span(
             "butler.skill", attributes={"butler.skill": self.skill.id}
@@ -246,9 +248,9 @@ class TaskRun:
     async def artifact(self, artifact: Artifact) -> None:
         await self.engine.apply(self.task_id, ArtifactAdded(artifact))
 
-    async def request_input(self, prompt: str) -> FollowUp:
+    async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp:
         self._waiter = asyncio.get_running_loop().create_future()
-        await self.engine.apply(self.task_id, InputRequested(prompt))
+        await self.engine.apply(self.task_id, InputRequested(prompt, auth=auth))
         try:
             return await self._waiter
         finally:

@@ -41,7 +41,10 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class InputRequested:
+    """The run waits on its caller: for input, or (``auth``) for an authorisation."""
+
     prompt: str
+    auth: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +100,11 @@ def apply(task: Task, event: Event, at: str) -> Task:
             return task  # nothing to record
         case Started(message=message):
             return _move(task, TaskState.WORKING, message, at)
-        case InputRequested(prompt=prompt):
-            return _move(task, TaskState.INPUT_REQUIRED, prompt, at)
+        case InputRequested(prompt=prompt, auth=auth):
+            waiting = TaskState.AUTH_REQUIRED if auth else TaskState.INPUT_REQUIRED
+            return _move(task, waiting, prompt, at)
         case InputReceived(message=message):
-            if task.state is not TaskState.INPUT_REQUIRED:
+            if not task.state.interrupted:
                 raise StateConflict("task_not_waiting", f"task {task.id} is "
                                     f"{task.state.value}, not waiting for input")
             changes = {} if message is None else {"messages": (*task.messages, replace(

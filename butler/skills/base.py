@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
-from internal.protocol.a2a.model import Artifact, CostNode, Part, TaskFailed
+from internal.protocol.a2a.model import Artifact, CostNode, Message, Part, TaskFailed
 
 
 class SkillFailed(TaskFailed):
@@ -34,12 +34,14 @@ class FollowUp:
     text: str
     input: dict[str, Any]
     parts: tuple[Part, ...]
+    message: Message | None = None  # the caller's A2A message, with its metadata
 
 
 @dataclass(frozen=True, slots=True)
 class SkillResult:
     parts: tuple[Part, ...] = ()
     artifacts: tuple[Artifact, ...] = ()
+    status_message: str = ""  # the final status's message (A2A ``status.message``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ class Host(Protocol):
 
     async def progress(self, message: str) -> None: ...
     async def artifact(self, artifact: Artifact) -> None: ...
-    async def request_input(self, prompt: str) -> FollowUp: ...
+    async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp: ...
     def budget_left(self) -> Decimal: ...
     async def delegate(
         self, *, capabilities: Sequence[str], task: str, input: dict[str, Any] | None,
@@ -91,6 +93,25 @@ class SkillContext:
     trace_id: str
     _host: Host = field(repr=False)
     _artifact_seq: int = field(default=0, repr=False)
+    message: Message | None = None  # the caller's A2A message (None on Butler /v2)
+
+    @property
+    def message_id(self) -> str:
+        return self.message.message_id if self.message is not None else ""
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The caller's message metadata (``{}`` when there is none)."""
+        return dict(self.message.metadata or {}) if self.message is not None else {}
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        """The A2A extension URIs the caller's message declared."""
+        return self.message.extensions if self.message is not None else ()
+
+    @property
+    def reference_task_ids(self) -> tuple[str, ...]:
+        return self.message.reference_task_ids if self.message is not None else ()
 
     async def progress(self, message: str) -> None:
         """Report progress: subscribers see a ``working`` status with this message."""
@@ -111,6 +132,11 @@ class SkillContext:
     async def request_input(self, prompt: str) -> FollowUp:
         """Pause in ``input-required`` until the caller answers; returns the answer."""
         return await self._host.request_input(prompt)
+
+    async def request_auth(self, prompt: str) -> FollowUp:
+        """Pause in ``auth-required`` (the caller must authorise something, out of band or
+        in its next message) until the caller sends a follow-up; returns it."""
+        return await self._host.request_input(prompt, auth=True)
 
     def reject(self, reason: str) -> NoReturn:
         raise SkillRejected(reason)

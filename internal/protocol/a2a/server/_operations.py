@@ -28,7 +28,6 @@ from internal.protocol.a2a.model import (
     TaskEvent,
     TaskPage,
     TaskRequest,
-    TaskState,
     interrupted_or_terminal,
     task_artifacts,
 )
@@ -139,7 +138,7 @@ class A2AOperations:
         if task.state.terminal:
             raise unsupported(f"task {task.id} is {task.state.value}: it takes no more "
                               "messages; send a new message without taskId")
-        if task.state is not TaskState.INPUT_REQUIRED:
+        if not task.state.interrupted:  # input-required or auth-required
             raise unsupported(f"task {task.id} is {task.state.value}, not waiting for input")
         reply = to_request(replace(message, context_id=task.context_id), blocking=blocking)
         if push is not None:

@@ -1,0 +1,68 @@
+"""A python skill as a full A2A agent (examples/full_a2a_skill.py), driven by the official
+a2a-sdk client: it reads the message's id, metadata, extensions, reference task ids and
+file parts, enters ``auth-required``, reads the follow-up, and answers with a file part
+and a message on the final status."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from a2a.types import Part, StreamResponse, SubscribeToTaskRequest, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from tests.a2a_support import sdk_client, send_request, send_task, text, user_message
+from tests.support import ECHO, Swarm
+
+CONCIERGE = {"id": "concierge", "python": "examples.full_a2a_skill:concierge",
+             "expose": True, "input_modes": ["text/plain", "application/json", "image/*"]}
+
+
+async def test_a_skill_reads_the_whole_message_and_asks_for_authorisation(
+        swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, CONCIERGE],
+                             extra={"server": {"shutdown_grace_seconds": 0.2}})
+    picture = Part(raw=b"\x89PNG", media_type="image/png", filename="room.png")
+    picture.metadata.update({"angle": "north"})
+    first = user_message(text("book the room"), picture,
+                         metadata={"skill": "concierge", "note": "window seat"})
+    first.extensions.append("urn:example:ext:booking")
+    first.reference_task_ids.append("earlier-task")
+    async with sdk_client(home) as client:
+        task = await send_task(client, send_request(first))
+        assert task.status.state == TaskState.TASK_STATE_AUTH_REQUIRED
+        assert "authorise me" in task.status.message.parts[0].text
+        seen: dict[str, Any] = MessageToDict(task.artifacts[0].parts[0].data)
+        assert seen["messageId"] == first.message_id
+        assert seen["metadata"]["note"] == "window seat"
+        assert seen["extensions"] == ["urn:example:ext:booking"]
+        assert seen["referenceTaskIds"] == ["earlier-task"]
+        assert seen["files"] == [{"name": "room.png", "mimeType": "image/png"}]
+        assert seen["partMetadata"] == [{"angle": "north"}]
+
+    # A subscriber waits through auth-required (A2A 3.1.6) and sees the end.
+    async with sdk_client(home, streaming=True) as watcher:
+        events: list[StreamResponse] = []
+        first_seen = asyncio.Event()
+
+        async def watch() -> None:
+            async for event in watcher.subscribe(SubscribeToTaskRequest(id=task.id)):
+                events.append(event)
+                first_seen.set()
+
+        watching = asyncio.create_task(watch())
+        async with asyncio.timeout(5):
+            await first_seen.wait()
+        async with sdk_client(home) as client:
+            done = await send_task(client, send_request(user_message(
+                text("yes"), task_id=task.id, metadata={"approvedBy": "me"})))
+        async with asyncio.timeout(5):
+            await watching
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert done.status.message.parts[0].text == "booked; the receipt is attached"
+    result = done.artifacts[-1].parts
+    assert result[0].text == "booked for operator"
+    assert result[1].raw == b"booked\n" and result[1].media_type == "text/plain"
+    assert result[1].filename == "receipt.txt"
+    assert MessageToDict(result[1].metadata)["followUpMetadata"] == {"approvedBy": "me"}
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
