@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from a2a.types import Part, StreamResponse, SubscribeToTaskRequest, TaskState
+from a2a.types import Part, Role, StreamResponse, SubscribeToTaskRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from tests.a2a_support import sdk_client, send_request, send_task, text, user_message
-from tests.support import ECHO, Swarm
+from tests.a2a_support import rpc, sdk_client, send_request, send_task, text, user_message
+from tests.support import ECHO, Swarm, post_task
 
 CONCIERGE = {"id": "concierge", "python": "examples.full_a2a_skill:concierge",
              "expose": True, "input_modes": ["text/plain", "application/json", "image/*"]}
@@ -66,3 +66,33 @@ async def test_a_skill_reads_the_whole_message_and_asks_for_authorisation(
     assert result[1].filename == "receipt.txt"
     assert MessageToDict(result[1].metadata)["followUpMetadata"] == {"approvedBy": "me"}
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+QUICK = {"id": "quick", "python": "tests.plugins.a2a_skills:quick_reply", "expose": True}
+
+
+async def test_a_skill_may_answer_with_a_message_only(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, QUICK])
+    for binding in ("JSONRPC", "HTTP+JSON"):
+        async with sdk_client(home, binding=binding) as client:
+            events = [e async for e in client.send_message(send_request(
+                user_message(text("hi"), metadata={"skill": "quick"})))]
+        assert len(events) == 1 and events[0].HasField("message"), (binding, events)
+        reply = events[0].message
+        assert reply.parts[0].text == "re: hi" and reply.role == Role.ROLE_AGENT
+        assert reply.task_id == "" and reply.context_id
+        async with sdk_client(home, binding=binding, streaming=True) as client:
+            streamed = [e async for e in client.send_message(send_request(
+                user_message(text("yo"), metadata={"skill": "quick"})))]
+        # A stream has shown the task before the skill answers, so it stays a task's
+        # stream, ending completed with the reply as the result (docs/skills.md).
+        kinds = [e.WhichOneof("payload") for e in streamed]
+        assert kinds[0] == "task" and streamed[-1].status_update.status.state == \
+            TaskState.TASK_STATE_COMPLETED, kinds
+    _, body = await rpc(home, "message/send", {"message": {
+        "kind": "message", "messageId": "m", "role": "user", "metadata": {"skill": "quick"},
+        "parts": [{"kind": "text", "text": "old"}]}}, version=None)
+    assert body["result"]["kind"] == "message" and body["result"]["role"] == "agent"
+    assert body["result"]["parts"] == [{"kind": "text", "text": "re: old"}]
+    status, task = await post_task(home, {"task": "v2", "skill": "quick"})
+    assert status == 200 and task["output"] == "re: v2"  # /v2 still shows the task

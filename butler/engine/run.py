@@ -201,7 +201,7 @@ class TaskRun:
             return failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
         return Finished(TaskState.COMPLETED, parts=result.parts,
                         artifacts=self._artifacts() + result.artifacts,
-                        message=result.status_message or None)
+                        message=result.status_message or None, as_message=result.as_message)
 
     def _artifacts(self) -> tuple[Artifact, ...]:
         live = self.engine.live(self.task_id)

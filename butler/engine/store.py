@@ -64,6 +64,8 @@ def encode_row(task: Task) -> str:
     }
     if task.messages:
         rest["messages"] = [_encode_message(m) for m in task.messages]
+    if task.reply_as_message:
+        rest["reply_as_message"] = True
     return '{"task":' + butler_v2.task_json(task).decode() + "," + exact_json.dumps(rest)[1:]
 
 
@@ -72,7 +74,8 @@ def decode_row(body: str) -> Task:
     task = butler_v2.decode_task(data["task"])
     request = butler_v2.decode_task_request(data["request"])
     messages = tuple(_decode_message(m) for m in data.get("messages", ()))
-    return replace(task, owner=data["owner"], request=request, messages=messages)
+    return replace(task, owner=data["owner"], request=request, messages=messages,
+                   reply_as_message=data.get("reply_as_message") is True)
 
 
 def _encode_message(message: Message) -> dict[str, Any]:

@@ -75,6 +75,7 @@ class Finished:
     artifacts: tuple[Artifact, ...] | None = None
     budget: Budget | None = None
     cost: CostNode | None = None
+    as_message: bool = False  # the skill answers with a message, not a task
 
     def __post_init__(self) -> None:
         if not self.state.terminal:
@@ -119,7 +120,7 @@ def apply(task: Task, event: Event, at: str) -> Task:
 
 
 def _finish(task: Task, event: Finished, at: str) -> Task:
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"reply_as_message": True} if event.as_message else {}
     for name in ("error", "parts", "artifacts", "budget", "cost"):
         value = getattr(event, name)
         if value is not None:

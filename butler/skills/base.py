@@ -42,6 +42,9 @@ class SkillResult:
     parts: tuple[Part, ...] = ()
     artifacts: tuple[Artifact, ...] = ()
     status_message: str = ""  # the final status's message (A2A ``status.message``)
+    # Answer with a message only, no task (A2A allows either); the task is still kept
+    # here, for /v2, the audit trail and the operator.
+    as_message: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from internal.protocol.a2a.model import (
     history,
     interrupted_or_terminal,
     message_fields,
+    reply_message,
     task_artifacts,
     trim_history,
 )
@@ -174,6 +175,8 @@ def encode_task(task: Task, *, history_length: int | None = None) -> dict[str, A
 
 def encode_event(event: TaskEvent) -> dict[str, Any]:
     task = event.task
+    if event.kind == "message" and (reply := reply_message(task)) is not None:
+        return encode_message(reply)
     if event.kind == "task":
         return encode_task(task)
     if event.kind == "artifact" and event.artifact is not None:

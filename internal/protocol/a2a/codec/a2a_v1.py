@@ -30,6 +30,7 @@ from internal.protocol.a2a.model import (
     TaskState,
     history,
     message_fields,
+    reply_message,
     status_message,
     task_artifacts,
     trim_history,
@@ -286,6 +287,8 @@ def encode_task(task: Task, *, history_length: int | None = None,
 def encode_event(event: TaskEvent) -> dict[str, Any]:
     """One ``StreamResponse``: the task itself, a status update or an artifact update."""
     task = event.task
+    if event.kind == "message" and (reply := reply_message(task)) is not None:
+        return {"message": encode_message(reply)}
     if event.kind == "task":
         return {"task": encode_task(task)}
     if event.kind == "artifact" and event.artifact is not None:

@@ -150,6 +150,15 @@ def trim_history(messages: tuple[Message, ...], length: int | None) -> tuple[Mes
     return messages[-length:] if length > 0 else ()
 
 
+def reply_message(task: Task) -> Message | None:
+    """The message a skill answered with instead of a task (A2A allows either), or None.
+    It carries the context id but no task id: for the caller there is no task."""
+    if not (task.reply_as_message and task.state is TaskState.COMPLETED):
+        return None
+    return Message(message_id=f"{task.id}-reply", role="agent", parts=task.parts,
+                   context_id=task.context_id)
+
+
 def interrupted_or_terminal(state: TaskState) -> bool:
     return state.terminal or state.interrupted
 

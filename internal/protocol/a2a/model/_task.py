@@ -181,6 +181,8 @@ class Task:
     chain: tuple[str, ...] = ()
     trace_id: str = ""
     messages: tuple[Message, ...] = ()  # the caller's A2A messages, oldest first
+    # The skill answered with a message, not a task: A2A bindings send that message.
+    reply_as_message: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +190,9 @@ class TaskEvent:
     """A change seen by subscribers: a new status, or a new artifact."""
 
     task: Task
-    kind: str  # "status" | "artifact"; the A2A streams also use "task" for their first event
+    # "status" | "artifact"; A2A streams also use "task" (their first event) and
+    # "message" (a message reply, the whole stream)
+    kind: str
     artifact: Artifact | None = None
 
     @property

@@ -22,6 +22,7 @@ from internal.protocol.a2a.model import (
     RequestError,
     TaskEvent,
     Unavailable,
+    reply_message,
     requested_version,
     version_matches,
 )
@@ -93,8 +94,10 @@ class A2ARestBinding:
         params = a2a_v1.decode_send_params(await self._body(request))
         task = await self.ops.send(identity_of(request), params,
                                    envelope_of(params, request.headers))
-        return answer({"task": a2a_v1.encode_task(task, history_length=params.history_length)},
-                      headers=swarm_extension.activated(request.headers))
+        reply = reply_message(task)
+        body = {"message": a2a_v1.encode_message(reply)} if reply is not None else {
+            "task": a2a_v1.encode_task(task, history_length=params.history_length)}
+        return answer(body, headers=swarm_extension.activated(request.headers))
 
     async def send_stream(self, request: web.Request) -> web.StreamResponse:
         params = a2a_v1.decode_send_params(await self._body(request))

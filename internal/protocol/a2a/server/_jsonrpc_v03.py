@@ -12,6 +12,7 @@ from internal.protocol.a2a.model import (
     ButlerError,
     Identity,
     RequestError,
+    reply_message,
 )
 from internal.protocol.a2a.server._operations import A2AOperations, encoded_events, envelope_of
 
@@ -48,6 +49,9 @@ class V03Dialect:
             if method == "message/stream":
                 return encoded_events(a2a_v03.encode_event, ops.send_stream(caller, send, envelope))
             task = await ops.send(caller, send, envelope)
+            reply = reply_message(task)
+            if reply is not None:
+                return a2a_v03.encode_message(reply)
             return a2a_v03.encode_task(task, history_length=send.history_length)
         if method == "agent/getAuthenticatedExtendedCard":
             return encode_card_v03(ops.card(caller))

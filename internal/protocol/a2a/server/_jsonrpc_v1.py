@@ -7,7 +7,7 @@ from typing import Any
 
 from internal.protocol.a2a.codec import a2a_v1, proto3
 from internal.protocol.a2a.codec.card import encode_card
-from internal.protocol.a2a.model import PROTOCOL_VERSION, ButlerError, Identity
+from internal.protocol.a2a.model import PROTOCOL_VERSION, ButlerError, Identity, reply_message
 from internal.protocol.a2a.server._operations import A2AOperations, encoded_events, envelope_of
 
 PUSH_METHODS = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
@@ -39,6 +39,9 @@ class V1Dialect:
             if method == "SendStreamingMessage":
                 return encoded_events(a2a_v1.encode_event, ops.send_stream(caller, send, envelope))
             task = await ops.send(caller, send, envelope)
+            reply = reply_message(task)
+            if reply is not None:
+                return {"message": a2a_v1.encode_message(reply)}
             return {"task": a2a_v1.encode_task(task, history_length=send.history_length)}
         if method == "GetTask":
             task = await ops.get(caller, _id(params, "id"))

@@ -29,6 +29,7 @@ from internal.protocol.a2a.model import (
     TaskPage,
     TaskRequest,
     interrupted_or_terminal,
+    reply_message,
     task_artifacts,
 )
 from internal.protocol.a2a.server._service import PushService, TaskService
@@ -183,6 +184,9 @@ class A2AOperations:
         """
         seen: set[str] | None = None
         async for event in self.service.events(caller, task_id):
+            if seen is None and reply_message(event.task) is not None:
+                yield replace(event, kind="message")  # a message reply is the whole stream
+                return
             if seen is None:
                 seen = {a.artifact_id for a in task_artifacts(event.task)}
                 yield replace(event, kind="task")
