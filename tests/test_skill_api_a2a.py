@@ -8,7 +8,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from a2a.types import Part, Role, StreamResponse, SubscribeToTaskRequest, TaskState
+from a2a.types import (
+    GetTaskRequest,
+    Part,
+    Role,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
 from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_support import rpc, sdk_client, send_request, send_task, text, user_message
@@ -96,3 +103,31 @@ async def test_a_skill_may_answer_with_a_message_only(swarm: Swarm) -> None:
     assert body["result"]["parts"] == [{"kind": "text", "text": "re: old"}]
     status, task = await post_task(home, {"task": "v2", "skill": "quick"})
     assert status == 200 and task["output"] == "re: v2"  # /v2 still shows the task
+
+
+STORY = {"id": "story", "python": "tests.plugins.a2a_skills:story", "expose": True}
+
+
+async def test_an_artifact_streams_in_chunks(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, STORY])
+    async with sdk_client(home, streaming=True) as client:
+        first = [e async for e in client.send_message(send_request(
+            user_message(text("tell"), metadata={"skill": "story"})))]
+        task_id = first[0].task.id
+        chunks = [e for e in first if e.HasField("artifact_update")]
+        # The first chunk may be in the task the stream began with, or its own update.
+        if chunks:
+            assert not chunks[0].artifact_update.append
+            assert not chunks[0].artifact_update.last_chunk
+        else:
+            assert [p.text for a in first[0].task.artifacts for p in a.parts] == ["Once "]
+        second = [e async for e in client.send_message(send_request(
+            user_message(text("go on"), task_id=task_id)))]
+    updates = [e.artifact_update for e in second if e.HasField("artifact_update")
+               and e.artifact_update.artifact.artifact_id == f"{task_id}-story"]
+    assert [(u.append, u.last_chunk, u.artifact.parts[0].text) for u in updates] == [
+        (True, False, "upon "), (True, True, "a time.")]
+    async with sdk_client(home) as client:
+        done = await client.get_task(GetTaskRequest(id=task_id))
+    story = next(a for a in done.artifacts if a.artifact_id == f"{task_id}-story")
+    assert "".join(p.text for p in story.parts) == "Once upon a time."

@@ -370,7 +370,8 @@ class TaskEngine:
         self._live[task_id] = task
         if isinstance(event, ArtifactAdded):
             await self.store.put(task)
-            self.hub.publish(TaskEvent(task, "artifact", event.artifact))
+            self.hub.publish(TaskEvent(task, "artifact", event.artifact, append=event.append,
+                                       last_chunk=event.last_chunk))
             return task
         if task.state.terminal:
             self._finalise(task)

@@ -245,8 +245,9 @@ class TaskRun:
     async def progress(self, message: str) -> None:
         await self.engine.apply(self.task_id, Started(message))
 
-    async def artifact(self, artifact: Artifact) -> None:
-        await self.engine.apply(self.task_id, ArtifactAdded(artifact))
+    async def artifact(self, artifact: Artifact, *, append: bool = False,
+                       last_chunk: bool = True) -> None:
+        await self.engine.apply(self.task_id, ArtifactAdded(artifact, append, last_chunk))
 
     async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp:
         self._waiter = asyncio.get_running_loop().create_future()

@@ -56,7 +56,11 @@ class InputReceived:
 
 @dataclass(frozen=True, slots=True)
 class ArtifactAdded:
+    """A new artifact, or (``append``) more parts of the one with the same id."""
+
     artifact: Artifact
+    append: bool = False
+    last_chunk: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,12 @@ def apply(task: Task, event: Event, at: str) -> Task:
             changes = {} if message is None else {"messages": (*task.messages, replace(
                 message, task_id=task.id, context_id=task.context_id, at=at))}
             return _move(task, TaskState.WORKING, "input received", at, **changes)
+        case ArtifactAdded(artifact=artifact, append=True) if any(
+                a.artifact_id == artifact.artifact_id for a in task.artifacts):
+            grown = tuple(replace(a, parts=a.parts + artifact.parts)
+                          if a.artifact_id == artifact.artifact_id else a
+                          for a in task.artifacts)
+            return replace(task, artifacts=grown, updated_at=at)
         case ArtifactAdded(artifact=artifact):
             return replace(task, artifacts=(*task.artifacts, artifact), updated_at=at)
         case Canceled(by=by):

@@ -70,7 +70,8 @@ class Host(Protocol):
     """What the engine gives a running skill; ``SkillContext`` wraps it for skill code."""
 
     async def progress(self, message: str) -> None: ...
-    async def artifact(self, artifact: Artifact) -> None: ...
+    async def artifact(self, artifact: Artifact, *, append: bool = False,
+                       last_chunk: bool = True) -> None: ...
     async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp: ...
     def budget_left(self) -> Decimal: ...
     async def delegate(
@@ -121,15 +122,20 @@ class SkillContext:
         await self._host.progress(message)
 
     async def emit_artifact(
-        self, parts: Sequence[Part] | str, *, name: str = "", description: str = ""
+        self, parts: Sequence[Part] | str, *, name: str = "", description: str = "",
+        artifact_id: str = "", append: bool = False, last_chunk: bool = True,
     ) -> Artifact:
-        self._artifact_seq += 1
+        """Publish an artifact now. To stream one in chunks, give it a stable
+        ``artifact_id``: the first chunk with ``append=False``, the next ones with
+        ``append=True``, the last with ``last_chunk=True`` (A2A ``append``/``lastChunk``);
+        the task keeps the whole artifact."""
+        if not artifact_id:
+            self._artifact_seq += 1
+            artifact_id = f"{self.task_id}-a{self._artifact_seq}"
         items = (Part(text=parts),) if isinstance(parts, str) else tuple(parts)
-        artifact = Artifact(
-            artifact_id=f"{self.task_id}-a{self._artifact_seq}", parts=items, name=name,
-            description=description,
-        )
-        await self._host.artifact(artifact)
+        artifact = Artifact(artifact_id=artifact_id, parts=items, name=name,
+                            description=description)
+        await self._host.artifact(artifact, append=append, last_chunk=last_chunk)
         return artifact
 
     async def request_input(self, prompt: str) -> FollowUp:

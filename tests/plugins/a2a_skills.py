@@ -18,3 +18,13 @@ async def wait(ctx: SkillContext) -> SkillOutput:
 async def quick_reply(ctx: SkillContext) -> SkillOutput:
     """Answers with a message only, no task (A2A allows either)."""
     return SkillResult(parts=(Part(text=f"re: {ctx.text}"),), as_message=True)
+
+
+async def story(ctx: SkillContext) -> SkillOutput:
+    """Streams one artifact in three chunks, waiting for a go-ahead after the first."""
+    story_id = f"{ctx.task_id}-story"
+    await ctx.emit_artifact("Once ", artifact_id=story_id, name="story", last_chunk=False)
+    await ctx.request_input("more?")
+    await ctx.emit_artifact("upon ", artifact_id=story_id, append=True, last_chunk=False)
+    await ctx.emit_artifact("a time.", artifact_id=story_id, append=True, last_chunk=True)
+    return "told"

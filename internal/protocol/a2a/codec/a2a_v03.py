@@ -181,8 +181,8 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
         return encode_task(task)
     if event.kind == "artifact" and event.artifact is not None:
         return {"kind": "artifact-update", "taskId": task.id, "contextId": task.context_id,
-                "artifact": encode_artifact(event.artifact), "append": False,
-                "lastChunk": True}
+                "artifact": encode_artifact(event.artifact), "append": event.append,
+                "lastChunk": event.last_chunk}
     return {"kind": "status-update", "taskId": task.id, "contextId": task.context_id,
             "status": encode_status(task), "final": interrupted_or_terminal(task.state)}
 

@@ -294,7 +294,7 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
     if event.kind == "artifact" and event.artifact is not None:
         return {"artifactUpdate": {"taskId": task.id, "contextId": task.context_id,
                                    "artifact": encode_artifact(event.artifact),
-                                   "append": False, "lastChunk": True}}
+                                   "append": event.append, "lastChunk": event.last_chunk}}
     return {"statusUpdate": {"taskId": task.id, "contextId": task.context_id,
                              "status": encode_status(task)}}
 

@@ -194,6 +194,10 @@ class TaskEvent:
     # "message" (a message reply, the whole stream)
     kind: str
     artifact: Artifact | None = None
+    # An artifact sent in chunks: ``append`` adds these parts to the artifact of the same
+    # id; ``last_chunk`` says no more will come.
+    append: bool = False
+    last_chunk: bool = True
 
     @property
     def final(self) -> bool:

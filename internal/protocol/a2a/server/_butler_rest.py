@@ -122,6 +122,8 @@ async def _frames(stream: AsyncIterator[TaskEvent]) -> AsyncIterator[bytes]:
 def event_frame(event: TaskEvent) -> bytes:
     if event.kind == "artifact" and event.artifact is not None:
         data = {"task_id": event.task.id, "artifact": butler_v2.encode_artifact(event.artifact)}
+        if event.append or not event.last_chunk:  # a chunk of an artifact sent in pieces
+            data.update(append=event.append, last_chunk=event.last_chunk)
     else:
         data = butler_v2.encode_task(event.task)
     return f"event: {event.kind}\ndata: {exact_json.dumps(data)}\n\n".encode()

@@ -191,7 +191,7 @@ class A2AOperations:
                 seen = {a.artifact_id for a in task_artifacts(event.task)}
                 yield replace(event, kind="task")
             elif event.kind == "artifact" and event.artifact is not None:
-                if event.artifact.artifact_id not in seen:
+                if event.append or event.artifact.artifact_id not in seen:
                     seen.add(event.artifact.artifact_id)
                     yield event
                 continue
