@@ -8,8 +8,9 @@ Configure it with::
 
 It reads the caller's message (id, metadata, extensions, reference task ids, file
 parts), reports what it saw as an artifact, asks the caller to authorise it
-(``auth-required``), reads the follow-up, and answers with text, a file part and a
-message on the final status. docs/skills.md walks through it.
+(``auth-required``), reads the follow-up, streams an artifact in two chunks, and answers
+with text, a file part and a message on the final status. (A skill can also answer with
+a message only: ``SkillResult(..., as_message=True)``.) docs/skills.md walks through it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ async def concierge(ctx: SkillContext) -> SkillResult:
     if reply.text.strip().lower() != "yes":
         ctx.fail("not_authorised", "the caller did not authorise the booking")
     follow_up = reply.message.metadata if reply.message is not None else None
+    # One artifact streamed in two chunks under a stable id (A2A append / lastChunk).
+    plan = f"{ctx.task_id}-plan"
+    await ctx.emit_artifact("1. hold the room. ", artifact_id=plan, name="plan",
+                            last_chunk=False)
+    await ctx.emit_artifact("2. confirm it.", artifact_id=plan, append=True)
     receipt = base64.b64encode(b"booked\n").decode()
     return SkillResult(
         parts=(Part(text=f"booked for {ctx.caller}"),

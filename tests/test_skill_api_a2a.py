@@ -73,6 +73,11 @@ async def test_a_skill_reads_the_whole_message_and_asks_for_authorisation(
     assert result[1].filename == "receipt.txt"
     assert MessageToDict(result[1].metadata)["followUpMetadata"] == {"approvedBy": "me"}
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    chunks = [(e.artifact_update.append, e.artifact_update.last_chunk) for e in events
+              if e.artifact_update.artifact.artifact_id == f"{task.id}-plan"]
+    assert chunks == [(False, False), (True, True)]
+    plan = next(a for a in done.artifacts if a.artifact_id == f"{task.id}-plan")
+    assert "".join(p.text for p in plan.parts) == "1. hold the room. 2. confirm it."
 
 
 QUICK = {"id": "quick", "python": "tests.plugins.a2a_skills:quick_reply", "expose": True}
