@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
-from butler.engine.clock import iso_before, now_iso
+from butler.engine.clock import now_iso
 from butler.engine.events import EventHub
+from butler.engine.purge import PurgeListener, purge_loop
 from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.settle import Settlements
 from butler.engine.store import TaskStore
@@ -83,7 +84,7 @@ class TaskEngine:
         self._settlements = Settlements()
         self._purger: asyncio.Task[None] | None = None
         # Called with the ids of purged tasks, so what belongs to them goes too.
-        self.purge_listeners: list[Callable[[list[str]], Awaitable[None]]] = []
+        self.purge_listeners: list[PurgeListener] = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -92,10 +93,13 @@ class TaskEngine:
         stale = await self.store.open_tasks()
         why = "the daemon restarted while this task was running"
         for task in stale:
-            await self.store.put(interrupted(task, "interrupted_by_restart", why, now_iso()))
+            ended = interrupted(task, "interrupted_by_restart", why, now_iso())
+            await self.store.put(ended)
+            self._audit_final(ended)
         if stale:
             log.warning("marked %d interrupted task(s) failed after restart", len(stale))
-        self._purger = asyncio.create_task(self._purge_loop())
+        self._purger = asyncio.create_task(
+            purge_loop(self.store, self._retention, self.purge_listeners))
         return len(stale)
 
     async def stop(self, grace: float) -> None:
@@ -130,20 +134,6 @@ class TaskEngine:
             # A run may come to wait on its caller without ending: look again now and then.
             await asyncio.wait(busy, timeout=min(left, 0.1),
                                return_when=asyncio.FIRST_COMPLETED)
-
-    async def _purge_loop(self) -> None:
-        failures = 0
-        while True:
-            try:
-                purged = await self.store.purge_terminal(iso_before(self._retention))
-                if purged:
-                    log.info("purged %d terminal task(s) past retention", len(purged))
-                    for listener in self.purge_listeners:
-                        await listener(purged)
-            except Exception:  # the next round tries again
-                failures += 1
-                log.exception("task purge failed (%d time(s) so far)", failures)
-            await asyncio.sleep(min(3600.0, max(self._retention / 10, 1.0)))
 
     # -- requests ----------------------------------------------------------------
 
@@ -212,8 +202,9 @@ class TaskEngine:
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
-        if task.state.terminal:
+        if task.state.terminal:  # no plan: it ends here, failed, saying why
             await self.store.put(task)
+            self._audit_final(task)
             return task, None
         run = TaskRun(self, self.deps, task, skill, admitted, caller,
                       self._timeout(skill, request), incoming, self.delegator)
@@ -388,6 +379,10 @@ class TaskEngine:
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)
         self._runs.pop(task.id, None)
+        self._audit_final(task)
+
+    def _audit_final(self, task: Task) -> None:
+        """Every task that was created gets exactly one of these, however it ended."""
         budget = task.budget
         self.deps.audit("task_finished", caller=task.owner, task_id=task.id, chain=task.chain,
                         budget_before=budget.start_usd if budget else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -121,7 +122,8 @@ async def _frames(stream: AsyncIterator[TaskEvent]) -> AsyncIterator[bytes]:
 
 def event_frame(event: TaskEvent) -> bytes:
     if event.kind == "artifact" and event.artifact is not None:
-        data = {"task_id": event.task.id, "artifact": butler_v2.encode_artifact(event.artifact)}
+        data: dict[str, Any] = {"task_id": event.task.id,
+                                "artifact": butler_v2.encode_artifact(event.artifact)}
         if event.append or not event.last_chunk:  # a chunk of an artifact sent in pieces
             data.update(append=event.append, last_chunk=event.last_chunk)
     else:
