@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
+import os
+import signal
+import sys
 from collections.abc import Sequence
 
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
@@ -26,6 +30,7 @@ def command_skill(argv: Sequence[str], *, max_output_bytes: int) -> SkillFunctio
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise SkillFailed("command_failed", f"cannot start {argv[0]}: {exc.strerror}") from None
@@ -102,12 +107,21 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
-    import os
-    import signal
-
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux the kernel sends it SIGKILL when the daemon
+    dies, even by SIGKILL, so a command skill never outlives its daemon. Elsewhere it
+    runs on until its own end (the daemon kills its group on any orderly stop)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _parse(stdout: bytes) -> SkillOutput:
