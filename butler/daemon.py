@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import ssl
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from butler.a2a_wiring import standard_a2a
 from butler.audit import AuditLog
 from butler.audit.writer import AuditWriter
 from butler.card import build_card
+from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
 from butler.data_folder import hold_data_folder
 from butler.delegation.registry_link import RegistryLink
@@ -190,7 +190,7 @@ class Daemon:
             log.warning("anonymous callers allowed (configurations.a2a.anonymous): anyone who "
                         "can reach %s may call without a token, as tier %r", self.url,
                         cfg.a2a.anonymous_tier)
-        if not _is_loopback(cfg.a2a.bind_address):
+        if not is_loopback(cfg.a2a.bind_address):
             log.warning("listening on %s: put TLS in front (a reverse proxy) before exposing "
                         "it beyond this machine", cfg.a2a.bind_address)
         log.info("butler %s listening on %s", cfg.agent.id, self.url)
@@ -274,15 +274,6 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
 
 def _buckets(rate: float, burst: float) -> TokenBuckets | None:
     return TokenBuckets(rate, max(burst, 1.0)) if rate > 0 else None
-
-
-def _is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def server_tls(cfg: Config) -> ssl.SSLContext | None:

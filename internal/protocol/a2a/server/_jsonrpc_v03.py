@@ -49,8 +49,7 @@ class V03Dialect:
             if method == "message/stream":
                 return encoded_events(a2a_v03.encode_event, ops.send_stream(caller, send, envelope))
             task = await ops.send(caller, send, envelope)
-            reply = reply_message(task)
-            if reply is not None:
+            if (reply := reply_message(task)) is not None:
                 return a2a_v03.encode_message(reply)
             return a2a_v03.encode_task(task, history_length=send.history_length)
         if method == "agent/getAuthenticatedExtendedCard":

@@ -39,8 +39,7 @@ class V1Dialect:
             if method == "SendStreamingMessage":
                 return encoded_events(a2a_v1.encode_event, ops.send_stream(caller, send, envelope))
             task = await ops.send(caller, send, envelope)
-            reply = reply_message(task)
-            if reply is not None:
+            if (reply := reply_message(task)) is not None:
                 return {"message": a2a_v1.encode_message(reply)}
             return {"task": a2a_v1.encode_task(task, history_length=send.history_length)}
         if method == "GetTask":
