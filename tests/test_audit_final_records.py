@@ -11,13 +11,23 @@ import json
 import sqlite3
 import sys
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from tests.a2a_support import WAIT
-from tests.support import ECHO, REPO, ServeProcess, child_env, config_dict, write_config
+from tests.support import (
+    ECHO,
+    REPO,
+    ServeProcess,
+    Swarm,
+    child_env,
+    config_dict,
+    post_task,
+    write_config,
+)
 
 
 async def submit(http: aiohttp.ClientSession, url: str, auth: dict[str, str],
@@ -94,3 +104,18 @@ async def test_every_created_task_gets_exactly_one_final_record(tmp_path: Path) 
     for record in records:
         if record["kind"] == "task_finished":
             assert (record["decision"], record["code"]) == ended[record["task_id"]], record
+
+
+async def test_records_carry_the_time_of_their_event(swarm: Swarm) -> None:
+    """The writer batches records for ~20 ms; each still carries the time its event
+    happened, not the time its batch was written."""
+    home = await swarm.start("home", skills=[ECHO, {
+        "id": "ten", "python": "tests.plugins.a2a_skills:ten_ms", "expose": True}])
+    status, task = await post_task(home, {"task": "x", "skill": "ten"})
+    assert status == 200 and task["state"] == "completed"
+    await swarm.stop(home)
+    with contextlib.closing(sqlite3.connect(home.daemon.config.data_dir / "audit.db")) as db:
+        rows = dict(db.execute("SELECT kind, at FROM audit WHERE task_id=?", (task["id"],)))
+    took = datetime.fromisoformat(rows["task_finished"]) - datetime.fromisoformat(
+        rows["inbound"])
+    assert took.total_seconds() >= 0.009, rows

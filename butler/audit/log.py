@@ -247,24 +247,31 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
     return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
 
 
-def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry]) -> list[tuple[Entry, Row]]:
+def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
+                   at: Sequence[str] | None = None) -> list[tuple[Entry, Row]]:
     """Chain ``entries`` onto the log, inside the caller's write transaction: the head is
     read there, so another process appending to the same file (or a restart) still
-    continues the one chain."""
+    continues the one chain. ``at``: when each event happened (a writer that batches
+    passes the times it was handed the records); else now."""
     head = _read_head(conn)
     if head is None:
         raise AuditError("audit_head is missing; run `butler audit verify`")
     seq, prev = head
     written: list[tuple[Entry, Row]] = []
-    for entry in entries:
+    for i, entry in enumerate(entries):
         seq += 1
-        row = entry.row(seq, datetime.now(UTC).isoformat(timespec="microseconds"), prev)
+        row = entry.row(seq, at[i] if at is not None else now_stamp(), prev)
         written.append((entry, row))
         prev = row[-1]
     if written:
         conn.executemany(_INSERT, [row for _, row in written])
         conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
     return written
+
+
+def now_stamp() -> str:
+    """An audit record's time: UTC, to the microsecond."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _read_head(conn: sqlite3.Connection) -> tuple[int, str] | None:

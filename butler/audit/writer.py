@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from butler.audit.log import AuditLog, append_entries
+from butler.audit.log import AuditLog, append_entries, now_stamp
 from butler.audit.record import Entry
 
 log = logging.getLogger("butler.audit")
@@ -25,7 +25,9 @@ LINGER_SECONDS = 0.02
 class AuditWriter:
     def __init__(self, audit: AuditLog) -> None:
         self._audit = audit
-        self._pending: list[dict[str, Any]] = []
+        # Each record with the time it was handed over: the time of its event, not of
+        # the batch that writes it.
+        self._pending: list[tuple[dict[str, Any], str]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Future[Any]] = set()
         self.failed_batches = 0  # counted on the loop
@@ -33,7 +35,7 @@ class AuditWriter:
 
     def submit(self, kind: str, fields: dict[str, Any]) -> None:
         """On the loop; returns at once."""
-        self._pending.append({"kind": kind, **fields})
+        self._pending.append(({"kind": kind, **fields}, now_stamp()))
         if len(self._pending) >= MAX_BATCH:
             self._hand_over()
         elif self._timer is None:
@@ -66,22 +68,24 @@ class AuditWriter:
     async def close(self) -> None:
         await self.flush()
 
-    def _write(self, conn: sqlite3.Connection, batch: list[Mapping[str, Any]]) -> None:
+    def _write(self, conn: sqlite3.Connection,
+               batch: list[tuple[Mapping[str, Any], str]]) -> None:
         """On the worker, in its transaction. One bad record must not take the rest of
         its batch with it: on failure each record is tried on its own."""
         conn.execute("SAVEPOINT audit_batch")
         try:
-            append_entries(conn, [Entry(**entry) for entry in batch])
+            append_entries(conn, [Entry(**entry) for entry, _ in batch],
+                           [at for _, at in batch])
         except Exception:
             conn.execute("ROLLBACK TO audit_batch")
         else:
             conn.execute("RELEASE audit_batch")
             return
         conn.execute("RELEASE audit_batch")
-        for entry in batch:
+        for entry, at in batch:
             conn.execute("SAVEPOINT audit_entry")
             try:
-                append_entries(conn, [Entry(**entry)])
+                append_entries(conn, [Entry(**entry)], [at])
             except Exception:
                 conn.execute("ROLLBACK TO audit_entry")
                 self.failed_records += 1

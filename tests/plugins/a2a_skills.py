@@ -28,3 +28,9 @@ async def story(ctx: SkillContext) -> SkillOutput:
     await ctx.emit_artifact("upon ", artifact_id=story_id, append=True, last_chunk=False)
     await ctx.emit_artifact("a time.", artifact_id=story_id, append=True, last_chunk=True)
     return "told"
+
+
+async def ten_ms(ctx: SkillContext) -> SkillOutput:
+    """Takes about 10 ms: its task's first and last audit records share one batch."""
+    await asyncio.sleep(0.01)
+    return "done"
