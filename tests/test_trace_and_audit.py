@@ -84,6 +84,7 @@ async def test_audit_records_decisions_and_verify_detects_an_edit(
                          json={"task": "t", "skill": "echo", "caller_chain": ["home"]}) as r:
         assert r.status == 409
     config = str(home.config_path)
+    office_config = str(agents["office"].config_path)
     await mesh.close()
 
     tail = _butler("audit", "tail", "-c", config, "--json")
@@ -96,6 +97,14 @@ async def test_audit_records_decisions_and_verify_detects_an_edit(
     assert refusal["code"] == "loop_detected"
     sent = next(r for r in records if r["kind"] == "delegation_sent")
     assert sent["trace_id"] == task.trace_id and sent["decision"] == "office"
+    # Delegation records name the task they work for, and the peer's task.
+    assert sent["task_id"] == task.id
+    result = next(r for r in records if r["kind"] == "delegation_result")
+    assert result["task_id"] == task.id
+    office_tail = _butler("audit", "tail", "-c", office_config, "--json")
+    office_inbound = [json.loads(line) for line in office_tail.stdout.splitlines()]
+    assert result["detail"]["peer_task_id"] in {
+        r["task_id"] for r in office_inbound if r["kind"] == "inbound"}
     for token in home.tokens.values():
         assert token not in tail.stdout
 

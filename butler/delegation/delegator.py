@@ -98,7 +98,9 @@ class PeerDelegator:
         return min((c.cost_usd for c in found), default=None)
 
     async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
-                       deadline: float, peer: str | None) -> DelegationResult:
+                       deadline: float, peer: str | None,
+                       parent_task_id: str = "") -> DelegationResult:
+        """``parent_task_id``: the local task this delegation works for (audit records)."""
         found = await self.candidates(request.capabilities_needed, chain[:-1], peer)
         if not found:
             wanted = peer or ", ".join(request.capabilities_needed) or "this task"
@@ -114,7 +116,8 @@ class PeerDelegator:
             if remaining <= 0:
                 break
             try:
-                return await self._send(cand, request, chain, _grant(cand, budget), deadline)
+                return await self._send(cand, request, chain, _grant(cand, budget), deadline,
+                                        parent_task_id)
             except DelegationFailed as err:
                 if err.code == "no_capable_peer":
                     raise
@@ -126,14 +129,15 @@ class PeerDelegator:
         raise DelegationFailed("peer_timeout", "no time left to delegate")
 
     async def _send(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
-                    grant: Decimal, deadline: float) -> DelegationResult:
+                    grant: Decimal, deadline: float, parent_task_id: str) -> DelegationResult:
         guard, session = self._http(cand.rules)
         client = PeerClient(cand.url, cand.token, session=session, name=cand.name,
                             connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                             max_response_bytes=cand.max_response_bytes,
                             tls=self._pinned(cand.ca_file), guard=guard)
         started = time.monotonic()
-        audit: dict[str, Any] = {"caller": self.agent_id, "task_id": request.id, "chain": chain,
+        audit: dict[str, Any] = {"caller": self.agent_id,
+                                 "task_id": parent_task_id or request.id, "chain": chain,
                                  "detail": {"peer": cand.name, "url": cand.url}}
         with self._tracer.start_as_current_span("butler.delegate", attributes={
             "butler.peer": cand.name, "butler.caller_chain": list(chain),
@@ -166,6 +170,7 @@ class PeerDelegator:
             elapsed = time.monotonic() - started
             self.health.ok(cand.name, elapsed)
             spent = min(task.budget.spent_usd if task.budget else Decimal("0"), grant)
+            audit["detail"] = {**audit["detail"], "peer_task_id": task.id}
             self._audit("delegation_result", **audit, budget_before=grant,
                         budget_after=grant - spent, decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=trace_id)

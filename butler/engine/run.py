@@ -59,7 +59,7 @@ class Delegator(Protocol):
 
     async def delegate(
         self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
-        deadline: float, peer: str | None,
+        deadline: float, peer: str | None, parent_task_id: str = "",
     ) -> DelegationResult: ...
 
     async def aclose(self) -> None: ...
@@ -282,7 +282,7 @@ class TaskRun:
         try:
             result = await delegator.delegate(
                 request=child_request, chain=(*self.chain, self.deps.agent_id), budget=grant,
-                deadline=self.deadline, peer=peer,
+                deadline=self.deadline, peer=peer, parent_task_id=self.task_id,
             )
         except ButlerError as err:
             raise DelegationError(err.code, err.message) from None
