@@ -38,7 +38,6 @@ from butler.metrics import (
 )
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
-from butler.storage import private_folder
 from butler.swarm.admission import SwarmPolicy
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
@@ -113,7 +112,6 @@ class Daemon:
         cfg = self.config
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
-        private_folder(cfg.data_dir)
         memory = await MemoryStore.open(cfg.data_dir / "memory.db")
         stack.push_async_callback(memory.close)
         catalog = SkillCatalog(build_skills(cfg.skills, memory),

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from butler.storage import FILE_MODE, private_folder
 from internal.protocol.a2a.model import SetupError
 
 LOCK_FILE = "butler.lock"
@@ -29,14 +30,16 @@ class DataFolderInUse(SetupError):
 
 
 @contextlib.contextmanager
-def hold_data_folder(folder: Path) -> Iterator[None]:
-    """Create ``folder`` (0700) if needed and hold it until the block ends.
+def hold_data_folder(folder: Path, *, tighten: bool = True) -> Iterator[None]:
+    """Create ``folder`` private if needed (``butler.storage.private_folder``, which with
+    ``tighten`` also takes group and other access from an existing one) and hold it until
+    the block ends.
 
     Raises ``DataFolderInUse`` when another process holds it, ``OSError`` when the folder
     or its lock file cannot be created."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_folder(folder, tighten=tighten)
     # O_CLOEXEC: a command skill's child process must not inherit (and outlive with) it.
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

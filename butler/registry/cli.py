@@ -137,7 +137,8 @@ async def serve(config: RegistryServiceConfig) -> int:
             folder = store_folder(config.store)
             if folder is not None:
                 # Before the store opens: a second registry on it must touch nothing.
-                stack.enter_context(hold_data_folder(folder))
+                # The operator chose that folder: made private if new, not tightened if not.
+                stack.enter_context(hold_data_folder(folder, tighten=False))
         except (SetupError, OSError) as exc:
             return _fail(f"cannot start: {exc}")
         try:
