@@ -274,7 +274,7 @@ async def test_a_flood_of_idle_and_slow_clients(
     home = await swarm.start("home", extra={"server": {
         "max_connections": cap, "header_timeout_seconds": 1, "body_timeout_seconds": 1}})
     port, token = home.daemon.port, home.tokens["operator"]
-    peak = {"handlers": 0, "sockets": 0}
+    peak = {"handlers": 0}
     done = asyncio.Event()
 
     good_reader, good_writer = await connect(home)
@@ -284,7 +284,6 @@ async def test_a_flood_of_idle_and_slow_clients(
         while not done.is_set():
             good.append(await get_healthz(good_reader, good_writer))
             peak["handlers"] = max(peak["handlers"], handlers(home))
-            peak["sockets"] = max(peak["sockets"], daemon_sockets(port))
             await asyncio.sleep(0.05)
 
     async def until_closed(reader: asyncio.StreamReader) -> tuple[bytes, float]:
@@ -359,6 +358,11 @@ async def test_a_flood_of_idle_and_slow_clients(
         newcomer_status = await newcomer()
         mixed = await asyncio.gather(*mix)
         idled = await asyncio.gather(*idle_tasks)
+        # Every other client has read to EOF, and the daemon's FIN goes out only when it
+        # closes its socket: none of theirs may be left open. (A peak sampled during the
+        # burst is no measure: asyncio accepts the whole burst in one callback and closes
+        # the refused sockets a few loop turns later.)
+        left_open = daemon_sockets(port)
     finally:
         done.set()
         await behaving
@@ -387,7 +391,7 @@ async def test_a_flood_of_idle_and_slow_clients(
     assert newcomer_status == 200
     assert len(good) >= 10 and set(good) == {200}, "the kept-alive client was never refused"
     assert peak["handlers"] <= cap
-    assert peak["sockets"] <= 2 * cap, "refused sockets close at once; none pile up"
+    assert left_open <= 1, "refused and cut sockets are closed; only the kept-alive one stays"
     async with asyncio.timeout(5):  # everything hostile is gone; nothing leaked
         while handlers(home) or daemon_sockets(port):
             await asyncio.sleep(0.05)
