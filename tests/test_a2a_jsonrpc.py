@@ -100,8 +100,12 @@ async def test_skill_choice_from_the_message(swarm: Swarm) -> None:
         assert skill_id == "about"
         skill_id, _ = await run(text("hi"), metadata={"skill": "about"})
         assert skill_id == "about"
-        skill_id, _ = await run(text("plain"))
-        assert skill_id == "echo"  # the default skill
+        # Naming neither: the intent router chooses by the words (issue 20), and a text
+        # without any word to route by goes to the first visible skill, as before.
+        skill_id, _ = await run(text("echo this back"))
+        assert skill_id == "echo"
+        skill_id, _ = await run(text("hello"))
+        assert skill_id == "echo"
 
 
 async def test_cancel_and_task_errors(swarm: Swarm) -> None:

@@ -71,11 +71,12 @@ async def test_sdk_rest_client_send_get_list_cancel(swarm: Swarm) -> None:
 
 async def test_rest_and_json_rpc_answer_the_same(swarm: Swarm) -> None:
     home = await swarm.start("home", skills=[ECHO, ASK])
-    params = {"message": plain_message("same"), "configuration": {"historyLength": 3}}
+    # "echo": the words route it to echo (a word no skill has would fail no_capable_skill)
+    params = {"message": plain_message("echo same"), "configuration": {"historyLength": 3}}
     _, body = await rpc(home, "SendMessage", params)
     via_rpc = body["result"]["task"]
     status, headers, via_rest = await call(home, "POST", "/message:send", body={
-        "message": plain_message("same"), "configuration": {"historyLength": 3}})
+        "message": plain_message("echo same"), "configuration": {"historyLength": 3}})
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     via_rest = via_rest["task"]
 

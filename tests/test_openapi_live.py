@@ -123,8 +123,6 @@ async def test_every_operation_answers_as_documented(swarm: Swarm,
     await w.error("POST", "/v2/tasks", 403, "forbidden", json={"task": "x", "skill": "gold"})
     await w.error("POST", "/v2/tasks", 409, "loop_detected",
                   json={"task": "x", "caller_chain": ["home", "operator"]})
-    await w.error("POST", "/v2/tasks", 409, "idempotency_conflict", who="other",
-                  json={"task": "x", "id": "t-done"})
     await w.error("POST", "/v2/tasks", 413, "payload_too_large",
                   json={"task": "x" * 70_000})
     await w.error("POST", "/v2/tasks", 415, "unsupported_media_type", data=b"hi",

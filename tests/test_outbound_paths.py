@@ -33,8 +33,6 @@ from butler.delegation.peers import Candidate
 from butler.delegation.wiring import make_delegator
 from butler.push.dispatcher import PushDispatcher
 from butler.registry.client import RegistryClient
-from butler.registry.clock import SystemClock
-from butler.registry.store_url import open_store
 from internal.http import CONFIGURED, OutboundGuard, OutboundRules, outbound_session
 from internal.protocol.a2a.client import A2APeerClient
 from internal.protocol.a2a.model import (
@@ -48,7 +46,7 @@ from internal.protocol.a2a.model import (
 )
 from tests.a2a_support import ASK, plain_message, rpc
 from tests.hostile_urls import HostileNames, Listener, hostile_urls
-from tests.registry.registry_support import TOKENS, LiveRegistry, config, make_card
+from tests.registry.registry_support import TOKENS, LiveRegistry, make_card, sqlite_registry
 from tests.support import ECHO, Swarm, config_dict
 
 SECRET = "secret-token-never-in-a-message"
@@ -194,14 +192,8 @@ async def test_static_peers_in_the_config_fail_the_task(
 
 @pytest.fixture
 async def registry(tmp_path: Path) -> AsyncIterator[LiveRegistry]:
-    reg = LiveRegistry(config(max_names_per_identity=1000), SystemClock())
-    store = await open_store(f"sqlite:{tmp_path / 'registry.db'}")
-    await reg.start(store)
-    try:
+    async with sqlite_registry(tmp_path, max_names_per_identity=1000) as reg:
         yield reg
-    finally:
-        await reg.stop()
-        await store.close()
 
 
 async def test_registry_entries_are_never_candidates(
@@ -222,6 +214,7 @@ async def test_registry_entries_are_never_candidates(
                                   guard=lenient(names), cache_seconds=0,
                                   trusted_registrants=("alice",))
     assert await discovery(["hostile.cap"]) == []
+    assert await discovery.routable() == ()  # nor candidates of the intent router
     peers = delegator(names, discover=discovery)
     try:
         with pytest.raises(DelegationFailed) as info:

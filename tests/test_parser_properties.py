@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.codec import butler_v2, envelope
 from internal.protocol.a2a.model import (
     Artifact,
     CostNode,
@@ -59,10 +59,10 @@ def headers_strategy() -> st.SearchStrategy[dict[str, str]]:
     depthish = st.integers(0, 70).map(str) | st.sampled_from(
         ["\u00b2", "\u0661", " 2 ", "-1", "0" * 40, "0" * 5000])
     return st.fixed_dictionaries({}, optional={
-        butler_v2.CHAIN_HEADER: chainish | header_text,
-        butler_v2.DEPTH_HEADER: depthish | header_text,
-        butler_v2.TRACE_HEADER: st.from_regex(r"[0-9a-f]{32}", fullmatch=True) | header_text,
-        butler_v2.BUDGET_HEADER: amount_like | header_text,
+        envelope.CHAIN_HEADER: chainish | header_text,
+        envelope.DEPTH_HEADER: depthish | header_text,
+        envelope.TRACE_HEADER: st.from_regex(r"[0-9a-f]{32}", fullmatch=True) | header_text,
+        envelope.BUDGET_HEADER: amount_like | header_text,
         "traceparent": header_text, "tracestate": header_text,
     })
 
@@ -78,34 +78,34 @@ def body_strategy() -> st.SearchStrategy[dict[str, Any]]:
 @given(body_strategy(), headers_strategy())
 def test_envelope_keeps_the_swarm_rules(body: dict[str, Any], headers: dict[str, str]) -> None:
     try:
-        envelope = butler_v2.decode_envelope(body, headers)
+        decoded = envelope.decode_envelope(body, headers)
     except RequestError as err:
         assert err.code in ("invalid_envelope", "invalid_request")
         return
-    assert len(envelope.chain) <= butler_v2.MAX_CHAIN
-    assert all(butler_v2.AGENT_ID.fullmatch(a) for a in envelope.chain)
-    if butler_v2.DEPTH_HEADER in headers:
-        assert int(headers[butler_v2.DEPTH_HEADER]) == len(envelope.chain)
+    assert len(decoded.chain) <= envelope.MAX_CHAIN
+    assert all(butler_v2.AGENT_ID.fullmatch(a) for a in decoded.chain)
+    if envelope.DEPTH_HEADER in headers:
+        assert int(headers[envelope.DEPTH_HEADER]) == len(decoded.chain)
     claims = [butler_v2.decode_money(v, "claim") for v in
-              (body.get("budget"), headers.get(butler_v2.BUDGET_HEADER)) if v is not None]
-    if envelope.budget_usd is None:
+              (body.get("budget"), headers.get(envelope.BUDGET_HEADER)) if v is not None]
+    if decoded.budget_usd is None:
         assert not claims
     else:
-        assert all(envelope.budget_usd <= claim for claim in claims)
-    if envelope.trace_id is not None:
-        assert len(envelope.trace_id) == 32
+        assert all(decoded.budget_usd <= claim for claim in claims)
+    if decoded.trace_id is not None:
+        assert len(decoded.trace_id) == 32
 
 
-@given(st.lists(ids, max_size=butler_v2.MAX_CHAIN),
+@given(st.lists(ids, max_size=envelope.MAX_CHAIN),
        st.none() | st.decimals(min_value=0, max_value=1000, places=4))
 def test_envelope_headers_as_the_client_sends_them_round_trip(
     chain: list[str], budget: Decimal | None
 ) -> None:
-    headers = {butler_v2.CHAIN_HEADER: ",".join(chain), butler_v2.DEPTH_HEADER: str(len(chain))}
+    headers = {envelope.CHAIN_HEADER: ",".join(chain), envelope.DEPTH_HEADER: str(len(chain))}
     body = butler_v2.encode_request(TaskRequest(text="x"), chain=tuple(chain), budget=budget)
-    envelope = butler_v2.decode_envelope(body, headers if chain else {})
-    assert envelope.chain == tuple(chain)
-    assert envelope.budget_usd == budget
+    decoded = envelope.decode_envelope(body, headers if chain else {})
+    assert decoded.chain == tuple(chain)
+    assert decoded.budget_usd == budget
 
 
 @given(st.one_of(json_values, st.dictionaries(st.sampled_from(REQUEST_KEYS), json_values)))

@@ -10,6 +10,7 @@ from internal.http._gate import gate_middleware
 from internal.http._incidents import INCIDENTS, IncidentLog
 from internal.http._json_http import (
     ERROR_RENDERERS,
+    IDENTITY,
     ErrorRenderer,
     Handler,
     error_headers,
@@ -17,6 +18,7 @@ from internal.http._json_http import (
     identity_of,
     json_bytes_response,
     json_response,
+    read_body,
     read_json,
 )
 from internal.http._listener import ListenSettings, listen
@@ -36,6 +38,7 @@ from internal.http._streams import STREAM_SLOTS, StreamCaps, StreamSlots
 __all__ = [
     "CONFIGURED",
     "ERROR_RENDERERS",
+    "IDENTITY",
     "INCIDENTS",
     "STREAM_SLOTS",
     "ErrorRenderer",
@@ -66,6 +69,7 @@ __all__ = [
     "load",
     "new_token",
     "outbound_session",
+    "read_body",
     "read_json",
     "sse_frame",
     "sse_stream",

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from internal.protocol.a2a.model import AuthError, Identity, RequestError
+from internal.tokens import hash_token as hash_token
+from internal.tokens import new_token as new_token
 
 MAX_AUTH_HEADER = 4096
 
@@ -20,15 +22,6 @@ MAX_AUTH_HEADER = 4096
 class TokenEntry:
     digest: bytes
     identity: Identity
-
-
-def hash_token(token: str | bytes) -> str:
-    raw = token.encode("utf-8") if isinstance(token, str) else token
-    return hashlib.sha256(raw).hexdigest()
-
-
-def new_token() -> str:
-    return secrets.token_hex(32)
 
 
 class TokenVerifier:

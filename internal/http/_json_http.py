@@ -113,23 +113,27 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 _JSON_TYPES = ("application/json", "application/octet-stream", "")
 
 
-async def read_json(request: web.Request, *, max_depth: int, body_seconds: float) -> Any:
-    """The request body as JSON; a slow body is cut off after ``body_seconds``."""
-    ctype = request.content_type
-    if request.body_exists and ctype not in _JSON_TYPES and not ctype.endswith("+json"):
-        raise RequestError("unsupported_media_type", f"expected application/json, got {ctype}")
+async def read_body(request: web.Request, *, body_seconds: float) -> bytes:
+    """The raw request body; a slow body is cut off after ``body_seconds``."""
     try:
         if request.content.is_eof():
-            raw = await request.read()  # all there already: no deadline to arm
-        else:
-            async with asyncio.timeout(body_seconds):
-                raw = await request.read()
+            return await request.read()  # all there already: no deadline to arm
+        async with asyncio.timeout(body_seconds):
+            return await request.read()
     except TimeoutError:
         report(request.app, SLOW_BODY, f"answered 408 to {request.remote}: request body not "
                f"received within {body_seconds:g}s (server.body_timeout_seconds)")
         raise RequestError(
             "request_timeout", f"request body not received within {body_seconds:g}s"
         ) from None
+
+
+async def read_json(request: web.Request, *, max_depth: int, body_seconds: float) -> Any:
+    """The request body as JSON; a slow body is cut off after ``body_seconds``."""
+    ctype = request.content_type
+    if request.body_exists and ctype not in _JSON_TYPES and not ctype.endswith("+json"):
+        raise RequestError("unsupported_media_type", f"expected application/json, got {ctype}")
+    raw = await read_body(request, body_seconds=body_seconds)
     if not raw.strip():
         raise RequestError("malformed_json", "request body is empty; expected JSON")
     return exact_json.loads(raw, max_depth=max_depth)

@@ -2,10 +2,18 @@
 sessions from ``internal.http.outbound_session``.
 """
 
-from internal.protocol.a2a.client._a2a import A2APeerClient
+from internal.protocol.a2a.client._a2a import (
+    A2APeerClient,
+    Interface,
+    choose_interface,
+    offered_interfaces,
+)
 from internal.protocol.a2a.client._butler import PeerClient
 
 __all__ = [
     "A2APeerClient",
+    "Interface",
     "PeerClient",
+    "choose_interface",
+    "offered_interfaces",
 ]

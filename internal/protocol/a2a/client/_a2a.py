@@ -26,7 +26,7 @@ import aiohttp
 from internal.http import OutboundGuard
 from internal.protocol.a2a.client._butler import transport_errors
 from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, swarm_extension
-from internal.protocol.a2a.codec.butler_v2 import TRACE_HEADER
+from internal.protocol.a2a.codec.envelope import TRACE_HEADER, TREE_HEADER
 from internal.protocol.a2a.codec.peer_answers import (
     apply_event,
     bad_answer,
@@ -63,8 +63,9 @@ class Interface:
     url: str
 
 
-def choose_interface(card: Mapping[str, Any], peer: str) -> Interface:
-    """JSON-RPC 1.0, else HTTP+JSON 1.0, else JSON-RPC 0.3 (also from a 0.3-only card)."""
+def offered_interfaces(card: Mapping[str, Any]) -> list[Interface]:
+    """Every interface a card names, 1.0 (``supportedInterfaces``) or 0.3 (``url``,
+    ``preferredTransport``, ``additionalInterfaces``), in the card's order."""
     offered: list[Interface] = []
     for raw in card.get("supportedInterfaces") or []:
         if isinstance(raw, dict) and isinstance(raw.get("url"), str):
@@ -77,6 +78,12 @@ def choose_interface(card: Mapping[str, Any], peer: str) -> Interface:
         for raw in card.get("additionalInterfaces") or []:
             if isinstance(raw, dict) and isinstance(raw.get("url"), str):
                 offered.append(Interface(str(raw.get("transport", "")), version, raw["url"]))
+    return offered
+
+
+def choose_interface(card: Mapping[str, Any], peer: str) -> Interface:
+    """JSON-RPC 1.0, else HTTP+JSON 1.0, else JSON-RPC 0.3 (also from a 0.3-only card)."""
+    offered = offered_interfaces(card)
     for binding, version in _PREFERENCE:
         for iface in offered:
             if iface.binding == binding and version_matches(iface.version, version):
@@ -138,7 +145,9 @@ class A2APeerClient:
                     ) -> AsyncIterator[aiohttp.ClientResponse]:
         if self._guard is not None:
             self._guard.check_target(url)
-        hdrs = {"Authorization": f"Bearer {self._token}", **headers}
+        # No token, no header: ``butler card`` reads public cards without one.
+        hdrs = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        hdrs.update(headers)
         data = None if body is None else exact_json.dumps_bytes(body)
         if data is not None:
             hdrs["Content-Type"] = "application/json"
@@ -299,7 +308,8 @@ class A2APeerClient:
         extra = dict(headers or {})
         hdrs = {VERSION_HEADER: iface.version, **swarm_extension.envelope_headers(chain, budget),
                 **extra}
-        params = self._params(request, iface, chain, budget, extra.get(TRACE_HEADER))
+        params = self._params(request, iface, chain, budget, extra.get(TRACE_HEADER),
+                              extra.get(TREE_HEADER))
         task = None
         if _dict(card.get("capabilities")).get("streaming") is True:
             task = await self._stream(iface, params, hdrs, deadline)
@@ -311,14 +321,15 @@ class A2APeerClient:
         return task
 
     def _params(self, request: TaskRequest, iface: Interface, chain: tuple[str, ...],
-                budget: Decimal | None, trace_id: str | None) -> dict[str, Any]:
+                budget: Decimal | None, trace_id: str | None,
+                tree_id: str | None) -> dict[str, Any]:
         parts: list[Part] = []
         if request.text:
             parts.append(Part(text=request.text))
         if request.input:
             parts.append(Part(data=dict(request.input)))
         parts.extend(request.parts)
-        envelope = swarm_extension.encode_envelope(chain, budget, trace_id)
+        envelope = swarm_extension.encode_envelope(chain, budget, trace_id, tree_id)
         metadata = {swarm_extension.SWARM_EXTENSION_URI: envelope}
         message_id = uuid.uuid4().hex
         if iface.version == PROTOCOL_VERSION:

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 
 from internal.http import OutboundGuard
-from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.codec import butler_v2, envelope, exact_json
 from internal.protocol.a2a.model import (
     ButlerError,
     DelegationFailed,
@@ -49,20 +49,21 @@ class PeerClient:
         before the session sees it (credentials in the URL become a Basic header)."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
-        self._token = token
         self._session = session
         self._timeout = timeout
         self._max = max_response_bytes
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
         self._guard = guard
+        self._base_checked = False  # the guard has seen this base URL (see ``_url``)
         # aiohttp's own total stays off: ``request`` bounds the whole exchange itself.
         self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
+        self._base_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
 
     def __repr__(self) -> str:
         return f"PeerClient({self.base_url!r})"
 
     def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        headers = self._base_headers.copy()
         if extra:
             headers.update(extra)
         return headers
@@ -71,9 +72,13 @@ class PeerClient:
         return transport_errors(self.name, timeout)
 
     def _url(self, path: str) -> str:
+        """Paths are the client's own (ids quoted), so they cannot change the scheme, host
+        or credentials: the base URL is judged here once, before aiohttp first sees it.
+        The session's guard still judges every request and every connection."""
         url = self.base_url + path
-        if self._guard is not None:
+        if self._guard is not None and not self._base_checked:
             self._guard.check_target(url)
+            self._base_checked = True
         return url
 
     async def request(
@@ -139,8 +144,8 @@ class PeerClient:
         body = butler_v2.encode_request(request, chain=chain, budget=budget)
         extra = dict(headers or {})
         if chain:
-            extra[butler_v2.CHAIN_HEADER] = ",".join(chain)
-            extra[butler_v2.DEPTH_HEADER] = str(len(chain))
+            extra[envelope.CHAIN_HEADER] = ",".join(chain)
+            extra[envelope.DEPTH_HEADER] = str(len(chain))
         data = await self.request("POST", "/v2/tasks", body=body, headers=extra, timeout=timeout)
         return self._task(data)
 

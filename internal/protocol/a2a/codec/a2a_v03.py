@@ -23,6 +23,7 @@ from internal.protocol.a2a.model import (
     reply_message,
     task_artifacts,
     trim_history,
+    wire_task_id,
 )
 
 _ROLES = {"user": "user", "agent": "agent"}
@@ -165,7 +166,7 @@ def encode_status(task: Task) -> dict[str, Any]:
 
 def encode_task(task: Task, *, history_length: int | None = None) -> dict[str, Any]:
     return {
-        "kind": "task", "id": task.id, "contextId": task.context_id,
+        "kind": "task", "id": task.wire_id, "contextId": task.context_id,
         "status": encode_status(task),
         "artifacts": [encode_artifact(a) for a in task_artifacts(task)],
         "history": [encode_message(m) for m in trim_history(history(task), history_length)],
@@ -180,10 +181,10 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
     if event.kind == "task":
         return encode_task(task)
     if event.kind == "artifact" and event.artifact is not None:
-        return {"kind": "artifact-update", "taskId": task.id, "contextId": task.context_id,
+        return {"kind": "artifact-update", "taskId": task.wire_id, "contextId": task.context_id,
                 "artifact": encode_artifact(event.artifact), "append": event.append,
                 "lastChunk": event.last_chunk}
-    return {"kind": "status-update", "taskId": task.id, "contextId": task.context_id,
+    return {"kind": "status-update", "taskId": task.wire_id, "contextId": task.context_id,
             "status": encode_status(task), "final": interrupted_or_terminal(task.state)}
 
 
@@ -195,4 +196,4 @@ def encode_push_config(config: PushConfig) -> dict[str, Any]:
         inner["authentication"] = {"schemes": [config.auth_scheme]}
         if config.auth_credentials:
             inner["authentication"]["credentials"] = config.auth_credentials
-    return {"taskId": config.task_id, "pushNotificationConfig": inner}
+    return {"taskId": wire_task_id(config.task_id), "pushNotificationConfig": inner}

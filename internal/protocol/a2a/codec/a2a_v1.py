@@ -34,6 +34,7 @@ from internal.protocol.a2a.model import (
     status_message,
     task_artifacts,
     trim_history,
+    wire_task_id,
 )
 
 STATE_NAMES = {
@@ -62,6 +63,14 @@ ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 
 
 def decode_part(raw: Any, where: str) -> Part:
+    if type(raw) is dict and len(raw) == 1:  # the common part, {"text": ...}, read at once
+        text = raw.get("text")
+        if type(text) is str and len(text) <= butler_v2.MAX_TEXT:
+            return Part(text=text)
+    return _decode_part(raw, where)
+
+
+def _decode_part(raw: Any, where: str) -> Part:
     item = proto3.obj(raw, where)
     meta = proto3.metadata(item, where)
     content = [k for k in ("text", "raw", "url", "data") if proto3.get(item, k) is not None]
@@ -94,7 +103,25 @@ def decode_parts(raw: Any, where: str) -> tuple[Part, ...]:
     return tuple(decode_part(p, f"{where}[{i}]") for i, p in enumerate(raw))
 
 
+# The message most clients send: read without the per-field helpers below, which give
+# the same result for it (tests/test_wire_properties.py compares both).
+_PLAIN_MESSAGE = frozenset({"messageId", "role", "parts", "contextId", "taskId"})
+
+
 def decode_message(raw: Any, where: str = "message") -> Message:
+    if type(raw) is dict and raw.keys() <= _PLAIN_MESSAGE and raw.get("role") == "ROLE_USER":
+        message_id, context_id = raw.get("messageId"), raw.get("contextId", "")
+        task_id = raw.get("taskId", "")
+        if (type(message_id) is str and type(context_id) is str and type(task_id) is str
+                and 0 < len(message_id) <= 256 and len(context_id) <= 256
+                and len(task_id) <= 256):
+            return Message(message_id=message_id, role="user",
+                           parts=decode_parts(raw.get("parts"), f"{where}.parts"),
+                           context_id=context_id, task_id=task_id)
+    return _decode_message(raw, where)
+
+
+def _decode_message(raw: Any, where: str) -> Message:
     data = proto3.obj(raw, where)
     role_raw = proto3.get(data, "role")
     if role_raw is None:
@@ -272,7 +299,7 @@ def encode_cost(node: CostNode) -> dict[str, Any]:
 
 def encode_task(task: Task, *, history_length: int | None = None,
                 include_artifacts: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": task.id, "contextId": task.context_id,
+    out: dict[str, Any] = {"id": task.wire_id, "contextId": task.context_id,
                            "status": encode_status(task)}
     artifacts = task_artifacts(task) if include_artifacts else ()
     if artifacts:
@@ -292,10 +319,10 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
     if event.kind == "task":
         return {"task": encode_task(task)}
     if event.kind == "artifact" and event.artifact is not None:
-        return {"artifactUpdate": {"taskId": task.id, "contextId": task.context_id,
+        return {"artifactUpdate": {"taskId": task.wire_id, "contextId": task.context_id,
                                    "artifact": encode_artifact(event.artifact),
                                    "append": event.append, "lastChunk": event.last_chunk}}
-    return {"statusUpdate": {"taskId": task.id, "contextId": task.context_id,
+    return {"statusUpdate": {"taskId": task.wire_id, "contextId": task.context_id,
                              "status": encode_status(task)}}
 
 
@@ -310,7 +337,8 @@ def encode_page(page: TaskPage, query: ListQuery) -> dict[str, Any]:
 
 
 def encode_push_config(config: PushConfig) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": config.id, "taskId": config.task_id, "url": config.url}
+    out: dict[str, Any] = {"id": config.id, "taskId": wire_task_id(config.task_id),
+                           "url": config.url}
     if config.token:
         out["token"] = config.token
     if config.auth_scheme:

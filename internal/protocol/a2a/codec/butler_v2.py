@@ -1,4 +1,4 @@
-"""Butler /v2 REST wire format: decode requests and envelopes, encode tasks.
+"""Butler /v2 REST wire format: decode requests, encode tasks (the envelope: ``envelope``).
 
 Amounts travel as decimal strings; numbers are accepted on input (parsed as Decimal).
 """
@@ -6,7 +6,6 @@ Amounts travel as decimal strings; numbers are accepted on input (parsed as Deci
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -15,7 +14,6 @@ from internal.protocol.a2a.model import (
     Artifact,
     Budget,
     CostNode,
-    Envelope,
     Part,
     RequestError,
     StatusEntry,
@@ -25,21 +23,13 @@ from internal.protocol.a2a.model import (
     TaskState,
 )
 
-CHAIN_HEADER = "X-Swarm-Agent-Chain"
-DEPTH_HEADER = "X-Swarm-Depth"
-TRACE_HEADER = "X-Swarm-Trace-ID"
-BUDGET_HEADER = "X-Swarm-Budget-USD"
-
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-_TRACE_ID = re.compile(r"[0-9a-f]{32}")
-_DEPTH = re.compile(r"\s*[0-9]{1,6}\s*")  # ASCII: str.isdigit() also takes superscripts
-MAX_CHAIN = 64
 MAX_BUDGET = Decimal("1000000")
 MAX_TEXT = 256 * 1024
 _REQUEST_KEYS = frozenset({
     "id", "task", "input", "parts", "capabilities_needed", "skill", "caller_chain", "budget",
-    "mode", "context_id", "timeout_seconds", "trace_id",
+    "mode", "context_id", "timeout_seconds", "trace_id", "tree_id",
 })
 
 
@@ -139,54 +129,6 @@ def _optional_id(value: Any, where: str) -> str | None:
     return value
 
 
-def decode_envelope(body: Mapping[str, Any], headers: Mapping[str, str]) -> Envelope:
-    """The envelope from the body and/or the reference implementation's headers.
-
-    Both may be present but must then agree; a depth header must equal the chain length.
-    """
-    chain: tuple[str, ...] | None = None
-    if "caller_chain" in body:
-        chain = _chain(body["caller_chain"], "caller_chain")
-    header_chain = headers.get(CHAIN_HEADER)
-    if header_chain is not None:
-        items = [s.strip() for s in header_chain.split(",")] if header_chain.strip() else []
-        from_header = _chain(items, CHAIN_HEADER)
-        if chain is not None and chain != from_header:
-            raise _bad(f"{CHAIN_HEADER} disagrees with caller_chain", "invalid_envelope")
-        chain = from_header
-    chain = chain or ()
-    depth = headers.get(DEPTH_HEADER)
-    if depth is not None and (not _DEPTH.fullmatch(depth) or int(depth) != len(chain)):
-        raise _bad(f"{DEPTH_HEADER} must equal the chain length ({len(chain)})",
-                   "invalid_envelope")
-    budget: Decimal | None = None
-    if body.get("budget") is not None:
-        budget = decode_money(body["budget"], "budget")
-    if headers.get(BUDGET_HEADER) is not None:
-        from_header_budget = decode_money(headers[BUDGET_HEADER], BUDGET_HEADER)
-        if budget is not None and budget != from_header_budget:
-            raise _bad(f"{BUDGET_HEADER} disagrees with budget", "invalid_envelope")
-        budget = from_header_budget
-    trace = headers.get(TRACE_HEADER) or body.get("trace_id")
-    if trace is not None and (not isinstance(trace, str) or not _TRACE_ID.fullmatch(trace)):
-        raise _bad("trace id must be 32 lowercase hex characters", "invalid_envelope")
-    return Envelope(
-        chain=chain, budget_usd=budget, trace_id=trace,
-        traceparent=headers.get("traceparent"), tracestate=headers.get("tracestate"),
-    )
-
-
-def _chain(value: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise _bad(f"{where} must be a list of agent ids", "invalid_envelope")
-    if len(value) > MAX_CHAIN:
-        raise _bad(f"{where} longer than {MAX_CHAIN}", "invalid_envelope")
-    for item in value:
-        if not isinstance(item, str) or not AGENT_ID.fullmatch(item):
-            raise _bad(f"{where} entries must be agent ids, got {item!r}", "invalid_envelope")
-    return tuple(value)
-
-
 def encode_part(part: Part) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": part.kind}
     if part.text is not None:
@@ -226,7 +168,7 @@ def encode_cost(node: CostNode) -> dict[str, Any]:
 
 def encode_task(task: Task) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": task.id,
+        "id": task.wire_id,
         "context_id": task.context_id,
         "state": task.state.value,
         "skill": task.skill,

@@ -35,7 +35,8 @@ def get(data: Mapping[str, Any], name: str) -> Any:
     """``data[name]``, or under its snake_case spelling; None when absent."""
     if name in data:
         return data[name]
-    return data.get(_snake_case(name))
+    snake = _snake_case(name)
+    return None if snake == name else data.get(snake)
 
 
 @lru_cache(maxsize=512)

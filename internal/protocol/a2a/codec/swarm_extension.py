@@ -2,8 +2,8 @@
 
 It rides in message metadata under the extension URI, and in the same headers the
 Butler /v2 binding uses (``X-Swarm-Agent-Chain``, ``X-Swarm-Depth``,
-``X-Swarm-Budget-USD``, ``X-Swarm-Trace-ID``, ``traceparent``). When both carry a field
-they must agree. A client that sends neither starts a new chain.
+``X-Swarm-Budget-USD``, ``X-Swarm-Trace-ID``, ``X-Swarm-Tree-ID``, ``traceparent``).
+When both carry a field they must agree. A client that sends neither starts a new chain.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.codec import envelope
 from internal.protocol.a2a.model import Envelope, ExtensionInfo, RequestError
 
 SWARM_EXTENSION_URI = "urn:butler:a2a:ext:swarm:v1"
@@ -23,7 +23,7 @@ LEGACY_EXTENSIONS_HEADER = "X-A2A-Extensions"
 def extension_info() -> ExtensionInfo:
     return ExtensionInfo(
         uri=SWARM_EXTENSION_URI,
-        description="Butler swarm envelope: caller chain, depth, USD budget and trace id, "
+        description="Butler swarm envelope: caller chain, depth, USD budget, trace and tree id, "
                     "in message metadata under this URI and in X-Swarm-* headers",
         required=False,
     )
@@ -48,41 +48,47 @@ def decode_envelope(metadata: Mapping[str, Any] | None, headers: Mapping[str, st
             body["budget"] = ext["budgetUsd"]
         if ext.get("traceId") is not None:
             body["trace_id"] = ext["traceId"]
+        if ext.get("treeId") is not None:
+            body["tree_id"] = ext["treeId"]
         depth = ext.get("depth")
         chain = body.get("caller_chain")
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int | Decimal)
                                   or not isinstance(chain, list) or depth != len(chain)):
             raise RequestError("invalid_envelope", "swarm depth must equal the chain length")
-    envelope = butler_v2.decode_envelope(body, headers)
-    if "trace_id" in body and headers.get(butler_v2.TRACE_HEADER) not in (None, body["trace_id"]):
+    decoded = envelope.decode_envelope(body, headers)
+    if "trace_id" in body and headers.get(envelope.TRACE_HEADER) not in (None, body["trace_id"]):
         raise RequestError("invalid_envelope",
-                           f"{butler_v2.TRACE_HEADER} disagrees with the metadata trace id")
-    return envelope
+                           f"{envelope.TRACE_HEADER} disagrees with the metadata trace id")
+    return decoded
 
 
 def encode_envelope(chain: tuple[str, ...], budget: Decimal | None,
-                    trace_id: str | None) -> dict[str, Any]:
+                    trace_id: str | None, tree_id: str | None = None) -> dict[str, Any]:
     """The metadata entry (the value under ``SWARM_EXTENSION_URI``) for an outbound hop."""
     out: dict[str, Any] = {"callerChain": list(chain), "depth": len(chain)}
     if budget is not None:
         out["budgetUsd"] = str(budget)
     if trace_id:
         out["traceId"] = trace_id
+    if tree_id:
+        out["treeId"] = tree_id
     return out
 
 
 def envelope_headers(chain: tuple[str, ...], budget: Decimal | None) -> dict[str, str]:
     headers = {EXTENSIONS_HEADER: SWARM_EXTENSION_URI}
     if chain:
-        headers[butler_v2.CHAIN_HEADER] = ",".join(chain)
-        headers[butler_v2.DEPTH_HEADER] = str(len(chain))
+        headers[envelope.CHAIN_HEADER] = ",".join(chain)
+        headers[envelope.DEPTH_HEADER] = str(len(chain))
     if budget is not None:
-        headers[butler_v2.BUDGET_HEADER] = str(budget)
+        headers[envelope.BUDGET_HEADER] = str(budget)
     return headers
 
 
 def activated(headers: Mapping[str, str]) -> dict[str, str]:
     """Response headers echoing the swarm extension when the request activated it."""
+    if EXTENSIONS_HEADER not in headers and LEGACY_EXTENSIONS_HEADER not in headers:
+        return {}
     if SWARM_EXTENSION_URI in requested_extensions(headers):
         return {EXTENSIONS_HEADER: SWARM_EXTENSION_URI}
     return {}

@@ -45,6 +45,7 @@ from internal.protocol.a2a.model._errors import (
 )
 from internal.protocol.a2a.model._identity import Identity, agent_key
 from internal.protocol.a2a.model._task import (
+    SCOPE_MARK,
     Artifact,
     Budget,
     CostNode,
@@ -60,6 +61,8 @@ from internal.protocol.a2a.model._task import (
     TaskRequest,
     TaskState,
     media_type_matches,
+    scoped_task_id,
+    wire_task_id,
 )
 
 __all__ = [
@@ -71,6 +74,7 @@ __all__ = [
     "LEGACY_VERSION",
     "MAX_PAGE_SIZE",
     "PROTOCOL_VERSION",
+    "SCOPE_MARK",
     "VERSION_HEADER",
     "WELL_KNOWN_CARD_PATH",
     "Artifact",
@@ -113,8 +117,10 @@ __all__ = [
     "message_fields",
     "reply_message",
     "requested_version",
+    "scoped_task_id",
     "status_message",
     "task_artifacts",
     "trim_history",
     "version_matches",
+    "wire_task_id",
 ]

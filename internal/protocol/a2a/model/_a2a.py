@@ -11,6 +11,7 @@ A Butler task maps onto an A2A task like this (docs/protocol.md):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -139,8 +140,14 @@ def history(task: Task) -> tuple[Message, ...]:
                 context_id=task.context_id, task_id=task.id, at=entry.at)
         for i, entry in enumerate(task.history[:-1]) if entry.message
     ]
-    merged = list(caller_messages(task)) + agent
-    return tuple(sorted(merged, key=lambda m: m.at))
+    caller = caller_messages(task)
+    if not agent and len(caller) < 2:  # most tasks: nothing to merge or order
+        return caller
+    return tuple(sorted([*caller, *agent], key=_at))
+
+
+def _at(message: Message) -> str:
+    return message.at
 
 
 def trim_history(messages: tuple[Message, ...], length: int | None) -> tuple[Message, ...]:
@@ -171,6 +178,7 @@ def requested_version(headers: Mapping[str, str]) -> str:
     return headers.get(VERSION_HEADER, "").strip() or LEGACY_VERSION
 
 
+@functools.lru_cache(maxsize=64)  # every JSON-RPC request asks, with one of a few values
 def version_matches(requested: str, supported: str) -> bool:
     """Major and minor must match; a patch level ("1.0.1") does not matter."""
     try:

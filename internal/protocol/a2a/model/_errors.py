@@ -90,10 +90,12 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "loop_detected": ErrorSpec(409, -31409, "refusal", grpc=_PRE),
     "depth_exceeded": ErrorSpec(422, -31422, "refusal", grpc=_PRE),
     "budget_exhausted": ErrorSpec(402, -31402, "refusal", grpc=_PRE),
+    # A caller's own caps across trees (configurations.a2a token limits): Retry-After says
+    # when its window has room again.
+    "spend_limit_reached": ErrorSpec(402, -31402, "refusal", grpc="RESOURCE_EXHAUSTED"),
     "task_terminal": ErrorSpec(409, -32004, "state", grpc=_PRE),
     "task_not_cancelable": ErrorSpec(409, -32002, "state", "TASK_NOT_CANCELABLE", grpc=_PRE),
     "task_not_waiting": ErrorSpec(409, -32004, "state", grpc=_PRE),
-    "idempotency_conflict": ErrorSpec(409, -32600, "state", grpc=_PRE),
     "rate_limited": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
     "overloaded": ErrorSpec(503, -31503, "unavailable", grpc="UNAVAILABLE"),
     "too_many_streams": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),

@@ -7,6 +7,7 @@ know nothing of JSON field names.
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -105,7 +106,12 @@ class CostNode:
 
     @property
     def total_usd(self) -> Decimal:
-        return self.cost_usd + sum((c.total_usd for c in self.children), Decimal("0"))
+        if not self.children:  # every leaf of every tree, each time a task is encoded
+            return self.cost_usd + _ZERO
+        return self.cost_usd + sum((c.total_usd for c in self.children), _ZERO)
+
+
+_ZERO = Decimal("0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,9 @@ class Envelope:
     trace_id: str | None = None
     traceparent: str | None = None
     tracestate: str | None = None
+    # The delegation tree this task belongs to, named by the agent where it began: the
+    # key (with the authenticated caller) of the tree's shared workspace at each hop.
+    tree_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +192,24 @@ class Task:
     messages: tuple[Message, ...] = ()  # the caller's A2A messages, oldest first
     # The skill answered with a message, not a task: A2A bindings send that message.
     reply_as_message: bool = False
+
+    @property
+    def wire_id(self) -> str:
+        """The id its caller knows it by: ``id`` without a scope (``scoped_task_id``)."""
+        return wire_task_id(self.id)
+
+
+SCOPE_MARK = "~"  # never in an id a caller may choose
+
+
+def wire_task_id(task_id: str) -> str:
+    """The id a caller knows a stored task id by (``scoped_task_id``)."""
+    return task_id.partition(SCOPE_MARK)[0]
+
+
+def scoped_task_id(task_id: str, owner: str) -> str:
+    """Where a caller's chosen id is kept when another caller's task already has it."""
+    return f"{task_id}{SCOPE_MARK}{hashlib.sha256(owner.encode()).hexdigest()[:16]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The bindings: aiohttp handlers for Butler /v2, A2A 1.0 JSON-RPC (with the 0.3
-methods) and A2A HTTP+JSON, the agent card route, over the engine interface
+methods) and A2A HTTP+JSON, the agent card route, and the JSON-RPC dispatcher other carriers
+(stdio) share, over the engine interface
 (``TaskService``, ``PushService``) that the daemon implements.
 """
 
@@ -13,6 +14,7 @@ from internal.protocol.a2a.server._butler_rest import (
 )
 from internal.protocol.a2a.server._card_route import CardRoute
 from internal.protocol.a2a.server._jsonrpc import JsonRpcBinding, JsonRpcLimits
+from internal.protocol.a2a.server._jsonrpc_dispatch import Answer, JsonRpcDispatcher
 from internal.protocol.a2a.server._jsonrpc_v03 import V03Dialect
 from internal.protocol.a2a.server._jsonrpc_v1 import V1Dialect
 from internal.protocol.a2a.server._operations import A2AOperations
@@ -23,8 +25,10 @@ __all__ = [
     "BUTLER_V2_PATH",
     "A2AOperations",
     "A2ARestBinding",
+    "Answer",
     "CardRoute",
     "JsonRpcBinding",
+    "JsonRpcDispatcher",
     "JsonRpcLimits",
     "PushService",
     "RestBinding",

@@ -17,7 +17,7 @@ from internal.http import (
     read_json,
     sse_stream,
 )
-from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.codec import butler_v2, envelope, exact_json
 from internal.protocol.a2a.model import RequestError, TaskEvent, TaskState
 from internal.protocol.a2a.server._service import TaskService
 
@@ -65,11 +65,11 @@ class RestBinding:
     async def submit(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         task_request = butler_v2.decode_task_request(body)
-        envelope = butler_v2.decode_envelope(body, request.headers)
-        task = await self.service.submit(identity_of(request), task_request, envelope)
+        incoming = envelope.decode_envelope(body, request.headers)
+        task = await self.service.submit(identity_of(request), task_request, incoming)
         status = 200 if task_request.blocking else 202
         return json_bytes_response(butler_v2.task_json(task), status=status,
-                                   headers={butler_v2.TRACE_HEADER: task.trace_id})
+                                   headers={envelope.TRACE_HEADER: task.trace_id})
 
     async def get(self, request: web.Request) -> web.Response:
         task = await self.service.get(identity_of(request), request.match_info["id"])
@@ -122,7 +122,7 @@ async def _frames(stream: AsyncIterator[TaskEvent]) -> AsyncIterator[bytes]:
 
 def event_frame(event: TaskEvent) -> bytes:
     if event.kind == "artifact" and event.artifact is not None:
-        data: dict[str, Any] = {"task_id": event.task.id,
+        data: dict[str, Any] = {"task_id": event.task.wire_id,
                                 "artifact": butler_v2.encode_artifact(event.artifact)}
         if event.append or not event.last_chunk:  # a chunk of an artifact sent in pieces
             data.update(append=event.append, last_chunk=event.last_chunk)

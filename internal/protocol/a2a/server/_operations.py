@@ -135,12 +135,12 @@ class A2AOperations:
         task = await self.service.get(caller, message.task_id)
         if message.context_id and message.context_id != task.context_id:
             raise bad(f"contextId {message.context_id!r} does not match the context "
-                      f"{task.context_id!r} of task {task.id}")
+                      f"{task.context_id!r} of task {task.wire_id}")
         if task.state.terminal:
-            raise unsupported(f"task {task.id} is {task.state.value}: it takes no more "
+            raise unsupported(f"task {task.wire_id} is {task.state.value}: it takes no more "
                               "messages; send a new message without taskId")
         if not task.state.interrupted:  # input-required or auth-required
-            raise unsupported(f"task {task.id} is {task.state.value}, not waiting for input")
+            raise unsupported(f"task {task.wire_id} is {task.state.value}, not waiting for input")
         reply = to_request(replace(message, context_id=task.context_id), blocking=blocking)
         if push is not None:
             await self._pushes().create(caller, replace(push, task_id=task.id))
