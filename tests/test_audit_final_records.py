@@ -119,3 +119,50 @@ async def test_records_carry_the_time_of_their_event(swarm: Swarm) -> None:
     took = datetime.fromisoformat(rows["task_finished"]) - datetime.fromisoformat(
         rows["inbound"])
     assert took.total_seconds() >= 0.009, rows
+
+
+def roll_back_last_final(path: Path) -> str:
+    """Leaves the audit log as a kill -9 inside the writer's batch window does: the last
+    ``task_finished`` record (and any after it) never committed, the chain intact.
+    Returns the task whose final record that was."""
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        seq, task_id = db.execute("SELECT seq, task_id FROM audit WHERE kind='task_finished' "
+                                  "ORDER BY seq DESC LIMIT 1").fetchone()
+        db.execute("DELETE FROM audit WHERE seq >= ?", (seq,))
+        head = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+        db.execute("UPDATE audit_head SET seq=?, hash=? WHERE id=1", head)
+    return str(task_id)
+
+
+async def test_a_final_record_lost_in_the_crash_window_is_written_at_start_up(
+        tmp_path: Path) -> None:
+    config = write_config(tmp_path, "home", (cfg := config_dict(tmp_path, "home",
+                                                                skills=[ECHO]))[0])
+    auth = {"Authorization": f"Bearer {cfg[1]['operator']}"}
+    audit_db = tmp_path / "home" / "audit.db"
+    async with aiohttp.ClientSession() as http:
+        server = await ServeProcess.start(config, tmp_path / "serve.log")
+        try:
+            tasks = [await submit(http, server.url, auth, {"task": f"t{i}", "skill": "echo"})
+                     for i in range(3)]
+            await until_recorded(audit_db, 6)
+        finally:
+            await server.kill9()
+        lost = roll_back_last_final(audit_db)
+        assert lost == tasks[-1]["id"]
+        server = await ServeProcess.start(config, tmp_path / "serve.log")
+        assert await server.stop() == 0
+    log = (tmp_path / "serve.log").read_text()
+    assert "wrote 1 final audit record(s) lost when the previous process died" in log
+    with contextlib.closing(sqlite3.connect(audit_db)) as db:
+        finals = db.execute("SELECT task_id, at, decision FROM audit "
+                            "WHERE kind='task_finished'").fetchall()
+    assert Counter(t for t, _, _ in finals) == Counter(t["id"] for t in tasks)
+    at, decision = next((a, d) for t, a, d in finals if t == lost)
+    assert decision == "completed"
+    assert datetime.fromisoformat(at) == datetime.fromisoformat(tasks[-1]["updated_at"])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "butler", "audit", "verify", "-c", str(config),
+        cwd=REPO, env=child_env(), stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0 and b"audit trail intact" in out

@@ -91,7 +91,7 @@ class FakeDelegator:
 
     async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
                        deadline: float, peer: str | None,
-                       parent_task_id: str = "") -> DelegationResult:
+                       parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
         share = self.shares.pop(0) if self.shares else Decimal("0")
         spent = (budget * share).quantize(Decimal("0.01")).min(budget)
         self.grants.append((budget, spent))

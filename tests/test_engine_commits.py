@@ -45,6 +45,15 @@ def sleeper(seconds: float, started: asyncio.Event | None = None) -> Skill:
     return Skill(SkillConfig(id="slow", name="slow", capabilities=("slow",), expose=True), slow)
 
 
+def disk_full(path: Path) -> None:
+    """Every new task row is refused from now on, as a full disk refuses it."""
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TRIGGER full BEFORE INSERT ON tasks "
+                 "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+    conn.commit()
+    conn.close()
+
+
 def make_engine(store: Any, audit: Audit, skill: Skill | None = None) -> TaskEngine:
     return TaskEngine(
         RunDeps(agent_id="home", audit=audit), store=store,
@@ -172,11 +181,7 @@ async def test_a_task_whose_first_commit_fails_is_not_left_running(
             stopped.set()
         return "rested"
 
-    conn = sqlite3.connect(tmp_path / "tasks.db")
-    conn.execute("CREATE TRIGGER full BEFORE INSERT ON tasks "
-                 "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
-    conn.commit()
-    conn.close()
+    disk_full(tmp_path / "tasks.db")
     audit = Audit()
     nap_skill = SkillConfig(id="nap", name="nap", capabilities=("nap",), expose=True)
     engine = make_engine(store, audit, Skill(nap_skill, nap))
@@ -192,6 +197,30 @@ async def test_a_task_whose_first_commit_fails_is_not_left_running(
         assert (finished["decision"], finished["code"]) == ("failed", "store_unavailable")
         assert engine.live(finished["task_id"]) is None
         assert await store.get(finished["task_id"]) is None
+    finally:
+        await engine.stop(1)
+
+
+async def test_an_async_task_whose_first_commit_fails_never_starts_and_is_ended(
+        store: SqliteTaskStore, tmp_path: Path) -> None:
+    started = asyncio.Event()
+
+    async def never(ctx: Any) -> str:
+        started.set()
+        return "ran"
+
+    disk_full(tmp_path / "tasks.db")
+    audit = Audit()
+    engine = make_engine(store, audit, Skill(SkillConfig(
+        id="never", name="never", capabilities=("never",), expose=True), never))
+    await engine.start()
+    try:
+        with pytest.raises(sqlite3.Error, match="disk is full"):
+            await engine.submit(CALLER, TaskRequest(text="hi", skill="never", blocking=False),
+                                Envelope())
+        assert not started.is_set()  # committed first, so it never ran
+        assert [kind for kind, _ in audit.records] == ["inbound", "task_finished"]
+        assert audit.records[1][1]["code"] == "store_unavailable"
     finally:
         await engine.stop(1)
 

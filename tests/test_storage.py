@@ -164,13 +164,17 @@ async def test_a_daemon_keeps_its_data_private(swarm: Swarm, tmp_path: Path) -> 
     def modes() -> dict[str, int]:
         return {p.name: _mode(p) for p in data_dir.iterdir()}
 
+    def private(found: dict[str, int]) -> dict[str, int]:
+        """Folders (``runs``, command skills' records) 0700, files 0600."""
+        return {name: 0o700 if (data_dir / name).is_dir() else 0o600 for name in found}
+
     running = modes()
     assert {"tasks.db", "audit.db", "memory.db", "workspace.db", "push.db"} <= set(running)
     assert any(name.endswith("-wal") for name in running)
-    assert running == dict.fromkeys(running, 0o600)
+    assert running == private(running)
     assert _mode(data_dir) == 0o700
     await swarm.stop(home)
-    assert modes() == dict.fromkeys(modes(), 0o600)
+    assert modes() == private(modes())
 
 
 def _storage_threads() -> set[threading.Thread]:

@@ -125,16 +125,29 @@ async def test_same_id_runs_once(swarm: Swarm, tmp_path: Path) -> None:
         assert {t["output"] for _, t in together} == {f"ran race-{i}"}
     ran_ids = ["once"] + [f"race-{i}" for i in range(5)]
     assert ran.read_text().splitlines() == ran_ids
-    # Another caller cannot reuse (or read through) someone else's id.
-    status, err = await post_task(home, body, who="alice")
-    assert status == 409 and err["error"]["code"] == "idempotency_conflict"
+    # Ids are scoped per caller: alice's "once" is a task of her own, run once, and
+    # nothing in the answers tells her that operator has an "once" too.
+    status, hers = await post_task(home, body, who="alice")
+    assert status == 200 and hers["id"] == "once" and hers["context_id"] != first["context_id"]
+    status, again_hers = await post_task(home, body, who="alice")
+    assert status == 200 and again_hers == hers
+    status, got = await call(home, "GET", "/v2/tasks/once", who="alice")
+    assert status == 200 and got == hers
+    status, got = await call(home, "GET", "/v2/tasks/once")
+    assert status == 200 and got == first
+    *before, alices = ran.read_text().splitlines()
+    # The skill sees the id the task is stored under: unique on this instance.
+    assert before == ran_ids and alices.startswith("once~")
+    ran_ids.append(alices)
 
     # Across a restart on the same data dir, too.
     await swarm.stop(home)
-    home = await swarm.start("home", skills=[
+    home = await swarm.start("home", callers={"operator": {}, "alice": {}}, skills=[
         command_skill("append", [sys.executable, str(tmp_path / "appender.py"), str(ran)])])
     status, again = await post_task(home, body)
     assert status == 200 and again == first
+    status, again_hers = await post_task(home, body, who="alice")
+    assert status == 200 and again_hers == hers
     assert ran.read_text().splitlines() == ran_ids
 
 

@@ -159,6 +159,16 @@ class AuditLog:
             raise AuditError("audit_head is missing")
         return head
 
+    async def last_at(self) -> datetime | None:
+        row = await self.db.fetchone("SELECT at FROM audit ORDER BY seq DESC LIMIT 1", ())
+        return None if row is None else datetime.fromisoformat(row[0])
+
+    async def finished_task_ids(self, since: datetime) -> set[str]:
+        """Tasks with a ``task_finished`` record stamped at or after ``since``: read back
+        from the end, in pages, until the records are older (stamps follow seq, give or
+        take a clock step, which ``since`` leaves room for)."""
+        return await self.db.run(_finished_since, since.isoformat(timespec="microseconds"))
+
     def tail(self, n: int = 20) -> list[AuditRecord]:
         """The last ``n`` records, oldest first."""
         if n <= 0:
@@ -267,6 +277,20 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
         conn.executemany(_INSERT, [row for _, row in written])
         conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
     return written
+
+
+def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
+    found: set[str] = set()
+    before = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM audit").fetchone()[0]
+    while True:
+        rows = conn.execute("SELECT seq, at, kind, task_id FROM audit WHERE seq < ? "
+                            "ORDER BY seq DESC LIMIT ?", (before, _PAGE)).fetchall()
+        for _, at, kind, task_id in rows:
+            if at >= since and kind == "task_finished" and task_id is not None:
+                found.add(task_id)
+        if len(rows) < _PAGE or rows[-1][1] < since:
+            return found
+        before = rows[-1][0]
 
 
 def now_stamp() -> str:

@@ -13,14 +13,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from butler.engine.clock import now_iso
 from butler.engine.events import EventHub
+from butler.engine.outcome import final_detail
 from butler.engine.purge import PurgeListener, purge_loop
+from butler.engine.recovery import FinalRecords, recover
 from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.settle import Settlements
+from butler.engine.shutdown import stop_runs
 from butler.engine.store import TaskStore
+from butler.engine.task_ids import lookup
 from butler.engine.transitions import (
     ArtifactAdded,
     Canceled,
@@ -28,15 +33,16 @@ from butler.engine.transitions import (
     InputReceived,
     Started,
     apply,
-    failed,
     interrupted,
 )
 from butler.ids import IDS
 from butler.logs import TRACE_ID
+from butler.routing import Ranking
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy
-from butler.swarm.decision import NoPlan, RunSkill, SwarmDecision
+from butler.swarm.decision import DELEGATE_SKILL, Delegate, NoPlan, RunSkill, SwarmDecision
+from butler.swarm.spend import SpendBook
 from butler.telemetry import trace_of
 from internal.protocol.a2a.model import (
     AuthError,
@@ -53,11 +59,11 @@ from internal.protocol.a2a.model import (
     TaskRequest,
     TaskState,
     Unavailable,
+    scoped_task_id,
 )
 
 log = logging.getLogger("butler.engine")
 
-DELEGATE_SKILL = "a2a.delegate"
 # How long the first write of a blocking task without the caller's id may wait for the
 # task's next one (see ``_create``): a crash within it leaves no record of a task whose
 # caller was never answered. docs/tasks.md
@@ -68,12 +74,13 @@ class TaskEngine:
     def __init__(self, deps: RunDeps, *, store: TaskStore, catalog: SkillCatalog,
                  policy: SwarmPolicy, delegator: Delegator | None,
                  retention_hours: float, default_timeout: float,
-                 card: Callable[[Identity], dict[str, Any]]) -> None:
+                 card: Callable[[Identity], dict[str, Any]],
+                 spend: SpendBook | None = None) -> None:
         self.card = card
         self.deps = deps
         self.store = store
         self.catalog = catalog
-        self.swarm = SwarmDecision(policy, catalog)
+        self.swarm = SwarmDecision(policy, catalog, spend or SpendBook({}))
         self.delegator = delegator
         self.hub = EventHub()
         self._retention = retention_hours * 3600
@@ -88,19 +95,13 @@ class TaskEngine:
 
     # -- lifecycle ---------------------------------------------------------------
 
-    async def start(self) -> int:
-        """Fail what a crash left unfinished; returns how many tasks that was."""
-        stale = await self.store.open_tasks()
-        why = "the daemon restarted while this task was running"
-        for task in stale:
-            ended = interrupted(task, "interrupted_by_restart", why, now_iso())
-            await self.store.put(ended)
-            self._audit_final(ended)
-        if stale:
-            log.warning("marked %d interrupted task(s) failed after restart", len(stale))
+    async def start(self, records: FinalRecords | None = None) -> int:
+        """Repair what the previous process left (``recovery``); returns how many tasks it
+        cut off. ``records``: the audit log, to find final records it lost."""
+        stale = await recover(self.store, self._audit_final, records)
         self._purger = asyncio.create_task(
             purge_loop(self.store, self._retention, self.purge_listeners))
-        return len(stale)
+        return stale
 
     async def stop(self, grace: float) -> None:
         purger, self._purger = self._purger, None
@@ -108,32 +109,7 @@ class TaskEngine:
             purger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await purger
-        await self._until_idle(grace)
-        left = list(self._runs.values())
-        why = "the daemon shut down before this task finished"
-        for run in left:
-            await self.apply(run.task_id, failed("interrupted_by_shutdown", why))
-            run.cancel()
-        pending = [r.handle for r in left if r.handle is not None]
-        if pending:
-            # Let cancelled runs clean up (a command skill kills its process group).
-            await asyncio.wait(pending, timeout=5)
-
-    async def _until_idle(self, grace: float) -> None:
-        """Until every run has ended or waits on its caller, for at most ``grace``: a task
-        waiting for input would otherwise hold the stop for the whole grace period."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while True:
-            busy = [r.handle for r in self._runs.values()
-                    if r.handle is not None and not r.handle.done()
-                    and not ((t := self._live.get(r.task_id)) and t.state.interrupted)]
-            left = deadline - loop.time()
-            if not busy or left <= 0:
-                return
-            # A run may come to wait on its caller without ending: look again now and then.
-            await asyncio.wait(busy, timeout=min(left, 0.1),
-                               return_when=asyncio.FIRST_COMPLETED)
+        await stop_runs(self._runs, self._live, self.apply, grace)
 
     # -- requests ----------------------------------------------------------------
 
@@ -153,19 +129,17 @@ class TaskEngine:
             await busy.wait()
         self._claims[task_id] = claim = asyncio.Event()
         try:
-            existing = self._live.get(task_id) or await self.store.get(task_id)
-            if existing is None:
-                return await self._create(caller, request, envelope)
-            if existing.owner != caller.name:
-                raise StateConflict("idempotency_conflict",
-                                    "a task with this id exists and belongs to another caller")
-            return existing, None
+            own, others = await lookup(caller, task_id, self._live, self.store)
+            if own is not None:
+                return own, None
+            stored_as = task_id if others is None else scoped_task_id(task_id, caller.name)
+            return await self._create(caller, request, envelope, stored_as)
         finally:
             del self._claims[task_id]
             claim.set()
 
     async def _create(self, caller: Identity, request: TaskRequest, envelope: Envelope,
-                      ) -> tuple[Task, asyncio.Future[Task] | None]:
+                      task_id: str | None = None) -> tuple[Task, asyncio.Future[Task] | None]:
         """Admit, persist and start: the task is acknowledged only once committed. For a
         blocking request, also the future its caller waits on for the outcome.
 
@@ -174,14 +148,17 @@ class TaskEngine:
         write of the task: one that finishes by then (an echo, a quick delegation) is
         written once, finished, instead of twice. Its caller is answered only with the
         outcome, which is committed first."""
+        await self.deps.audit_room()  # back-pressure: the audit trail must keep up
         cap = self.deps.max_tasks_per_caller
         if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
                               retry_after=1)
         trace_id, incoming = trace_of(envelope)
         TRACE_ID.set(trace_id)
+        task_id = task_id or IDS.ordered128()
         try:
-            decision = await self.swarm.decide(caller, envelope, request, self.delegator)
+            decision = await self.swarm.decide(caller, envelope, request, self.delegator,
+                                               task_id)
         except (Refusal, AuthError) as err:
             # Every refusal, whichever check made it, is recorded once, here.
             self.deps.audit("refusal", caller=caller.name, task_id=request.id,
@@ -190,7 +167,7 @@ class TaskEngine:
                             code=err.code, trace_id=trace_id)
             raise
         admitted, plan = decision.admitted, decision.plan
-        task = self._new_task(caller, request, admitted, trace_id)
+        task = self._new_task(caller, request, admitted, trace_id, task_id)
         skill = plan.skill if isinstance(plan, RunSkill) else None
         if isinstance(plan, NoPlan):
             task = interrupted(task, plan.code, plan.message, now_iso())
@@ -203,15 +180,16 @@ class TaskEngine:
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
         if task.state.terminal:  # no plan: it ends here, failed, saying why
-            await self.store.put(task)
+            await self._first_write(task)
             self._audit_final(task)
             return task, None
         run = TaskRun(self, self.deps, task, skill, admitted, caller,
-                      self._timeout(skill, request), incoming, self.delegator)
+                      self._timeout(skill, request), incoming, self.delegator,
+                      plan if isinstance(plan, Delegate) else None)
         if not request.blocking or request.id is not None:
             # Committed first: a stream that follows the task sees every change it makes,
             # and a task with the caller's own id runs at most once, even across a crash.
-            await self.store.put(task)
+            await self._first_write(task)
             self._start(run)
             return task, None
         settled = self._settlements.watch(task.id)
@@ -226,6 +204,16 @@ class TaskEngine:
             raise
         return task, settled
 
+    async def _first_write(self, task: Task) -> None:
+        """The commit that acknowledges a task not yet running. When it fails the task was
+        never acknowledged: it ends here, with its final record (its reservation settled)."""
+        try:
+            await self.store.put(task)
+        except Exception:
+            why = "the task could not be stored"
+            self._audit_final(interrupted(task, "store_unavailable", why, now_iso()))
+            raise
+
     def _start(self, run: TaskRun) -> None:
         self._live[run.task_id] = run.task
         self._runs[run.task_id] = run
@@ -238,13 +226,14 @@ class TaskEngine:
         task = self._live.get(run.task_id)
         if task is not None and not task.state.terminal:
             why = "the task could not be stored"
-            self._finalise(interrupted(task, "store_unavailable", why, now_iso()))
+            ended = interrupted(task, "store_unavailable", why, now_iso())
+            self._finalise(ended)
+            self._audit_final(ended)
         run.cancel()
 
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
-                  trace_id: str) -> Task:
+                  trace_id: str, task_id: str) -> Task:
         now = now_iso()
-        task_id = request.id or IDS.ordered128()
         context_id = request.context_id or IDS.ordered128()
         message = request.message
         return Task(
@@ -284,8 +273,10 @@ class TaskEngine:
         return await self._settlements.until(task_id, self._settlements.watch(task_id))
 
     async def get(self, caller: Identity, task_id: str) -> Task:
-        task = self._live.get(task_id) or await self.store.get(task_id)
-        if task is None or not (caller.is_admin or task.owner == caller.name):
+        """The caller's task by the id it knows (an admin's: anyone's)."""
+        own, others = await lookup(caller, task_id, self._live, self.store)
+        task = own or (others if caller.is_admin else None)
+        if task is None:
             raise RequestError("task_not_found", f"no task {task_id}")
         return task
 
@@ -302,11 +293,11 @@ class TaskEngine:
         event = Canceled(caller.name)
         apply(task, event, task.updated_at)  # an ended task: the transition refuses
         # Taken before the change: a terminal change drops the run from ``_runs``.
-        run = self._runs.get(task_id)
-        updated = await self.apply(task_id, event)
+        run = self._runs.get(task.id)
+        updated = await self.apply(task.id, event)
         if run is not None:
             run.cancel()
-        return updated or await self.get(caller, task_id)
+        return updated or await self.get(caller, task.id)
 
     async def answer(self, caller: Identity, task_id: str, reply: TaskRequest) -> Task:
         """A follow-up message resuming a task that waits in ``input-required``."""
@@ -315,20 +306,20 @@ class TaskEngine:
         task = await self.get(caller, task_id)
         event = InputReceived(reply.message)
         apply(task, event, task.updated_at)  # ended, or not waiting: the transition refuses
-        run = self._runs.get(task_id)
+        run = self._runs.get(task.id)
         if run is None:
             raise StateConflict("task_not_waiting",
                                 f"task {task_id} is {task.state.value}, not waiting for input")
-        updated = await self.apply(task_id, event)
+        updated = await self.apply(task.id, event)
         run.answer(followup)
         return await self._settled(updated or task, reply.blocking)
 
     async def events(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
         """The task now, then each change, ending after a terminal state."""
         task = await self.get(caller, task_id)
-        async with self.hub.subscribe(task_id) as queue:
+        async with self.hub.subscribe(task.id) as queue:
             # Re-read once subscribed: it may have finished (and left ``_live``) meanwhile.
-            task = self._live.get(task_id) or await self.store.get(task_id) or task
+            task = self._live.get(task.id) or await self.store.get(task.id) or task
             yield TaskEvent(task, "status")
             if task.state.terminal:
                 return
@@ -371,6 +362,10 @@ class TaskEngine:
         except Exception as exc:
             self._settlements.failed(task_id, exc)
             raise
+        if task.state.terminal:
+            # Only once the end is committed: a crash in between leaves the task open,
+            # to be ended (and recorded once) at start-up, never recorded twice.
+            self._audit_final(task)
         self.hub.publish(TaskEvent(task, "status"))
         if task.state.terminal or task.state.interrupted:
             self._settlements.settled(task)
@@ -379,17 +374,24 @@ class TaskEngine:
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)
         self._runs.pop(task.id, None)
-        self._audit_final(task)
 
-    def _audit_final(self, task: Task) -> None:
-        """Every task that was created gets exactly one of these, however it ended."""
+    def _audit_final(self, task: Task, at: datetime | None = None) -> None:
+        """Every task that was created gets exactly one of these, however it ended; so its
+        caller's spending is settled here too."""
+        self.swarm.settle(task)
         budget = task.budget
-        self.deps.audit("task_finished", caller=task.owner, task_id=task.id, chain=task.chain,
+        when = {} if at is None else {"at": at}
+        self.deps.audit("task_finished", **when, caller=task.owner, task_id=task.id,
+                        chain=task.chain,
                         budget_before=budget.start_usd if budget else None,
                         budget_after=budget.left_usd if budget else None,
                         decision=task.state.value,
-                        code=task.error.code if task.error else None, trace_id=task.trace_id)
+                        code=task.error.code if task.error else None, trace_id=task.trace_id,
+                        detail=final_detail(task))
 
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
+
+    async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
+        return await self.swarm.rank(caller, text, chain, self.delegator)
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Protocol
@@ -25,6 +25,7 @@ from butler.engine.transitions import (
     failed,
 )
 from butler.logs import TRACE_ID
+from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import (
     DelegationError,
     DelegationResult,
@@ -37,6 +38,7 @@ from butler.skills.base import (
 )
 from butler.skills.catalog import Skill
 from butler.swarm.admission import Admitted
+from butler.swarm.decision import Delegate
 from butler.swarm.ledger import BudgetLedger
 from butler.telemetry import Incoming, remote_parent
 from internal.protocol.a2a.model import (
@@ -59,8 +61,10 @@ class Delegator(Protocol):
 
     async def delegate(
         self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
-        deadline: float, peer: str | None, parent_task_id: str = "",
+        deadline: float, peer: str | None, parent_task_id: str = "", tree_id: str = "",
     ) -> DelegationResult: ...
+
+    async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
 
     async def aclose(self) -> None: ...
 
@@ -73,6 +77,9 @@ class RunEngine(Protocol):
         ended already (the event is dropped)."""
 
     def live(self, task_id: str) -> Task | None: ...
+
+    async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
+        """The intent router's ranking for ``text`` as ``caller`` sees the candidates."""
 
 
 class Workspace(Protocol):
@@ -92,6 +99,10 @@ def _no_audit(kind: str, **fields: Any) -> None:
     return None
 
 
+async def _room_always() -> None:
+    return None
+
+
 @dataclass
 class RunDeps:
     """What runs need from the daemon; defaults make an engine usable in tests."""
@@ -99,6 +110,7 @@ class RunDeps:
     agent_id: str
     tracer: Tracer = field(default_factory=lambda: trace.get_tracer("butler"))
     audit: Callable[..., None] = _no_audit
+    audit_room: Callable[[], Awaitable[None]] = _room_always  # waits while audit is behind
     workspace: Workspace = field(default_factory=_NoWorkspace)
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
@@ -112,8 +124,11 @@ class RunDeps:
 class TaskRun:
     def __init__(self, engine: RunEngine, deps: RunDeps, task: Task, skill: Skill | None,
                  admitted: Admitted, caller: Identity, timeout: float,
-                 incoming: Incoming | None, delegator: Delegator | None) -> None:
+                 incoming: Incoming | None, delegator: Delegator | None,
+                 routed: Delegate | None = None) -> None:
+        """``routed``: the peer (and its skill) the intent router chose for this task."""
         self.engine = engine
+        self.routed = routed
         self.deps = deps
         self.delegator = delegator
         self.may_delegate = admitted.may_delegate
@@ -122,6 +137,10 @@ class TaskRun:
         self.skill = skill
         self.caller = caller
         self.chain = admitted.chain
+        self.tree_id = admitted.tree_id
+        # Only this caller's tasks of this tree share it: a caller who learns another's
+        # tree id still lands in its own workspace.
+        self.workspace_key = f"{admitted.tree_id or task.id}/{caller.name}"
         self.ledger = BudgetLedger(admitted.budget_usd)
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
@@ -233,8 +252,15 @@ class TaskRun:
 
     async def _run_delegation(self) -> SkillResult:
         request = self.task.request
-        result = await self.delegate(capabilities=request.capabilities_needed, task=request.text,
-                                     input=dict(request.input), peer=None)
+        routed = self.routed
+        if routed is not None and routed.peer is not None:
+            result = await self.delegate(capabilities=(), task=request.text,
+                                         input=dict(request.input), peer=routed.peer,
+                                         skill=routed.skill)
+        else:
+            result = await self.delegate(capabilities=request.capabilities_needed,
+                                         task=request.text, input=dict(request.input),
+                                         peer=None)
         if result.state != TaskState.COMPLETED.value:
             raise SkillFailed(result.error_code or "peer_error",
                               f"{result.peer}: {result.error_message or result.state}")
@@ -260,8 +286,12 @@ class TaskRun:
     def budget_left(self) -> Decimal:
         return self.ledger.left
 
+    async def route(self, text: str) -> Ranking:
+        return await self.engine.route(self.caller, text, (*self.chain, self.deps.agent_id))
+
     async def delegate(self, *, capabilities: Sequence[str], task: str,
-                       input: dict[str, Any] | None, peer: str | None) -> DelegationResult:
+                       input: dict[str, Any] | None, peer: str | None,
+                       skill: str | None = None) -> DelegationResult:
         delegator = self.delegator
         if delegator is None:
             raise SkillFailed("no_capable_peer", "this instance has no peers configured")
@@ -275,7 +305,7 @@ class TaskRun:
             # trace: it reads the parent from the current context.
             otel_context.attach(self._trace_parent())
         grant = self.ledger.reserve(self.ledger.left, "delegation")
-        child_request = TaskRequest(text=task, input=input or {},
+        child_request = TaskRequest(text=task, input=input or {}, skill=skill,
                                     capabilities_needed=tuple(capabilities),
                                     context_id=self.task.context_id)
         result: DelegationResult | None = None
@@ -283,7 +313,7 @@ class TaskRun:
             result = await delegator.delegate(
                 request=child_request, chain=(*self.chain, self.deps.agent_id), budget=grant,
                 deadline=self.deadline, peer=peer, parent_task_id=self.task_id,
-            )
+                tree_id=self.tree_id)
         except ButlerError as err:
             raise DelegationError(err.code, err.message) from None
         finally:
@@ -293,10 +323,10 @@ class TaskRun:
         return result
 
     async def workspace_get(self, key: str) -> Any:
-        return await self.deps.workspace.get(self.task.trace_id, key)
+        return await self.deps.workspace.get(self.workspace_key, key)
 
     async def workspace_put(self, key: str, value: Any) -> None:
         try:
-            await self.deps.workspace.put(self.task.trace_id, key, value)
+            await self.deps.workspace.put(self.workspace_key, key, value)
         except ValueError as exc:
             raise SkillFailed("workspace_error", str(exc)) from None

@@ -51,6 +51,7 @@ class TaskStore(Protocol):
         by_update: bool = False,
     ) -> TaskPage: ...
     async def open_tasks(self) -> list[Task]: ...
+    async def ended_since(self, updated_at: str) -> list[Task]: ...
     async def purge_terminal(self, updated_before: str) -> list[str]: ...
     async def close(self) -> None: ...
 
@@ -182,6 +183,12 @@ class SqliteTaskStore:
 
     async def open_tasks(self) -> list[Task]:
         rows = await self._db.fetchall("SELECT body FROM tasks WHERE terminal=0")
+        return [decode_row(r[0]) for r in rows]
+
+    async def ended_since(self, updated_at: str) -> list[Task]:
+        """Terminal tasks last updated at or after ``updated_at`` (start-up recovery)."""
+        rows = await self._db.fetchall(
+            "SELECT body FROM tasks WHERE terminal=1 AND updated_at>=?", (updated_at,))
         return [decode_row(r[0]) for r in rows]
 
     async def purge_terminal(self, updated_before: str) -> list[str]:

@@ -1,6 +1,8 @@
 """Per-delegation-tree workspace: key/values the local skills of one tree share.
 
-A tree is identified by its trace id, which every hop of one delegation shares.
+A workspace is named by the run (``TaskRun.workspace_key``): the tree id the delegation
+carries (or a new one where the tree begins) and the authenticated caller, so no caller
+reaches another's by choosing ids (docs/delegation.md#workspace).
 Entries older than ``swarm.workspace_ttl_hours`` are purged periodically. Every SQLite call
 runs on the workspace database's worker (``butler.storage``).
 """

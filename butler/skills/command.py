@@ -6,19 +6,35 @@ import asyncio
 import contextlib
 import ctypes
 import json
-import os
+import logging
+import secrets
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
+from butler.skills.child_env import child_environment
+from butler.skills.fidelity import Fidelity
+from butler.skills.process_group import group_gone, group_running, signal_group
+from butler.skills.run_ledger import RUN_ID_ENV, RunLedger, RunRecord
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import Part
 
+log = logging.getLogger("butler.skills")
+
 STDERR_TAIL = 2000
+TERM_GRACE_SECONDS = 2.0  # after SIGTERM, for a command to clean up before SIGKILL
+KILL_SECONDS = 3.0  # after SIGKILL; within the engine's 5 s wait for cancelled runs
+# What a one-shot process (JSON in, result out) cannot carry of the skill API.
+FIDELITY = Fidelity("adapted", (
+    "no streaming: output arrives at the end",
+    "cancellation ends the process group",
+    "no input-required",
+))
 
 
-def command_skill(argv: Sequence[str], *, max_output_bytes: int) -> SkillFunction:
+def command_skill(argv: Sequence[str], *, max_output_bytes: int,
+                  runs: RunLedger, secret_env: Collection[str]) -> SkillFunction:
     async def run(ctx: SkillContext) -> SkillOutput:
         payload = exact_json.dumps_bytes({
             "task_id": ctx.task_id, "context_id": ctx.context_id, "skill": ctx.skill_id,
@@ -26,22 +42,29 @@ def command_skill(argv: Sequence[str], *, max_output_bytes: int) -> SkillFunctio
             "parts": [butler_v2.encode_part(p) for p in ctx.parts],
             "caller": ctx.caller, "trace_id": ctx.trace_id,
         })
+        run_id = secrets.token_hex(8)
         try:
+            # A session of its own: the command and all it starts are one process group.
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True,
                 preexec_fn=_die_with_parent,
+                env=child_environment(secret_env, **{RUN_ID_ENV: run_id}),
             )
         except OSError as exc:
             raise SkillFailed("command_failed", f"cannot start {argv[0]}: {exc.strerror}") from None
+        record = None
         try:
+            try:
+                record = runs.started(run_id, proc.pid, ctx.task_id)
+            except OSError as exc:
+                raise SkillFailed("command_failed",
+                                  f"cannot record the run of {argv[0]}: {exc.strerror}") from None
             stdout, stderr = await _communicate(proc, payload, max_output_bytes)
-        except BaseException:
-            # Cancellation, timeout or output cap: the process must not outlive its task.
-            _kill(proc)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(_reap(proc))
-            raise
+        finally:
+            # Cancellation, timeout, output cap, or processes the command left behind in
+            # its group: nothing of the run outlives its task.
+            await asyncio.shield(_end_run(proc, runs, record))
         if proc.returncode != 0:
             tail = stderr[-STDERR_TAIL:].decode("utf-8", "replace").strip()
             raise SkillFailed(
@@ -94,22 +117,52 @@ async def _communicate(
     return out, err
 
 
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Wait for a killed process. Its pipes are drained first: a pipe whose reader was
+async def _end_run(proc: asyncio.subprocess.Process, runs: RunLedger,
+                   record: RunRecord | None) -> None:
+    """End what is left of the run's process group and forget its record once the group
+    is gone (a group that would not end is left to the next start-up, record and all)."""
+    pgid = proc.pid
+    try:
+        gone = (proc.returncode is not None and not group_running(pgid)) \
+            or await _end_group(proc)
+    except Exception:  # never in place of the run's own outcome
+        log.exception("could not end process group %d", pgid)
+        return
+    if record is None:
+        return
+    if not gone:
+        log.warning("process group %d of task %s did not end after SIGKILL", pgid,
+                    record.task_id)
+        return
+    try:
+        runs.finished(record)
+    except OSError as exc:
+        log.warning("could not remove the record of process group %d: %s", pgid, exc.strerror)
+
+
+async def _end_group(proc: asyncio.subprocess.Process) -> bool:
+    """SIGTERM to the whole group, SIGKILL to what is left after a grace; True when it is
+    gone. The leader is reaped, and its pipes drained first: a pipe whose reader was
     paused (a full buffer, after the output cap) would never see its end otherwise."""
-    async with asyncio.timeout(5):
-        if proc.stdin is not None:
-            proc.stdin.close()
-        for stream in (proc.stdout, proc.stderr):
-            while stream is not None and await stream.read(65536):
-                pass
-        await proc.wait()
+    for sig, seconds in ((signal.SIGTERM, TERM_GRACE_SECONDS), (signal.SIGKILL, KILL_SECONDS)):
+        signal_group(proc.pid, sig)
+        try:
+            async with asyncio.timeout(seconds):
+                await _reap(proc)
+                await group_gone(proc.pid)
+        except TimeoutError:
+            continue
+        return True
+    return False
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    if proc.stdin is not None:
+        proc.stdin.close()
+    for stream in (proc.stdout, proc.stderr):
+        while stream is not None and await stream.read(65536):
+            pass
+    await proc.wait()
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -117,11 +170,16 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _die_with_parent() -> None:
     """In the child, before exec: on Linux the kernel sends it SIGKILL when the daemon
-    dies, even by SIGKILL, so a command skill never outlives its daemon. Elsewhere it
-    runs on until its own end (the daemon kills its group on any orderly stop)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    dies, even by SIGKILL, so the command never outlives its daemon (what it started in
+    its group does: the next start-up ends that, ``RunLedger.end_leftovers``). Elsewhere
+    it runs on until its own end (the daemon ends its group on any orderly stop)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# Loaded here, not in the child: between fork and exec a threaded process's child must
+# not dlopen (it could wait forever on a lock another thread held at the fork).
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def _parse(stdout: bytes) -> SkillOutput:

@@ -6,7 +6,13 @@ but one: ``BatchWriter``'s loop mode, which the task store's commits use."""
 from butler.storage._batch_writer import BatchWriter
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, catch_up, checkpoint
 from butler.storage._database import CannotOpen, Database, DatabaseClosed
-from butler.storage._files import FILE_MODE, FOLDER_MODE, private_file, private_folder
+from butler.storage._files import (
+    FILE_MODE,
+    FOLDER_MODE,
+    private_file,
+    private_folder,
+    write_private,
+)
 
 __all__ = [
     "FILE_MODE",
@@ -21,4 +27,5 @@ __all__ = [
     "checkpoint",
     "private_file",
     "private_folder",
+    "write_private",
 ]

@@ -1,4 +1,5 @@
-"""Private files: a database and its folder are readable by their owner only.
+"""Private files: a database, its folder and every other file Butler keeps in it are
+readable by their owner only.
 
 SQLite creates a database's ``-wal`` and ``-shm`` files with the mode of the database file,
 so creating that file 0600 before SQLite opens it keeps all three private; files left
@@ -40,3 +41,13 @@ def private_file(path: Path) -> None:
                 companion.chmod(FILE_MODE)
         except FileNotFoundError:
             continue
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Create ``path`` 0600 with ``data``; ``FileExistsError`` if it exists. Not fsynced:
+    what it guards against is the end of this process, which the page cache survives."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

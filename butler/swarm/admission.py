@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from decimal import Decimal
 
+from butler.routing import DEFAULT_THRESHOLD
 from internal.protocol.a2a.model import AuthError, Envelope, Identity, Refusal, agent_key
 
 
@@ -15,6 +17,9 @@ class Admitted:
     chain: tuple[str, ...]
     budget_usd: Decimal
     may_delegate: bool  # the next hop (chain + us) is within max_depth
+    # The caller's delegation tree, or a new one when this task begins it (a random,
+    # unguessable id). The tree's workspace here is keyed by it and the caller.
+    tree_id: str = ""
 
     @property
     def depth(self) -> int:
@@ -26,6 +31,8 @@ class SwarmPolicy:
     agent_id: str
     max_depth: int
     budget_cap_usd: Decimal
+    # The score a task in plain words must reach for the intent router to choose (0..1).
+    routing_threshold: float = DEFAULT_THRESHOLD
 
     def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
         chain = envelope.chain
@@ -53,7 +60,8 @@ class SwarmPolicy:
             )
         claimed = envelope.budget_usd
         budget = self.budget_cap_usd if claimed is None else min(claimed, self.budget_cap_usd)
-        return Admitted(chain=chain, budget_usd=budget, may_delegate=self.can_delegate(chain))
+        return Admitted(chain=chain, budget_usd=budget, may_delegate=self.can_delegate(chain),
+                        tree_id=envelope.tree_id or secrets.token_hex(16))
 
     def can_delegate(self, chain: tuple[str, ...]) -> bool:
         """Whether the next hop (chain + us) is within depth: we never send a doomed hop."""

@@ -2,34 +2,50 @@
 
 Admission (a forged caller, a loop, the depth, the budget the caller may spend), then the
 plan: a local skill, or a delegation by capability to the cheapest peer that can take it,
-or no plan (the task is created and ends ``failed`` saying why). A refusal is raised as
+or, for a task in plain words, what the intent router chose (``intent``); or no plan (the
+task is created and ends ``failed`` saying why). A refusal is raised as
 ``Refusal`` or ``AuthError`` and nothing is created.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Protocol
 
+from butler.config.model import CallerLimits
+from butler.routing import Ranking, RouteCandidate
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
+from butler.swarm.grants import require_capabilities, require_skill, routable
+from butler.swarm.intent import IntentRouter
+from butler.swarm.spend import SpendBook
 from internal.protocol.a2a.model import (
     AuthError,
     Envelope,
     Identity,
     Refusal,
     RequestError,
+    Task,
     TaskRequest,
     media_type_matches,
 )
+
+log = logging.getLogger("butler.swarm")
+
+# The skill a delegated task runs as: what ``limits.skills`` must list to allow delegating.
+DELEGATE_SKILL = "a2a.delegate"
 
 
 class PeerPrices(Protocol):
     async def cheapest(self, capabilities: Sequence[str],
                        chain: tuple[str, ...]) -> Decimal | None:
         """The lowest price among peers that could take this, or None if none can."""
+
+    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
+        """The known peers and their cards' skills, for the intent router."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +55,13 @@ class RunSkill:
 
 @dataclass(frozen=True, slots=True)
 class Delegate:
-    """No local skill fits; a peer provides ``capabilities`` within the budget."""
+    """No local skill fits; a peer provides ``capabilities`` within the budget. Or the
+    intent router chose ``peer`` (and, from its card, its skill ``skill``)."""
 
     capabilities: tuple[str, ...]
     price_usd: Decimal
+    peer: str | None = None
+    skill: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,17 +100,72 @@ def require_accepted(skill: Skill, request: TaskRequest) -> None:
 class SwarmDecision:
     policy: SwarmPolicy
     catalog: SkillCatalog
+    spend: SpendBook = field(default_factory=lambda: SpendBook({}))
+    intent: IntentRouter = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "intent",
+                           IntentRouter(self.catalog, self.policy.routing_threshold,
+                                        self.policy.agent_id))
 
     async def decide(self, caller: Identity, envelope: Envelope, request: TaskRequest,
-                     peers: PeerPrices | None) -> Decision:
-        """Admit, then plan; raises ``Refusal`` or ``AuthError`` instead of a plan."""
+                     peers: PeerPrices | None, task_id: str) -> Decision:
+        """Admit, then plan, then the caller's own caps; raises ``Refusal`` or
+        ``AuthError`` instead of a plan. The caps come last: once they reserved part of
+        the caller's spending for ``task_id``, nothing refuses it any more."""
         admitted = self.policy.admit(envelope, caller)
+        limits = self.spend.limits.get(caller.name)
+        require_capabilities(caller.name, limits, request.capabilities_needed)
+        plan = await self._plan(caller, limits, request, admitted, peers)
+        needed = plan.skill.config.cost_usd if isinstance(plan, RunSkill) \
+            else plan.price_usd if isinstance(plan, Delegate) else Decimal("0")
+        budget = await self.spend.admit(caller.name, task_id, admitted.budget_usd, needed)
+        return Decision(replace(admitted, budget_usd=budget), plan)
+
+    async def rank(self, caller: Identity, text: str, chain: tuple[str, ...],
+                   peers: PeerPrices | None) -> Ranking:
+        """What the intent router would choose for ``caller`` (``SkillContext.route``)."""
+        limits = self.spend.limits.get(caller.name)
+        return await self.intent.rank(caller, text, chain, peers,
+                                      routable(limits, DELEGATE_SKILL))
+
+    def settle(self, task: Task) -> None:
+        """``task`` has ended: what it spent counts against its caller's caps."""
+        self.spend.settle(task)
+
+    async def _plan(self, caller: Identity, limits: CallerLimits | None, request: TaskRequest,
+                    admitted: Admitted, peers: PeerPrices | None) -> Plan:
+        if request.skill is None and not request.capabilities_needed:
+            # In plain words: the intent router chooses among what the caller may see.
+            chain = (*admitted.chain, self.policy.agent_id)
+            intent = await self.intent.choose(caller, request.text, chain, peers,
+                                              routable(limits, DELEGATE_SKILL))
+            best = intent.ranking.best
+            # The operator's view of each choice (the log line carries the trace id).
+            log.info("intent router, for %s: %s", caller.name,
+                     f"{best.candidate.label} ({best.score:.2f})" if best is not None
+                     else f"{intent.skill.id}, the first visible skill" if intent.skill
+                     else f"nothing above the threshold; closest: {intent.ranking.closest()}")
+            if intent.skill is not None:
+                return self._run(caller, limits, intent.skill, request, admitted)
+            if intent.peer is None:
+                return _refused(intent.ranking)
+            target = intent.peer
+            require_skill(caller.name, limits, DELEGATE_SKILL)
+            return self._delegate((), target.cost_usd, admitted, f"delegating to {target.peer}",
+                                  target.peer, target.skill_id or None)
         skill = self._choose_skill(caller, request)
         if skill is not None:
-            require_accepted(skill, request)
-            require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
-            return Decision(admitted, RunSkill(skill))
-        return Decision(admitted, await self._plan_delegation(request, admitted, peers))
+            return self._run(caller, limits, skill, request, admitted)
+        return await self._plan_delegation(caller, limits, request, admitted, peers)
+
+    @staticmethod
+    def _run(caller: Identity, limits: CallerLimits | None, skill: Skill,
+             request: TaskRequest, admitted: Admitted) -> RunSkill:
+        require_skill(caller.name, limits, skill.id)
+        require_accepted(skill, request)
+        require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
+        return RunSkill(skill)
 
     def _choose_skill(self, caller: Identity, request: TaskRequest) -> Skill | None:
         catalog = self.catalog
@@ -99,26 +173,49 @@ class SwarmDecision:
         if named is not None and named.exposed and not named.visible_to(caller):
             # Exposed, but for another tier: the token is known, the ask is not allowed.
             raise AuthError("forbidden", f"skill {named.id!r} needs tier {named.config.tier!r}")
-        if request.skill is None and not request.capabilities_needed:
-            return catalog.default_skill(caller)
         return catalog.select(caller, skill_id=request.skill,
                               capabilities=request.capabilities_needed)
 
-    async def _plan_delegation(self, request: TaskRequest, admitted: Admitted,
+    async def _plan_delegation(self, caller: Identity, limits: CallerLimits | None,
+                               request: TaskRequest, admitted: Admitted,
                                peers: PeerPrices | None) -> Plan:
         if request.skill is not None and not request.capabilities_needed:
+            require_skill(caller.name, limits, request.skill)
             # Unexposed and reserved skills look the same as missing ones.
             return NoPlan("unknown_skill", f"no skill {request.skill!r} here")
         caps = request.capabilities_needed
         if not caps or peers is None:
             return NoPlan("no_capable_skill",
                           "no exposed skill here provides what this task needs")
+        # Before asking any peer (or a registry) for prices.
+        require_skill(caller.name, limits, DELEGATE_SKILL)
         price = await peers.cheapest(caps, (*admitted.chain, self.policy.agent_id))
         if price is None:
-            return NoPlan("no_capable_skill",
-                          f"neither this agent nor any known peer provides {', '.join(caps)}")
-        require_affordable(price, admitted.budget_usd, f"delegating {', '.join(caps)}")
+            return NoPlan("no_capable_skill", await _nobody_provides(peers, caps))
+        return self._delegate(caps, price, admitted, f"delegating {', '.join(caps)}")
+
+    def _delegate(self, caps: tuple[str, ...], price: Decimal, admitted: Admitted, what: str,
+                  peer: str | None = None, skill: str | None = None) -> Delegate:
+        """Every delegation plan, by capability or routed, passes the same checks."""
+        require_affordable(price, admitted.budget_usd, what)
         if not admitted.may_delegate:
             raise Refusal("depth_exceeded",
                           f"delegating would exceed max_depth {self.policy.max_depth}")
-        return Delegate(caps, price)
+        return Delegate(caps, price, peer, skill)
+
+
+async def _nobody_provides(peers: PeerPrices, caps: Sequence[str]) -> str:
+    """Why no peer can take it. Asked again only on this failing path: a peer that provides
+    it but is in the chain is the usual case between two instances that call each other."""
+    wanted = ", ".join(caps)
+    if await peers.cheapest(caps, ()) is not None:
+        return (f"no skill here provides {wanted}, and the only peers that do are already in "
+                "the caller chain: delegating to them would loop")
+    return f"neither this agent nor any known peer provides {wanted}"
+
+
+def _refused(ranking: Ranking) -> NoPlan:
+    """Below the threshold: the task fails saying what came closest."""
+    return NoPlan("no_capable_skill",
+                  f"no skill or peer matches this task well enough (threshold "
+                  f"{ranking.threshold:g}); closest: {ranking.closest()}")

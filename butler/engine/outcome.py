@@ -1,0 +1,27 @@
+"""What a task's final audit record says beyond its columns: the skill that ran it, the
+peers it delegated to, and how long it took. The operator's log line and the duration
+histograms read it from there (``butler.oplog``, ``butler.metrics.observe_audit``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from internal.protocol.a2a.model import Task
+
+
+def final_detail(task: Task) -> dict[str, str]:
+    # Strings only: the audit writer spells such a detail out without a JSON round trip.
+    detail = {"seconds": f"{_seconds(task.created_at, task.updated_at):.6f}"}
+    if task.skill:
+        detail["skill"] = task.skill
+    if task.cost is not None and task.cost.children:
+        detail["peer"] = ",".join(dict.fromkeys(child.agent for child in task.cost.children))
+    return detail
+
+
+def _seconds(start: str, end: str) -> float:
+    try:
+        took = (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except ValueError:  # a stored time we cannot read: say nothing rather than fail the end
+        return 0.0
+    return max(took, 0.0)
