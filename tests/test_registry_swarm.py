@@ -2,36 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from butler.registry.clock import SystemClock
-from butler.registry.store_url import open_store
 from internal.http import hash_token
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
-from tests.registry.registry_support import TOKENS, LiveRegistry, config
+from tests.registry.registry_support import TOKENS, LiveRegistry, sqlite_registry
 
 
 @pytest.fixture
 async def registry(tmp_path: Path) -> AsyncIterator[LiveRegistry]:
-    reg = LiveRegistry(config(), SystemClock())
-    store = await open_store(f"sqlite:{tmp_path / 'registry.db'}")
-    await reg.start(store)
-    try:
+    async with sqlite_registry(tmp_path) as reg:
         yield reg
-    finally:
-        await reg.stop()
-        await store.close()
 
 
-async def test_home_finds_memory_search_through_the_registry(
-    tmp_path: Path, http: aiohttp.ClientSession, registry: LiveRegistry
-) -> None:
+RegConf = Callable[[str, bool], dict[str, dict[str, object]]]
+
+
+def registry_files(tmp_path: Path, registry: LiveRegistry,
+                   trusted: list[str]) -> tuple[RegConf, list[str]]:
+    """The token files, a registry section for an instance registering as ``owner``, and
+    the hash each instance accepts from peers found through the registry."""
     swarm_token = "swarm-shared-token-0123456789abcdef"
     (tmp_path / "swarm.token").write_text(swarm_token)
     for name in ("alice", "bob", "root"):
@@ -42,9 +38,15 @@ async def test_home_finds_memory_search_through_the_registry(
                              "token_file": str(tmp_path / f"{owner}.token"),
                              "peer_token_file": str(tmp_path / "swarm.token"),
                              "health_ttl_minutes": 1, "cache_seconds": 0,
-                             "trusted_registrants": ["alice", "bob"]}}
+                             "trusted_registrants": trusted}}
 
-    accept = [hash_token(swarm_token)]
+    return reg_conf, [hash_token(swarm_token)]
+
+
+async def test_home_finds_memory_search_through_the_registry(
+    tmp_path: Path, http: aiohttp.ClientSession, registry: LiveRegistry
+) -> None:
+    reg_conf, accept = registry_files(tmp_path, registry, ["alice", "bob"])
     mesh = Mesh(tmp_path, http)
     mesh.agent("home", skills=[], configurations=reg_conf("root", False), accept=accept)
     search = {"id": "memory.search", "builtin": "memory.search", "cost_usd": "0.03",
@@ -140,3 +142,35 @@ async def test_a_registry_entry_failing_the_policy_is_not_a_candidate(
                                guard=OutboundGuard(OutboundRules(allow_private=True)),
                                cache_seconds=0, trusted_registrants=("alice",))
     assert await strict(["memory.search"]) == []
+
+
+async def test_home_routes_plain_words_to_an_agent_it_found_in_the_registry(
+    tmp_path: Path, http: aiohttp.ClientSession, registry: LiveRegistry
+) -> None:
+    """No static peer: the intent router ranks the registry's agents by their cards; an
+    agent registered by an identity home does not trust is never a candidate."""
+    reg_conf, accept = registry_files(tmp_path, registry, ["alice"])
+    mesh = Mesh(tmp_path, http)
+    mesh.agent("home", skills=[skill("home.lights", name="Lights")],
+               configurations=reg_conf("root", False), accept=accept)
+    mesh.agent("office", skills=[skill("office.action_items", "0.02", name="Action items",
+                                       tags=["action items", "todo"])],
+               configurations=reg_conf("alice", True), accept=accept)
+    # bob is not trusted by home: his agent offers the same words and must not get them.
+    mesh.agent("lab", skills=[skill("lab.action_items", name="Action items",
+                                    tags=["action items", "todo", "pending"])],
+               configurations=reg_conf("bob", True), accept=accept)
+    try:
+        agents = await mesh.start()
+        task = await agents["home"].client().submit(
+            TaskRequest(text="any pending action items?"))
+        assert task.state is TaskState.COMPLETED, task.error
+        assert task.cost is not None
+        [hop] = task.cost.children
+        assert (hop.agent, hop.skill) == ("office", "office.action_items")
+        assert task.budget is not None and task.budget.spent_usd == Decimal("0.02")
+        lab = await agents["lab"].daemon.engine.store.list_tasks(
+            owner=None, state=None, context_id=None, cursor=None, limit=10)
+        assert lab.tasks == ()
+    finally:
+        await mesh.close()

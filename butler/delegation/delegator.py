@@ -13,19 +13,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from opentelemetry import trace
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
+from opentelemetry.util.types import Attributes
 
-from butler.delegation.peers import Candidate, DiscoverFn, PeerHealth, eligible
+from butler.delegation.peer_cards import PeerCards, from_card
+from butler.delegation.peers import Candidate, Discovery, PeerHealth, eligible
+from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
 from internal.protocol.a2a.client import A2APeerClient, PeerClient
-from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.codec import envelope
 from internal.protocol.a2a.model import (
     Budget,
     ButlerError,
@@ -35,17 +39,21 @@ from internal.protocol.a2a.model import (
     Task,
     TaskRequest,
     TaskState,
+    agent_key,
 )
 
 log = logging.getLogger("butler.delegation")
 MAX_ATTEMPTS = 3
+# The registry's agents and their cards' skills the intent router ranks, at most.
+ROUTED_REGISTRY_CANDIDATES = 2000
+MAX_CLIENTS = 1024
 POLL_SECONDS = 0.2
 
 
 class PeerDelegator:
     def __init__(self, *, agent_id: str, static: Sequence[Candidate], tracer: Tracer,
                  audit: Callable[..., None], max_concurrency: int,
-                 discover: DiscoverFn | None = None, names: ResolverFactory | None = None,
+                 discover: Discovery | None = None, names: ResolverFactory | None = None,
                  ) -> None:
         """``names``: the resolver peers' host names go through (tests map names with it)."""
         self.agent_id = agent_id
@@ -53,6 +61,8 @@ class PeerDelegator:
         self.discover = discover
         self.health = PeerHealth()
         self._tracer = tracer
+        # The no-op tracer only carries the trace on: span attributes would be dropped.
+        self._recording = not isinstance(tracer, NoOpTracer)
         self._audit = audit
         self._slots = asyncio.Semaphore(max_concurrency)
         self._max_concurrency = max_concurrency
@@ -60,6 +70,13 @@ class PeerDelegator:
         # One guarded session per set of rules: a candidate's source decides its rules.
         self._sessions: dict[OutboundRules, tuple[OutboundGuard, aiohttp.ClientSession]] = {}
         self._tls: dict[Path, ssl.SSLContext] = {}
+        self._cards = PeerCards(self.static, self._read_card)
+        # (the static peers' routes, the registry's agents, both as one tuple): rebuilt
+        # only when one of the first two is a new tuple, so the router's index stays cached.
+        self._routes: tuple[tuple[RouteCandidate, ...], tuple[Any, ...],
+                            tuple[RouteCandidate, ...]] = ((), (), ())
+        # A client per peer, reused call after call: it holds nothing of any one call.
+        self._clients: dict[Candidate, PeerClient] = {}
 
     def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
         if rules not in self._sessions:
@@ -90,6 +107,10 @@ class PeerDelegator:
                 # Static peers still serve; the operator must see that the registry did not.
                 log.warning("registry lookup for %s failed, using configured peers only: %s",
                             ",".join(capabilities), exc)
+        elif peer is not None and not any(peer in (c.name, c.url) for c in pool):
+            # A peer by name that the config does not know (one the intent router chose
+            # among the registry's agents): the registry's, by the same trust rules.
+            pool += [c for c, _ in await self._registry_agents()]
         found = eligible(pool, capabilities, (*chain, self.agent_id), peer)
         return sorted(found, key=self.health.rank_key)
 
@@ -97,10 +118,48 @@ class PeerDelegator:
         found = await self.candidates(capabilities, chain)
         return min((c.cost_usd for c in found), default=None)
 
+    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
+        """The configured peers and their cards' skills, then the registry's agents (that
+        are not configured peers) and theirs, for the intent router."""
+        static = await self._cards.candidates()
+        agents = await self._registry_agents()
+        if static is not self._routes[0] or agents is not self._routes[1]:
+            configured = {agent_key(c.name) for c in self.static}
+            found = islice((r for cand, card in agents if agent_key(cand.name) not in configured
+                            for r in from_card(cand, card)), ROUTED_REGISTRY_CANDIDATES)
+            routes = (*static, *found)
+            # A listing that differs only in what the router does not read (a card's
+            # timestamp) keeps the tuple, and so the router's index.
+            self._routes = (static, agents,
+                            self._routes[2] if routes == self._routes[2] else routes)
+        return self._routes[2]
+
+    async def _registry_agents(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
+        if self.discover is None:
+            return ()
+        try:
+            return await self.discover.routable()
+        except Exception as exc:
+            log.warning("registry listing failed, routing among configured peers only: %s",
+                        exc)
+            return ()
+
+    async def _read_card(self, cand: Candidate) -> dict[str, Any]:
+        guard, session = self._http(cand.rules)
+        tls = self._pinned(cand.ca_file)
+        if cand.protocol == "a2a":
+            return await A2APeerClient(
+                cand.url, cand.token, session=session, name=cand.name,
+                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+                max_response_bytes=cand.max_response_bytes, tls=tls,
+                poll_seconds=POLL_SECONDS, guard=guard).card(time.monotonic() + cand.timeout)
+        return await self._client(cand).card()
+
     async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
                        deadline: float, peer: str | None,
-                       parent_task_id: str = "") -> DelegationResult:
-        """``parent_task_id``: the local task this delegation works for (audit records)."""
+                       parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
+        """``parent_task_id``: the local task this delegation works for (audit records);
+        ``tree_id``: its delegation tree, sent on so the peer keys its workspace by it."""
         found = await self.candidates(request.capabilities_needed, chain[:-1], peer)
         if not found:
             wanted = peer or ", ".join(request.capabilities_needed) or "this task"
@@ -117,7 +176,7 @@ class PeerDelegator:
                 break
             try:
                 return await self._send(cand, request, chain, _grant(cand, budget), deadline,
-                                        parent_task_id)
+                                        parent_task_id, tree_id)
             except DelegationFailed as err:
                 if err.code == "no_capable_peer":
                     raise
@@ -128,25 +187,39 @@ class PeerDelegator:
             raise last
         raise DelegationFailed("peer_timeout", "no time left to delegate")
 
+    def _client(self, cand: Candidate) -> PeerClient:
+        client = self._clients.get(cand)
+        if client is None:
+            if len(self._clients) >= MAX_CLIENTS:  # registry peers come and go
+                self._clients.clear()
+            guard, session = self._http(cand.rules)
+            client = PeerClient(cand.url, cand.token, session=session, name=cand.name,
+                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+                                max_response_bytes=cand.max_response_bytes,
+                                tls=self._pinned(cand.ca_file), guard=guard)
+            self._clients[cand] = client
+        return client
+
     async def _send(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
-                    grant: Decimal, deadline: float, parent_task_id: str) -> DelegationResult:
-        guard, session = self._http(cand.rules)
-        client = PeerClient(cand.url, cand.token, session=session, name=cand.name,
-                            connect_timeout=cand.connect_timeout, timeout=cand.timeout,
-                            max_response_bytes=cand.max_response_bytes,
-                            tls=self._pinned(cand.ca_file), guard=guard)
+                    grant: Decimal, deadline: float, parent_task_id: str,
+                    tree_id: str) -> DelegationResult:
+        client = self._client(cand)
         started = time.monotonic()
         audit: dict[str, Any] = {"caller": self.agent_id,
                                  "task_id": parent_task_id or request.id, "chain": chain,
                                  "detail": {"peer": cand.name, "url": cand.url}}
-        with self._tracer.start_as_current_span("butler.delegate", attributes={
+        attributes: Attributes = {
             "butler.peer": cand.name, "butler.caller_chain": list(chain),
             "butler.depth": len(chain), "butler.budget_usd": str(grant),
-        }) as span:
+        } if self._recording else None
+        with self._tracer.start_as_current_span("butler.delegate",
+                                                attributes=attributes) as span:
             headers: dict[str, str] = {}
             inject_headers(headers)
             trace_id = format(span.get_span_context().trace_id, "032x")
-            headers[butler_v2.TRACE_HEADER] = trace_id
+            headers[envelope.TRACE_HEADER] = trace_id
+            if tree_id:
+                headers[envelope.TREE_HEADER] = tree_id
             self._audit("delegation_sent", **audit, budget_before=grant, budget_after=None,
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
@@ -163,14 +236,17 @@ class PeerDelegator:
                     span.set_attribute("butler.refusal", err.code)
                     if isinstance(err, DelegationFailed):
                         self.health.failed(cand.name)
-                    self._audit("delegation_result", **audit, budget_before=grant,
-                                budget_after=grant, decision="error", code=err.code,
-                                trace_id=trace_id)
+                    took = f"{time.monotonic() - started:.6f}"
+                    self._audit("delegation_result", **{**audit, "detail": {
+                                    **audit["detail"], "seconds": took}},
+                                budget_before=grant, budget_after=grant, decision="error",
+                                code=err.code, trace_id=trace_id)
                     raise
             elapsed = time.monotonic() - started
             self.health.ok(cand.name, elapsed)
             spent = min(task.budget.spent_usd if task.budget else Decimal("0"), grant)
-            audit["detail"] = {**audit["detail"], "peer_task_id": task.id}
+            audit["detail"] = {**audit["detail"], "peer_task_id": task.id,
+                               "seconds": f"{elapsed:.6f}"}
             self._audit("delegation_result", **audit, budget_before=grant,
                         budget_after=grant - spent, decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=trace_id)

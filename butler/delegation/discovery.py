@@ -22,6 +22,8 @@ log = logging.getLogger("butler.delegation")
 
 # Capability lists are the callers' choice: the cache keeps this many, the oldest go.
 CACHE_ENTRIES = 256
+# The intent router ranks at most this many registry agents (and their cards' skills).
+ROUTABLE_AGENTS = 500
 
 
 class RegistryDiscovery:
@@ -41,6 +43,7 @@ class RegistryDiscovery:
         self._guard = guard
         self._ttl = cache_seconds
         self._cache: dict[tuple[str, ...], tuple[float, list[Candidate]]] = {}
+        self._routable: tuple[float, tuple[tuple[Candidate, dict[str, Any]], ...]] | None = None
 
     async def __call__(self, capabilities: Sequence[str]) -> list[Candidate]:
         key = tuple(sorted(capabilities))
@@ -57,6 +60,22 @@ class RegistryDiscovery:
                 found.append(cand)
         self._cache[key] = (time.monotonic(), found)
         return found
+
+    async def routable(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
+        """Every live agent a token may go to (by the rules above), with its card, for the
+        intent router; the same tuple while it is cached, like a lookup by capability."""
+        hit = self._routable
+        if hit is not None and time.monotonic() - hit[0] < self._ttl:
+            return hit[1]
+        found = []
+        for entry in await self._client.find(max_results=ROUTABLE_AGENTS):
+            cand = await self._candidate(entry, ())
+            if cand is not None:
+                found.append((cand, entry.card if isinstance(entry.card, dict) else {}))
+        # Unchanged, the same tuple: the router's index of it is not rebuilt.
+        same = hit is not None and hit[1] == tuple(found)
+        self._routable = (time.monotonic(), hit[1] if hit is not None and same else tuple(found))
+        return self._routable[1]
 
     async def _candidate(self, entry: AgentEntry, caps: tuple[str, ...]) -> Candidate | None:
         if entry.name == self._self or not set(caps) <= set(entry.capabilities):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any, Protocol
 
 from butler.config.model import PeerConfig
 from internal.http import CONFIGURED, OutboundRules
@@ -49,7 +50,14 @@ def from_config(peers: Iterable[PeerConfig]) -> list[Candidate]:
     ]
 
 
-DiscoverFn = Callable[[Sequence[str]], Awaitable[list[Candidate]]]
+class Discovery(Protocol):
+    """Peers found in a registry (``RegistryDiscovery``)."""
+
+    async def __call__(self, capabilities: Sequence[str]) -> list[Candidate]:
+        """Agents providing every one of ``capabilities``."""
+
+    async def routable(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
+        """Every agent a token may go to, with its card (for the intent router)."""
 
 
 class PeerHealth:
