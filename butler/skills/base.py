@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
+from butler.routing import Ranking
 from internal.protocol.a2a.model import Artifact, CostNode, Message, Part, TaskFailed
 
 
@@ -74,6 +75,7 @@ class Host(Protocol):
                        last_chunk: bool = True) -> None: ...
     async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp: ...
     def budget_left(self) -> Decimal: ...
+    async def route(self, text: str) -> Ranking: ...
     async def delegate(
         self, *, capabilities: Sequence[str], task: str, input: dict[str, Any] | None,
         peer: str | None,
@@ -156,6 +158,12 @@ class SkillContext:
     @property
     def budget_left(self) -> Decimal:
         return self._host.budget_left()
+
+    async def route(self, text: str) -> Ranking:
+        """Rank this instance's skills and its peers for ``text`` with the intent router,
+        as this task's caller sees them; nothing runs. ``ranking.best`` is the choice
+        (None below the threshold), ``butler.routing.explain(ranking)`` says why."""
+        return await self._host.route(text)
 
     async def delegate(
         self,

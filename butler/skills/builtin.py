@@ -6,7 +6,11 @@ from typing import Any
 
 from butler.memory import MemoryStore
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
+from butler.skills.fidelity import LOSSLESS
 from internal.protocol.a2a.model import Part
+
+# Builtins run in the daemon, on the skill API itself.
+FIDELITY = LOSSLESS
 
 
 async def echo(ctx: SkillContext) -> SkillOutput:

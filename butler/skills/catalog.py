@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import logging
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from butler.config.model import SkillConfig
 from butler.memory import MemoryStore
+from butler.skills import builtin, command, plugin
 from butler.skills.base import SkillFunction
 from butler.skills.builtin import echo, memory_skills
 from butler.skills.command import command_skill
+from butler.skills.fidelity import LOSSLESS, Fidelity
 from butler.skills.plugin import load_plugin
+from butler.skills.run_ledger import RunLedger
 from internal.protocol.a2a.model import Identity
+
+log = logging.getLogger("butler.skills")
 
 RESERVED_PREFIXES = ("a2a.", "butler.", "admin.")
 
@@ -20,6 +26,7 @@ RESERVED_PREFIXES = ("a2a.", "butler.", "admin.")
 class Skill:
     config: SkillConfig
     run: SkillFunction
+    fidelity: Fidelity = field(default=LOSSLESS)
 
     @property
     def id(self) -> str:
@@ -27,8 +34,10 @@ class Skill:
 
     @property
     def exposed(self) -> bool:
-        """Reserved namespaces are never exposed, whatever the config says."""
-        return self.config.expose and not is_reserved(self.config.id)
+        """Reserved namespaces, and skills no bridge can carry, are never exposed, whatever
+        the config says."""
+        return (self.config.expose and not is_reserved(self.config.id)
+                and self.fidelity.level != "unsupported")
 
     def visible_to(self, identity: Identity | None) -> bool:
         if not self.exposed:
@@ -43,29 +52,58 @@ def is_reserved(skill_id: str) -> bool:
     return skill_id.startswith(RESERVED_PREFIXES)
 
 
-def build_skills(configs: Iterable[SkillConfig], memory: MemoryStore | None) -> list[Skill]:
-    """Resolve every configured skill to code; raises ``PluginError`` for a bad entry."""
+def build_skills(configs: Iterable[SkillConfig], memory: MemoryStore | None,
+                 runs: RunLedger, secret_env: Collection[str]) -> list[Skill]:
+    """Resolve every configured skill to code; raises ``PluginError`` for a bad entry.
+    ``runs`` records each command skill's running process group. An ``mcp`` entry has no
+    skill of its own: its server provides them once it runs (``SkillCatalog.provide``)."""
     memory_fns = memory_skills(memory) if memory is not None else {}
     skills = []
     for cfg in configs:
+        if cfg.mcp is not None:
+            continue
         if cfg.builtin == "echo":
             fn: SkillFunction = echo
+            fidelity = builtin.FIDELITY
         elif cfg.builtin is not None:
-            fn = memory_fns[cfg.builtin]
+            fn, fidelity = memory_fns[cfg.builtin], builtin.FIDELITY
         elif cfg.command is not None:
-            fn = command_skill(cfg.command, max_output_bytes=cfg.max_output_bytes)
+            fn = command_skill(cfg.command, max_output_bytes=cfg.max_output_bytes, runs=runs,
+                               secret_env=secret_env)
+            fidelity = command.FIDELITY
         else:
             assert cfg.python is not None
-            fn = load_plugin(cfg.python)
-        skills.append(Skill(cfg, fn))
+            fn, fidelity = load_plugin(cfg.python), plugin.FIDELITY
+        skills.append(Skill(cfg, fn, fidelity))
     return skills
 
 
 class SkillCatalog:
     def __init__(self, skills: Iterable[Skill], allowed_capabilities: tuple[str, ...] | None):
-        self._skills = tuple(skills)
+        self._configured = tuple(skills)
+        self._provided: dict[str, tuple[Skill, ...]] = {}
+        self._skills = self._configured
         self._allowed = None if allowed_capabilities is None else frozenset(allowed_capabilities)
         self._visible: dict[str | None, list[Skill]] = {}
+
+    def provide(self, source: str, skills: Sequence[Skill]) -> None:
+        """Set the skills a provider (an MCP server, by its entry's id) has now, in place of
+        what it had; a skill whose id is already taken is left out, with a warning."""
+        others = {s.id for s in self._configured}
+        for name, provided in self._provided.items():
+            if name != source:
+                others.update(s.id for s in provided)
+        kept = []
+        for skill in skills:
+            if skill.id in others:
+                log.warning("skill %r from %s is left out: the id is taken", skill.id, source)
+                continue
+            others.add(skill.id)
+            kept.append(skill)
+        self._provided[source] = tuple(kept)
+        self._skills = self._configured + tuple(
+            s for provided in self._provided.values() for s in provided)
+        self._visible.clear()
 
     def _advertised(self, skill: Skill) -> bool:
         if self._allowed is None:
@@ -104,8 +142,3 @@ class SkillCatalog:
             return None
         fitting = [s for s in candidates if set(capabilities) <= set(s.config.capabilities)]
         return min(fitting, key=lambda s: s.config.cost_usd, default=None)
-
-    def default_skill(self, identity: Identity | None) -> Skill | None:
-        """For a task naming neither skill nor capability: the first visible skill."""
-        visible = self.visible(identity)
-        return visible[0] if visible else None

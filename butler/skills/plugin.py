@@ -6,6 +6,7 @@ import importlib
 import inspect
 
 from butler.skills.base import SkillFunction
+from butler.skills.fidelity import LOSSLESS
 from internal.protocol.a2a.model import SetupError
 
 
@@ -14,6 +15,10 @@ class PluginError(SetupError):
 
     def __init__(self, message: str) -> None:
         super().__init__("invalid_plugin", message)
+
+
+# A plugin is written against the whole SkillContext API.
+FIDELITY = LOSSLESS
 
 
 def load_plugin(ref: str) -> SkillFunction:

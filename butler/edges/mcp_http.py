@@ -1,0 +1,177 @@
+"""Butler's MCP server over streamable HTTP at ``/mcp`` in the daemon (docs/mcp.md).
+
+The SDK's session manager is an ASGI app; ``asgi_handler`` serves an aiohttp request
+through it, after the daemon's gate has authenticated the caller: the bearer token's
+identity rides in the ASGI scope and each call is a task of that caller, not of a fixed
+one. Stateless, with JSON answers: each POST is one request and its answer, no session
+to keep, no stream left open.
+
+The SDK is an optional extra: without it the daemon serves no ``/mcp`` and says so once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+from aiohttp import web
+
+from butler.config.model import Config
+from butler.skills.catalog import SkillCatalog
+from internal.http import IDENTITY
+from internal.protocol.a2a.model import Identity
+from internal.protocol.a2a.server import TaskService
+
+log = logging.getLogger("butler.mcp")
+
+MCP_PATH = "/mcp"
+# Where the authenticated caller rides in the ASGI scope, for the tools to read back.
+SCOPE_IDENTITY = "butler.identity"
+
+Message = MutableMapping[str, Any]
+AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
+                    Callable[[Message], Awaitable[None]]], Awaitable[None]]
+
+
+async def mount_mcp(app: web.Application, stack: AsyncExitStack, cfg: Config,
+                    service: TaskService, catalog: SkillCatalog) -> bool:
+    """Add ``/mcp`` to ``app`` and run its session manager until ``stack`` closes.
+    False, and no route, when the MCP SDK is not installed."""
+    try:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    except ImportError:
+        if cfg.mcp_server.allowed_capabilities is not None:
+            log.info("no /mcp: the MCP SDK is not installed (pip install 'butler-a2a[mcp]')")
+        return False
+    from butler.edges.mcp import ButlerTools, mcp_server
+
+    # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
+    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
+    server = mcp_server(ButlerTools(service, catalog), cfg.agent.name, package_version(),
+                        caller=caller_of)
+    manager = StreamableHTTPSessionManager(
+        app=server, stateless=True, json_response=True,
+        max_request_body_size=cfg.limits.max_body_bytes)
+    stack.push_async_callback(_stop, await _run(manager.run))
+    # POST alone: stateless with JSON answers, there is no stream to GET (the spec's
+    # answer to that is 405) and no session to DELETE.
+    app.router.add_post(MCP_PATH, asgi_handler(manager.handle_request))
+    return True
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("butler-a2a")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def caller_of(request: Any) -> Identity:
+    """The caller of an MCP request over HTTP: the identity the gate put in the ASGI
+    scope. None there (which the route never lets happen) refuses the call."""
+    scope = getattr(request, "scope", None)
+    ident = scope.get(SCOPE_IDENTITY) if isinstance(scope, dict) else None
+    if not isinstance(ident, Identity):
+        raise PermissionError("no authenticated caller for this MCP request")
+    return ident
+
+
+Running = tuple[asyncio.Task[None], asyncio.Event]
+
+
+async def _run(run: Callable[[], contextlib.AbstractAsyncContextManager[None]]) -> Running:
+    """Enter ``run()`` in a task of its own, so that it is entered and left in the same
+    task (anyio's rule) whichever task stops the daemon."""
+    started, done = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with run():
+            started.set()
+            await done.wait()
+
+    task = asyncio.create_task(hold(), name="mcp-http")
+    waiter = asyncio.create_task(started.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if not started.is_set():
+        waiter.cancel()
+        await task  # raises what stopped it
+    return task, done
+
+
+async def _stop(running: Running) -> None:
+    task, done = running
+    done.set()
+    await task
+
+
+def asgi_handler(asgi: AsgiApp) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()  # within the app's client_max_size
+        over = asyncio.Event()
+        replies = _Replies(request)
+        try:
+            await asgi(_scope(request), _receiver(body, over), replies.send)
+        finally:
+            over.set()
+        return await replies.response()
+
+    return handle
+
+
+def _scope(request: web.Request) -> dict[str, Any]:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": request.method, "scheme": request.scheme, "path": request.path,
+        "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
+        "query_string": request.query_string.encode("latin-1"), "root_path": "",
+        "headers": [(k.lower(), v) for k, v in request.raw_headers],
+        "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
+        "server": None, SCOPE_IDENTITY: request.get(IDENTITY),
+    }
+
+
+def _receiver(body: bytes, over: asyncio.Event) -> Callable[[], Awaitable[Message]]:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await over.wait()  # the body is read whole: what follows is the end of the request
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+class _Replies:
+    """The ASGI ``send`` side: an aiohttp response, streamed as the app writes it."""
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self._response: web.StreamResponse | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            response = web.StreamResponse(status=message["status"])
+            for key, value in message.get("headers", []):
+                response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
+            await response.prepare(self._request)
+            self._response = response
+        elif message["type"] == "http.response.body" and self._response is not None:
+            if chunk := message.get("body", b""):
+                await self._response.write(chunk)
+            if not message.get("more_body", False):
+                await self._response.write_eof()
+
+    async def response(self) -> web.StreamResponse:
+        if self._response is None:
+            raise web.HTTPInternalServerError(text="the MCP server gave no answer")
+        return self._response

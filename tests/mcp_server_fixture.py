@@ -1,0 +1,67 @@
+"""A small MCP server for tests/test_mcp_skills.py, run over stdio with the official SDK.
+
+``python tests/mcp_server_fixture.py PIDFILE`` appends its pid to PIDFILE at start, so a
+test can tell each (re)started process and check that none is left; ``hang`` writes
+PIDFILE.hanging when called and PIDFILE.cancelled when its call is cancelled.
+``... PIDFILE --http PORT`` serves streamable HTTP at http://127.0.0.1:PORT/mcp instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("fixture")
+
+
+@server.tool(description="Add two integers", structured_output=True)
+def add(a: int, b: int) -> dict[str, int]:
+    return {"sum": a + b}
+
+
+@server.tool(description="Say the text louder")
+def shout(text: str) -> str:
+    return text.upper() + "!"
+
+
+@server.tool(description="Never answers")
+async def hang() -> str:
+    if len(sys.argv) > 1:
+        Path(sys.argv[1] + ".hanging").write_text("hanging")
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:  # the client cancelled the request: say so to the test
+        if len(sys.argv) > 1:
+            Path(sys.argv[1] + ".cancelled").write_text("cancelled")
+        raise
+    return "never"
+
+
+@server.tool(description="Ends the server process at once")
+def crash() -> str:
+    os._exit(3)
+
+
+@server.tool(description="Always fails")
+def fail(reason: str = "it went wrong") -> str:
+    raise ToolError(reason)
+
+
+@server.tool(description="Answers with more text than any small cap allows")
+def flood(size: int) -> str:
+    return "x" * size
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        with Path(sys.argv[1]).open("a") as pids:
+            pids.write(f"{os.getpid()}\n")
+    if len(sys.argv) > 3 and sys.argv[2] == "--http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+    else:
+        server.run("stdio")

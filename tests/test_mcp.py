@@ -1,0 +1,144 @@
+"""``butler mcp`` as a real child process, driven by the official MCP SDK's stdio client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.types import TextContent
+
+from tests.a2a_support import ASK, WAIT
+from tests.delegation_support import skill
+from tests.support import (
+    ECHO,
+    REPO,
+    Swarm,
+    child_env,
+    command_skill,
+    config_dict,
+    plugin_skill,
+    write_config,
+)
+
+
+@asynccontextmanager
+async def mcp_butler(tmp_path: Path, cfg: dict[str, Any]) -> AsyncIterator[ClientSession]:
+    path = write_config(tmp_path, cfg["agent"]["id"], cfg)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "butler", "mcp", "-c", str(path)],
+                                   env=child_env(), cwd=REPO)
+    with (tmp_path / "mcp-stderr.log").open("w") as log:
+        async with stdio_client(params, errlog=log) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def _texts(result: Any) -> list[str]:
+    return [c.text for c in result.content if isinstance(c, TextContent)]
+
+
+async def test_tools_are_the_allowed_skills_and_a_call_runs_one(tmp_path: Path) -> None:
+    cfg, _ = config_dict(tmp_path, "desk", skills=[ECHO, ASK, skill("pricey", "2.00")],
+                         configurations={"mcp_server": {
+                             "allowed_capabilities": ["echo", "pricey"]}})
+    async with mcp_butler(tmp_path, cfg) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == {"delegate", "echo", "pricey"}  # "ask" is not allowed
+        assert tools["echo"].input_schema["properties"]["task"]["type"] == "string"
+        assert tools["delegate"].input_schema["required"] == ["capabilities", "task"]
+
+        result = await session.call_tool("echo", {"task": "hello over mcp"})
+        assert not result.is_error and _texts(result) == ["hello over mcp"]
+        assert result.structured_content is not None
+        assert result.structured_content["state"] == "completed"
+
+        # A refusal by the swarm rules is a tool error with its code, not a protocol error.
+        refused = await session.call_tool("delegate", {
+            "capabilities": ["pricey"], "task": "too dear", "budget_usd": "1.00"})
+        assert refused.is_error and refused.structured_content is not None
+        assert refused.structured_content["code"] == "budget_exhausted"
+        assert _texts(refused)[0].startswith("budget_exhausted: ")
+
+        unknown = await session.call_tool("ask", {"task": "hidden"})
+        assert unknown.is_error and unknown.structured_content is not None
+        assert unknown.structured_content["code"] == "not_found"
+    log = (tmp_path / "mcp-stderr.log").read_text()
+    assert "serving MCP on stdio" in log and "stopped" in log
+
+
+async def test_a_declared_input_schema_is_the_tool_schema_and_its_arguments_the_input(
+    tmp_path: Path,
+) -> None:
+    schema = {"type": "object", "required": ["n"],
+              "properties": {"task": {"type": "string"}, "n": {"type": "integer"}}}
+    cfg, _ = config_dict(tmp_path, "desk", skills=[
+        ECHO, plugin_skill("about", "tests.plugins.sample:about", input_schema=schema),
+        command_skill("count", [sys.executable, "-c", "print(1)"])])
+    async with mcp_butler(tmp_path, cfg) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert tools["about"].input_schema == schema
+        assert tools["echo"].input_schema["properties"]["task"]["type"] == "string"
+        # Seen from MCP, every tool has the edge's own caveat besides its runner's.
+        fidelity = {n: (t.meta or {}).get("butler/bridge_fidelity") for n, t in tools.items()}
+        assert fidelity["about"] == {"level": "adapted",
+                                     "caveats": ["input-required tasks are canceled"]}
+        assert fidelity["count"] is not None and fidelity["count"]["caveats"][-1] == (
+            "input-required tasks are canceled")
+        assert "no input-required" in fidelity["count"]["caveats"]
+
+        result = await session.call_tool("about", {"task": "count to n", "n": 3})
+        assert not result.is_error, result
+        seen = json.loads(_texts(result)[0])
+        assert seen["text"] == "count to n"
+        assert seen["input"] == {"task": "count to n", "n": 3}
+
+
+async def test_delegate_goes_to_a_peer_through_the_swarm(swarm: Swarm, tmp_path: Path) -> None:
+    office = await swarm.start("office", callers={"home": {}},
+                               skills=[skill("office.echo")])
+    token_file = tmp_path / "home-to-office.token"
+    token_file.write_text(office.tokens["home"])
+    cfg, _ = config_dict(tmp_path, "home", peers=[{
+        "name": "office", "url": office.url, "token_file": str(token_file),
+        "capabilities": ["office.echo"]}])
+    async with mcp_butler(tmp_path, cfg) as session:
+        result = await session.call_tool("delegate", {
+            "capabilities": ["office.echo"], "task": "from the desktop"})
+        assert not result.is_error, result
+        assert _texts(result) == ["from the desktop"]
+        page = await office.client("home").list_tasks()
+        assert [t["skill"] for t in page["tasks"]] == ["office.echo"]
+
+
+async def test_progress_and_cancel_reach_the_task(tmp_path: Path) -> None:
+    cfg, _ = config_dict(tmp_path, "desk", skills=[ECHO, WAIT])
+    async with mcp_butler(tmp_path, cfg) as session:
+        running = asyncio.Event()
+        said: list[str | None] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            said.append(message)
+            running.set()
+
+        call = asyncio.create_task(session.call_tool("wait", {"task": "take your time"},
+                                                     progress_callback=progress))
+        async with asyncio.timeout(30):
+            await running.wait()
+        assert said == ["waiting"]
+        call.cancel()  # the SDK sends notifications/cancelled for the abandoned request
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        # The server goes on serving after a canceled call.
+        assert _texts(await session.call_tool("echo", {"task": "still here"})) == ["still here"]
+    # Canceled, not cut off by the stop that follows: the operator's log says which.
+    log = (tmp_path / "mcp-stderr.log").read_text()
+    assert "state=canceled skill=wait" in log, log

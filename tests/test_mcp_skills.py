@@ -1,0 +1,300 @@
+"""MCP servers as skill providers: tests/mcp_server_fixture.py, a real MCP server over
+stdio, behind a real daemon (docs/mcp.md#mcp-servers-as-skills)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from butler.config import load_config
+from butler.config.node import ConfigError
+from tests.support import (
+    ECHO,
+    Instance,
+    Swarm,
+    call,
+    config_dict,
+    kill_quietly,
+    post_task,
+    process_gone,
+    wait_gone,
+    write_config,
+)
+
+FIXTURE = Path(__file__).resolve().parent / "mcp_server_fixture.py"
+
+
+def calc(pids: Path, **extra: Any) -> dict[str, Any]:
+    return {"id": "calc", "mcp": {"command": [sys.executable, str(FIXTURE), str(pids)]},
+            "expose": True, **extra}
+
+
+def started(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
+
+
+async def run(inst: Instance, skill: str, **body: Any) -> dict[str, Any]:
+    status, task = await post_task(inst, {"skill": skill, "task": "go", **body})
+    assert status == 200, task
+    return task
+
+
+async def wait_file(path: Path) -> None:
+    async with asyncio.timeout(10):
+        while not path.exists():
+            await asyncio.sleep(0.02)
+
+
+async def card_skills(inst: Instance) -> dict[str, dict[str, Any]]:
+    async with inst.session.get(inst.url + "/v2/card", headers=inst.headers()) as resp:
+        card = await resp.json()
+    return {s["id"]: s for s in card["skills"]}
+
+
+async def test_tools_are_skills_that_run(swarm: Swarm, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    loud = {"id": "loud", "mcp": {"command": [sys.executable, str(FIXTURE)],
+                                  "tools": ["shout"]},
+            "capabilities": ["shouting"], "expose": True}
+    home = await swarm.start("home", skills=[ECHO, calc(pids), loud])
+    skills = await card_skills(home)
+    assert {"calc.add", "calc.shout", "calc.hang", "calc.crash", "calc.fail",
+            "loud.shout"} <= set(skills)
+    assert not any(s.startswith("loud.") and s != "loud.shout" for s in skills)
+    assert skills["calc.add"]["description"] == "Add two integers"
+    assert skills["calc.add"]["capabilities"] == ["calc", "calc.add"]
+    assert skills["loud.shout"]["capabilities"] == ["shouting", "loud.shout"]
+    # The tool's own schema and what a tool cannot carry of the skill API.
+    schema = skills["calc.add"]["input_schema"]
+    assert schema["type"] == "object" and set(schema["properties"]) == {"a", "b"}
+    assert skills["calc.add"]["bridge_fidelity"]["level"] == "adapted"
+    assert skills["echo"]["bridge_fidelity"]["level"] == "lossless"
+
+    added = await run(home, "calc.add", input={"a": 2, "b": 40})
+    assert added["state"] == "completed", added
+    # The tool's JSON text repeats its structured content: one data part carries it.
+    assert added["result"]["parts"] == [{"kind": "data", "data": {"sum": 42}}]
+
+    # The task's words fill the tool's ``text`` property.
+    shouted = await run(home, "loud.shout", task="hello")
+    assert shouted["state"] == "completed", shouted
+    assert shouted["result"]["parts"][0] == {"kind": "text", "text": "HELLO!"}
+
+    failed = await run(home, "calc.fail", input={"reason": "no such thing"})
+    assert failed["state"] == "failed"
+    assert failed["error"]["code"] == "tool_error"
+    assert "no such thing" in failed["error"]["message"]
+    assert len(started(pids)) == 1  # one process, shared by the entry's tools
+
+
+async def test_a_hanging_call_times_out_and_the_server_goes_on(swarm: Swarm,
+                                                                tmp_path: Path) -> None:
+    home = await swarm.start("home", skills=[calc(tmp_path / "pids", timeout_seconds=0.5)])
+    hung = await run(home, "calc.hang")
+    assert hung["state"] == "failed" and hung["error"]["code"] == "task_timeout", hung
+    shouted = await run(home, "calc.shout", task="still here")
+    assert shouted["state"] == "completed", shouted
+    assert len(started(tmp_path / "pids")) == 1  # the call was cancelled, not the server
+
+
+async def test_cancelling_the_task_cancels_the_call(swarm: Swarm, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids)])
+    _, task = await post_task(home, {"skill": "calc.hang", "task": "go", "mode": "async"})
+    await wait_file(Path(f"{pids}.hanging"))
+    status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+    assert status == 200 and canceled["state"] == "canceled", canceled
+    await wait_file(Path(f"{pids}.cancelled"))  # the server heard: notifications/cancelled
+    assert (await run(home, "calc.add", input={"a": 1, "b": 2}))["state"] == "completed"
+    assert len(started(pids)) == 1
+
+
+async def test_output_over_the_cap_fails_the_task(swarm: Swarm, tmp_path: Path) -> None:
+    home = await swarm.start("home", skills=[calc(tmp_path / "pids", max_output_bytes=1000)])
+    flood = await run(home, "calc.flood", input={"size": 5000})
+    assert flood["state"] == "failed" and flood["error"]["code"] == "output_too_large", flood
+    small = await run(home, "calc.flood", input={"size": 10})
+    assert small["state"] == "completed", small
+
+
+async def test_a_crashed_server_is_restarted(swarm: Swarm, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids)])
+    [first] = started(pids)
+    crashed = await run(home, "calc.crash")
+    assert crashed["state"] == "failed", crashed
+    assert crashed["error"]["code"] == "skill_unavailable"
+    await wait_gone(first)
+    # During the outage tasks fail ``skill_unavailable``; after the restart they run.
+    async with asyncio.timeout(20):
+        while True:
+            task = await run(home, "calc.add", input={"a": 1, "b": 1})
+            if task["state"] == "completed":
+                break
+            assert task["error"]["code"] == "skill_unavailable", task
+            await asyncio.sleep(0.05)
+    assert task["result"]["parts"] == [{"kind": "data", "data": {"sum": 2}}]
+    assert len(started(pids)) == 2
+
+
+async def test_a_server_killed_between_calls_is_restarted(swarm: Swarm,
+                                                          tmp_path: Path) -> None:
+    """No call notices it: the supervisor's ping does."""
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids)])
+    [first] = started(pids)
+    kill_quietly(first)
+    async with asyncio.timeout(30):
+        while len(started(pids)) < 2:
+            await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):
+        while (task := await run(home, "calc.add", input={"a": 2, "b": 2}))["state"] != \
+                "completed":
+            await asyncio.sleep(0.05)
+    assert task["result"]["parts"] == [{"kind": "data", "data": {"sum": 4}}]
+
+
+async def test_stopping_the_daemon_ends_the_server(swarm: Swarm, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids)],
+                             extra={"server": {"shutdown_grace_seconds": 0.2}})
+    # A call in flight at the stop, too: cancelled once the grace is over.
+    await post_task(home, {"skill": "calc.hang", "task": "go", "mode": "async"})
+    await wait_file(Path(f"{pids}.hanging"))
+    [pid] = started(pids)
+    assert not process_gone(pid)
+    await swarm.stop(home)
+    assert process_gone(pid)
+
+
+async def test_a_server_that_does_not_start_leaves_the_daemon_up(
+        swarm: Swarm, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    broken = {"id": "broken", "mcp": {"command": [sys.executable, "-c", "raise SystemExit(1)"]},
+              "expose": True}
+    with caplog.at_level(logging.WARNING, "butler.skills.mcp_servers"):
+        home = await swarm.start("home", skills=[ECHO, broken])
+    assert set(await card_skills(home)) == {"echo"}
+    # Retried with back-off: 1 s, then 2 s...
+    async with asyncio.timeout(10):
+        while not any("restarting in 2s" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0.05)
+    assert any("MCP server broken" in r.getMessage() and "restarting in 1s" in r.getMessage()
+               for r in caplog.records)
+    echoed = await run(home, "echo", task="up")
+    assert echoed["state"] == "completed"
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    ({"url": "http://127.0.0.1:9/mcp", "command": ["x"]}, "exactly one of command"),
+    ({"tools": ["add"]}, "exactly one of command"),
+    ({"url": "ftp://example.org/mcp"}, "expected an http"),
+    ({"command": []}, "at least the program"),
+])
+def test_mcp_entry_errors_name_the_key(tmp_path: Path, entry: dict[str, Any],
+                                       problem: str) -> None:
+    cfg, _ = config_dict(tmp_path, "home", skills=[{"id": "calc", "mcp": entry}])
+    with pytest.raises(ConfigError, match=problem) as err:
+        load_config(write_config(tmp_path, "home", cfg))
+    assert "skills" in str(err.value) and "mcp" in str(err.value)
+
+
+async def test_a_tool_whose_id_is_taken_is_left_out(swarm: Swarm, tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    taken = {**ECHO, "id": "calc.add"}
+    with caplog.at_level(logging.WARNING, "butler.skills"):
+        home = await swarm.start("home", skills=[taken, calc(tmp_path / "pids")])
+    assert (await card_skills(home))["calc.add"]["capabilities"] == ["echo"]
+    assert any("'calc.add'" in r.getMessage() and "taken" in r.getMessage()
+               for r in caplog.records)
+    echoed = await run(home, "calc.add", task="the configured skill")
+    assert echoed["result"]["parts"][0] == {"kind": "text", "text": "the configured skill"}
+
+
+async def test_a_server_over_streamable_http(swarm: Swarm, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Its URL goes through the outbound guard: loopback passes (an operator's config),
+    a metadata address never does."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    pids = tmp_path / "pids"
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, str(FIXTURE), str(pids), "--http", str(port),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        remote = {"id": "remote", "mcp": {"url": f"http://127.0.0.1:{port}/mcp"},
+                  "expose": True}
+        metadata = {"id": "meta", "mcp": {"url": "http://169.254.169.254/mcp"}, "expose": True}
+        with caplog.at_level(logging.WARNING, "butler.skills.mcp_servers"):
+            home = await swarm.start("home", skills=[remote, metadata])
+            # The server may not listen yet at the first try: the retry finds it.
+            async with asyncio.timeout(20):
+                while "remote.add" not in await card_skills(home):
+                    await asyncio.sleep(0.05)
+        added = await run(home, "remote.add", input={"a": 20, "b": 22})
+        assert added["result"]["parts"] == [{"kind": "data", "data": {"sum": 42}}], added
+        failed = await run(home, "remote.fail")
+        assert failed["error"]["code"] == "tool_error"
+        assert not any(s.startswith("meta.") for s in await card_skills(home))
+        assert any("MCP server meta" in r.getMessage() and "outbound guard" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
+        await swarm.stop(home)
+    finally:
+        kill_quietly(server.pid)
+        await server.wait()
+
+
+def test_answers_become_parts() -> None:
+    """Content the fixture server does not send: images and resources, an exact number."""
+    from decimal import Decimal
+
+    from mcp.types import (
+        CallToolResult,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextResourceContents,
+        Tool,
+    )
+
+    from butler.skills.base import SkillFailed
+    from butler.skills.mcp_servers.tool import arguments, to_result
+    from internal.protocol.a2a.model import Part
+
+    result = to_result(CallToolResult(content=[
+        ImageContent(data="aGk=", mime_type="image/png"),
+        ResourceLink(uri="file:///notes/a.md", name="a.md", mime_type="text/markdown"),
+        EmbeddedResource(resource=TextResourceContents(uri="file:///b.txt", text="bee")),
+    ]), 1000)
+    assert result.parts == (
+        Part(file={"bytes": "aGk=", "mimeType": "image/png"}),
+        Part(file={"uri": "file:///notes/a.md", "name": "a.md", "mimeType": "text/markdown"}),
+        Part(text="bee"),
+    )
+    with pytest.raises(SkillFailed) as err:
+        to_result(CallToolResult(content=[], is_error=True), 1000)
+    assert err.value.code == "tool_error"
+
+    tool = Tool(name="t", input_schema={"type": "object", "properties": {
+        "task": {"type": "string"}, "text": {"type": "string"}}})
+    given = {"x": Decimal("1.5"), "n": Decimal("2"), "deep": [{"y": Decimal("0.25")}]}
+    assert arguments(tool, "do it", given) == {
+        "x": 1.5, "n": 2, "deep": [{"y": 0.25}], "task": "do it"}
+
+
+def test_without_the_sdk_the_config_names_the_extra(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK is an optional extra: a config with an mcp skill says how to install it."""
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if it were not installed
+    cfg, _ = config_dict(tmp_path, "home", skills=[calc(tmp_path / "pids")])
+    with pytest.raises(ConfigError, match=r"pip install 'butler-a2a\[mcp\]'") as err:
+        load_config(write_config(tmp_path, "home", cfg))
+    assert "skills[0].mcp" in str(err.value)
+    # A config without one does not need it.
+    load_config(write_config(tmp_path, "home", config_dict(tmp_path, "home")[0]))
