@@ -30,6 +30,12 @@ def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str
         "logger": record.name,
         "msg": record.getMessage(),
     }
+    # Named facts of the line (``extra={"kv": {...}}``): fields of their own, not prose, so
+    # the JSON format keeps them queryable and key=value stays greppable.
+    kv = getattr(record, "kv", None)
+    if isinstance(kv, dict):
+        for key, value in kv.items():
+            out.setdefault(str(key), str(value))
     trace_id = getattr(record, "trace_id", "")
     if trace_id:
         out["trace_id"] = trace_id

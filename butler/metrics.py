@@ -1,21 +1,36 @@
-"""A small Prometheus registry: labelled counters and gauges, text exposition 0.0.4."""
+"""A small Prometheus registry: labelled counters, gauges and histograms, text exposition
+0.0.4. Ours rather than ``prometheus_client``: four short classes, Decimal sums kept exact,
+and nothing global (each daemon has its own registry, so tests need no reset)."""
 
 from __future__ import annotations
 
+import bisect
 import threading
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 from aiohttp import web
 
-from internal.http import Handler
+from butler.oplog import log_request
+from butler.swarm.spend import CallerUsage
+from internal.http import IDENTITY, Handler
 
 LabelValues = tuple[str, ...]
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+# Seconds, from a fast local skill to a long delegation; the task timeout caps the top.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0, 60.0, 300.0)
+
+
+def _label_text(names: tuple[str, ...], values: LabelValues) -> str:
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True))
 
 
 class _Metric:
@@ -41,9 +56,7 @@ class _Metric:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
         for values, number in self.samples():
             if values:
-                pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(self.labels, values,
-                                                                       strict=True))
-                lines.append(f"{self.name}{{{pairs}}} {number}")
+                lines.append(f"{self.name}{{{_label_text(self.labels, values)}}} {number}")
             else:
                 lines.append(f"{self.name} {number}")
         return lines
@@ -86,9 +99,62 @@ class Gauge(_Metric):
         return super().samples()
 
 
+class Histogram(_Metric):
+    """Cumulative buckets, ``_sum`` and ``_count`` per label set, as Prometheus expects."""
+
+    kind = "histogram"
+
+    def __init__(self, name: str, help_text: str, labels: tuple[str, ...] = (),
+                 buckets: tuple[float, ...] = DURATION_BUCKETS) -> None:
+        super().__init__(name, help_text, labels)
+        self.buckets = tuple(sorted(buckets))
+        # Per label set: the count in each bucket (not cumulative; +Inf last), then the sum.
+        self._observed: dict[LabelValues, tuple[list[int], list[float]]] = {}
+
+    def observe(self, *labels: str, value: float) -> None:
+        key = self._key(labels)
+        with self._lock:
+            counts, total = self._observed.setdefault(key, ([0] * (len(self.buckets) + 1),
+                                                            [0.0]))
+            counts[bisect.bisect_left(self.buckets, value)] += 1
+            total[0] += value
+
+    def snapshot(self, *labels: str) -> tuple[list[int], float]:
+        """The cumulative bucket counts (+Inf last) and the sum, for tests and ``render``."""
+        with self._lock:
+            counts, total = self._observed.get(self._key(labels),
+                                               ([0] * (len(self.buckets) + 1), [0.0]))
+            running, cumulative = 0, []
+            for count in counts:
+                running += count
+                cumulative.append(running)
+            return cumulative, total[0]
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        with self._lock:
+            keys = sorted(self._observed)
+        bounds = [repr(b) for b in self.buckets] + ["+Inf"]
+        for values in keys:
+            cumulative, total = self.snapshot(*values)
+            prefix = _label_text(self.labels, values)
+            sep = "," if prefix else ""
+            for bound, count in zip(bounds, cumulative, strict=True):
+                lines.append(f'{self.name}_bucket{{{prefix}{sep}le="{bound}"}} {count}')
+            suffix = f"{{{prefix}}}" if prefix else ""
+            lines.append(f"{self.name}_sum{suffix} {total!r}")
+            lines.append(f"{self.name}_count{suffix} {cumulative[-1]}")
+        return lines
+
+
 class Registry:
     def __init__(self) -> None:
         self._metrics: list[_Metric] = []
+
+    def histogram(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Histogram:
+        metric = Histogram(name, help_text, labels)
+        self._metrics.append(metric)
+        return metric
 
     def counter(self, name: str, help_text: str, labels: tuple[str, ...] = ()) -> Counter:
         metric = Counter(name, help_text, labels)
@@ -122,32 +188,79 @@ class ButlerMetrics:
                                      "Delegations by peer and outcome", ("peer", "outcome"))
         self.spent = r.counter("butler_budget_spent_usd_total",
                                "USD spent by finished tasks (local skills and delegations)")
+        # Routes are the app's templates (``GET /v2/tasks/{id}``), skills and peers come from
+        # the config or the registry: the label sets stay bounded.
+        self.request_seconds = r.histogram("butler_http_request_duration_seconds",
+                                           "Time to answer a request, by route", ("route",))
+        self.task_seconds = r.histogram("butler_task_duration_seconds",
+                                        "Time from a task's creation to its final state, "
+                                        "by skill", ("skill",))
+        self.delegation_seconds = r.histogram("butler_delegation_duration_seconds",
+                                              "Time for a delegation's answer, by peer",
+                                              ("peer",))
         self.rate_limited = r.counter("butler_rate_limited_total",
                                       "Requests answered 429, by limit", ("limit",))
+        # Per caller identity: bounded, as identities are the configured tokens.
+        self.caller_spent = r.counter("butler_caller_spent_usd_total",
+                                      "USD spent by finished tasks, by caller", ("caller",))
+        self.spend_usage: Callable[[], list[CallerUsage]] = list
+        r.gauge("butler_caller_window_usd",
+                "USD spent or reserved by a capped caller in the rolling window",
+                ("caller", "window"), collect=lambda: self._windows("usd"))
+        r.gauge("butler_caller_window_tasks", "Tasks a capped caller started in the rolling window",
+                ("caller", "window"), collect=lambda: self._windows("tasks"))
+        r.gauge("butler_caller_limit_usd", "A capped caller's USD cap per window",
+                ("caller", "window"), collect=self._limits)
 
     def render(self) -> str:
         return self.registry.render()
 
+    def _windows(self, what: str) -> dict[LabelValues, float]:
+        samples: dict[LabelValues, float] = {}
+        for use in self.spend_usage():
+            for window, usage in (("hour", use.hour), ("day", use.day)):
+                samples[(use.caller, window)] = float(usage.usd if what == "usd" else usage.tasks)
+        return samples
+
+    def _limits(self) -> dict[LabelValues, float]:
+        samples: dict[LabelValues, float] = {}
+        for use in self.spend_usage():
+            lim = use.limits
+            for window, cap in (("task", lim.max_usd_per_task), ("hour", lim.max_usd_per_hour),
+                                ("day", lim.max_usd_per_day)):
+                if cap is not None:
+                    samples[(use.caller, window)] = float(cap)
+        return samples
+
 
 def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> None:
-    """Metrics follow the audit trail: every decision worth counting is recorded there."""
+    """Metrics follow the audit trail: every decision worth counting is recorded there,
+    every task's end exactly once."""
     code = fields.get("code")
+    detail = fields.get("detail") or {}
     if kind == "refusal":
         metrics.refusals.inc(str(code or "refused"))
     elif kind == "task_finished":
         metrics.tasks.inc(str(fields.get("decision", "")))
+        if "seconds" in detail:
+            metrics.task_seconds.observe(detail.get("skill") or "none",
+                                         value=float(detail["seconds"]))
         before, after = fields.get("budget_before"), fields.get("budget_after")
         if isinstance(before, Decimal) and isinstance(after, Decimal) and before > after:
             metrics.spent.inc(amount=before - after)
+            metrics.caller_spent.inc(str(fields.get("caller", "")), amount=before - after)
     elif kind == "delegation_result":
-        peer = str((fields.get("detail") or {}).get("peer", "?"))
+        peer = str(detail.get("peer", "?"))
         metrics.delegations.inc(peer, str(code or fields.get("decision", "")))
+        if "seconds" in detail:
+            metrics.delegation_seconds.observe(peer, value=float(detail["seconds"]))
 
 
 def metrics_middleware(metrics: ButlerMetrics) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = 500
+        started = time.monotonic()
         try:
             response = await handler(request)
             status = response.status
@@ -157,8 +270,16 @@ def metrics_middleware(metrics: ButlerMetrics) -> Any:
             raise
         finally:
             resource = request.match_info.route.resource
-            route = resource.canonical if resource is not None else "unmatched"
-            metrics.requests.inc(f"{request.method} {route}", str(status))
+            # Unmatched: one label, whatever the method (any token is a method to aiohttp,
+            # and a label per made-up method would grow without bound).
+            route = f"{request.method} {resource.canonical}" if resource is not None \
+                else "unmatched"
+            seconds = time.monotonic() - started
+            metrics.requests.inc(route, str(status))
+            metrics.request_seconds.observe(route, value=seconds)
+            identity = request.get(IDENTITY)
+            log_request(request.method, request.path, status, seconds,
+                        identity.name if identity is not None else "")
 
     return middleware
 

@@ -58,7 +58,7 @@ def config_dict(
     swarm: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
     configurations: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """A config for ``agent_id``; ``callers`` maps identity -> {tier, bound} options.
+    """A config for ``agent_id``; ``callers`` maps identity -> {tier, bound, limits} options.
 
     ``configurations`` adds sections (``mcp_server``) or keys of a section (``a2a``).
 
@@ -75,6 +75,8 @@ def config_dict(
             entry["name"] = name
         if "tier" in opts:
             entry["tier"] = opts["tier"]
+        if "limits" in opts:
+            entry["limits"] = opts["limits"]
         hashes.append(entry if len(entry) > 1 else digest)
     cfg: dict[str, Any] = {
         "agent": {"id": agent_id, "name": f"{agent_id} butler"},
@@ -147,6 +149,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def plugin_skill(skill_id: str, ref: str, **extra: Any) -> dict[str, Any]:
     return {"id": skill_id, "python": ref, "expose": True, **extra}
+
+
+def sample_skills() -> list[dict[str, Any]]:
+    """Echo plus the sample plugins that report steps and that fail: what the CLI tests drive."""
+    return [ECHO, plugin_skill("steps", "tests.plugins.sample:steps"),
+            plugin_skill("fail", "tests.plugins.sample:fail")]
 
 
 def command_skill(skill_id: str, argv: list[str], **extra: Any) -> dict[str, Any]:

@@ -1,9 +1,7 @@
-"""GET /v2/card on a real daemon, and ``butler card`` as a real subprocess."""
+"""GET /v2/card on a real daemon (``butler card`` is in test_card_cli.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import socket
 import sys
 from datetime import datetime
@@ -12,7 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support import ECHO, REPO, Instance, Swarm, child_env, run_cli
+from butler.skills import command
+from tests.support import ECHO, Instance, Swarm, command_skill, plugin_skill
 
 CARD_KEYS = {"name", "description", "url", "version", "capabilities", "skills",
              "auth_schemes", "streaming", "updated_at"}
@@ -82,31 +81,29 @@ async def test_unexposed_and_reserved_skills_never_appear(
         assert tools["capabilities"] == ["tools.run"]
 
 
-async def test_cli_card_against_a_live_daemon(swarm: Swarm) -> None:
-    home = await swarm.start("home", skills=[ECHO, skill("reader", "memory.read")])
-    token = home.tokens["operator"]
-    code, out, err = await run_cli("card", home.url, token=token)
-    assert code == 0, err
-    assert "home butler" in out and home.url in out
-    assert "echo" in out and "memory.read" in out
-    # --token-env names the variable; the JSON form is the card itself.
-    env = child_env(HOME_BUTLER_TOKEN=token)
-    env.pop("BUTLER_TOKEN", None)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "butler", "card", home.url, "--token-env", "HOME_BUTLER_TOKEN",
-        "--json", cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    async with asyncio.timeout(20):
-        raw_out, raw_err = await proc.communicate()
-    assert proc.returncode == 0, raw_err
-    data = json.loads(raw_out)
-    assert set(data) >= CARD_KEYS and data["url"] == home.url
-    code, out, err = await run_cli("card", home.url, "--token-env", "NO_SUCH_BUTLER_VAR",
-                                   token=token)
-    assert code != 0 and "NO_SUCH_BUTLER_VAR" in err
-    code, out, err = await run_cli("card", home.url, token="wrong-token")
-    assert code == 1 and "unauthenticated" in err
-    assert "wrong-token" not in err
+async def test_each_skill_shows_its_runner_fidelity_and_its_input_schema(
+    swarm: Swarm, http: aiohttp.ClientSession,
+) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    home = await swarm.start("home", skills=[
+        ECHO, plugin_skill("about", "tests.plugins.sample:about", input_schema=schema),
+        command_skill("count", [sys.executable, "-c", "print('1')"]),
+    ])
+    skills = {s["id"]: s for s in (await card(http, home))["skills"]}
+    lossless = {"level": "lossless", "caveats": []}
+    assert skills["echo"]["bridge_fidelity"] == lossless
+    assert skills["about"]["bridge_fidelity"] == lossless
+    assert skills["count"]["bridge_fidelity"] == {
+        "level": "adapted", "caveats": list(command.FIDELITY.caveats)}
+    assert "no input-required" in skills["count"]["bridge_fidelity"]["caveats"]
+    assert skills["about"]["input_schema"] == schema
+    assert "input_schema" not in skills["echo"]
+    # Neither has a field on A2A's AgentSkill: the A2A card stays the standard one.
+    async with http.get(f"{home.url}/.well-known/agent-card.json",
+                        headers={"A2A-Version": "1.0"}) as resp:
+        a2a = await resp.json()
+    about = next(s for s in a2a["skills"] if s["id"] == "about")
+    assert not {"input_schema", "inputSchema", "bridge_fidelity", "bridgeFidelity"} & set(about)
 
 
 def _ipv6_loopback() -> bool:

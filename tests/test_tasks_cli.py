@@ -6,25 +6,20 @@ import asyncio
 import sys
 
 from tests.support import (
-    ECHO,
     REPO,
     Instance,
     Swarm,
     call,
     child_env,
-    plugin_skill,
     post_task,
     run_cli,
+    sample_skills,
     wait_task,
 )
 
 
 async def start(swarm: Swarm) -> Instance:
-    return await swarm.start("home", skills=[
-        ECHO,
-        plugin_skill("steps", "tests.plugins.sample:steps"),
-        plugin_skill("fail", "tests.plugins.sample:fail"),
-    ])
+    return await swarm.start("home", skills=sample_skills())
 
 
 async def test_send_shows_progress_and_result(swarm: Swarm) -> None:
@@ -68,12 +63,13 @@ async def test_tasks_list_get_cancel(swarm: Swarm) -> None:
 
     code, out, err = await run_cli("tasks", "list", home.url, token=token)
     assert code == 0, err
-    lines = out.splitlines()
+    header, *lines = out.splitlines()
+    assert header.split() == ["ID", "STATE", "SKILL", "UPDATED", "SPENT"]
     assert [line.split()[:2] for line in lines] == [[waiting["id"], "input-required"],
                                                     [done["id"], "completed"]]
     code, out, _ = await run_cli("tasks", "list", home.url, "--state", "completed",
                                  token=token)
-    assert [line.split()[0] for line in out.splitlines()] == [done["id"]]
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [done["id"]]
 
     code, out, _ = await run_cli("tasks", "get", home.url, done["id"], token=token)
     assert code == 0
@@ -134,11 +130,11 @@ async def test_tasks_list_pages_and_context(swarm: Swarm) -> None:
     ids = [(await post_task(home, {"task": str(i), "skill": "echo",
                                    "context_id": f"c{i % 2}"}))[1]["id"] for i in range(5)]
     code, out, err = await run_cli("tasks", "list", home.url, "--limit", "3", token=token)
-    assert code == 0 and len(out.splitlines()) == 3
+    assert code == 0 and len(out.splitlines()) == 1 + 3  # the header, then the tasks
     cursor = err.split("--cursor ", 1)[1].strip()
     code, out, err = await run_cli("tasks", "list", home.url, "--limit", "3",
                                    "--cursor", cursor, token=token)
-    assert [line.split()[0] for line in out.splitlines()] == [ids[1], ids[0]]
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [ids[1], ids[0]]
     assert "--cursor" not in err
     code, out, _ = await run_cli("tasks", "list", home.url, "--context", "c1", token=token)
-    assert [line.split()[0] for line in out.splitlines()] == [ids[3], ids[1]]
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [ids[3], ids[1]]

@@ -24,7 +24,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _open(args: argparse.Namespace) -> AuditLog | None:
-    config = load_or_exit(args.config)
+    config = load_or_exit(args.config, secrets=False)  # the data folder only
     if config is None:
         return None
     path = config.data_dir / "audit.db"
@@ -59,5 +59,7 @@ def _verify(args: argparse.Namespace) -> int:
     if result.ok:
         print(f"audit trail intact: {result.checked} record(s) verified")
         return 0
-    print(f"audit trail TAMPERED at record {result.first_bad_seq}: {result.reason}")
+    where = "" if result.first_bad_seq is None else f" at record {result.first_bad_seq}"
+    print(f"audit trail TAMPERED{where}: {result.reason} "
+          f"({result.checked} record(s) before it intact)")
     return 1

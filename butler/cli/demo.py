@@ -14,16 +14,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from butler.cli.render import print_task
+from butler.cli.route_cmd import rank
+from butler.config.loader import load_config
 from butler.registry.client import RegistryClient
+from butler.routing import explain
 from internal.http import CONFIGURED, OutboundGuard, hash_token, new_token, outbound_session
 from internal.protocol.a2a.client import PeerClient
-from internal.protocol.a2a.model import TaskRequest
+from internal.protocol.a2a.model import ButlerError, TaskRequest
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,7 +63,7 @@ def _start(name: str, command: list[str], log: Path) -> tuple[subprocess.Popen[s
     match = re.search(r"https?://\S+", line)
     if match is None:
         proc.kill()
-        raise SystemExit(f"butler demo: {name} did not start:\n{log.read_text()}")
+        raise SystemExit(f"butler: demo: {name} did not start:\n{log.read_text()}")
     url = match.group(0)
     print(f"[demo] {name} is serving on {url}", file=sys.stderr)
     return proc, url
@@ -98,7 +102,13 @@ def _demo(args: argparse.Namespace) -> int:
               "expose": True},
              {"id": "memory.read", "builtin": "memory.read", "cost_usd": "0.01", "expose": True},
              {"id": "memory.search", "builtin": "memory.search", "cost_usd": "0.005",
-              "expose": True}],
+              "expose": True},
+             # What step 4 finds by its words alone: home knows it only from office's card.
+             {"id": "office.action_items", "builtin": "memory.search", "cost_usd": "0.005",
+              "name": "Action items", "capabilities": ["action_items"], "expose": True,
+              "description": "Pending action items and to-dos from office meetings",
+              "tags": ["action items", "todo", "follow-ups"],
+              "examples": ["any pending action items from the team meeting?"]}],
             tmp / "office-data", reg("office", True, "office-to-home")))
         office, office_url = _start("office", ["serve", "-c", str(tmp / "office.yaml")],
                            tmp / "office.log")
@@ -117,7 +127,7 @@ def _demo(args: argparse.Namespace) -> int:
                                 tmp / "home.log")
         procs.append(home)
         return asyncio.run(_conversation(home_url, tokens["operator"], registry_url,
-                                         tokens["home-reg"]))
+                                         tokens["home-reg"], tmp / "home.yaml"))
     finally:
         for proc in reversed(procs):
             proc.send_signal(signal.SIGTERM)
@@ -133,7 +143,8 @@ def _demo(args: argparse.Namespace) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def _conversation(home_url: str, token: str, registry_url: str, reg_token: str) -> int:
+async def _conversation(home_url: str, token: str, registry_url: str, reg_token: str,
+                        home_config: Path) -> int:
     async with outbound_session(OutboundGuard(CONFIGURED)) as session:
         home = PeerClient(home_url, token, session=session, name="home")
         registry = RegistryClient(registry_url, reg_token, session=session)
@@ -155,8 +166,54 @@ async def _conversation(home_url: str, token: str, registry_url: str, reg_token:
         search = await home.submit(TaskRequest(text="what is the printer PIN?",
                                                capabilities_needed=("memory.search",)))
         print_task(search)
-        ok = all(t.state.value == "completed" for t in (write, read, search)) and all(
-            "4711" in "".join(p.text or "" for p in t.parts) for t in (read, search))
-        print("\n[demo] " + ("delegation round trip OK" if ok else "delegation FAILED"))
+        print("\n== 4. ask home in plain words, naming no skill and no capability: its intent "
+              "router ranks its own skills and office's card, and sends it to office")
+        asked = "check with my office for pending action items"
+        print(explain(await rank(load_config(home_config), asked, cards=True)))
+        await home.submit(TaskRequest(
+            text="Action item: send the quarterly report to Anna by Friday",
+            capabilities_needed=("memory.write",)))
+        routed = await home.submit(TaskRequest(text=asked))
+        print_task(routed)
+        safe = await _safety_rules(home)
+        done = all(t.state.value == "completed" for t in (write, read, search, routed))
+        ok = safe and done and all(
+            "4711" in "".join(p.text or "" for p in t.parts) for t in (read, search)) and (
+            routed.cost is not None and routed.cost.children[0].skill == "office.action_items")
+        print("\n[demo] " + ("delegation round trip OK, and every rule held" if ok
+                             else "delegation FAILED"))
         return 0 if ok else 1
 
+
+
+# Each rule: its name, the task that breaks it, the chain and budget it claims, the code.
+_RULES: tuple[tuple[str, str, tuple[str, ...], str | None, str], ...] = (
+    ("loop", "the caller chain already holds home", ("home", "operator"), None,
+     "loop_detected"),
+    ("depth", "the task already passed through 5 agents, home's max_depth is 4",
+     ("agent-1", "agent-2", "agent-3", "agent-4", "operator"), None, "depth_exceeded"),
+    ("budget", "memory.write costs 0.02 USD at office, the caller gives 0.01 USD", (), "0.01",
+     "budget_exhausted"),
+)
+
+
+async def _safety_rules(home: PeerClient) -> bool:
+    """Step 5: three tasks that each break a swarm rule; none runs a skill or spends."""
+    print("\n== 5. the safety rules: three tasks that break one each; every one is refused "
+          "before any skill runs")
+    ok = True
+    for rule, story, chain, budget, expected in _RULES:
+        request = TaskRequest(text="The office printer's PIN is 4711",
+                              input={"key": "printer-pin"}, capabilities_needed=("memory.write",))
+        try:
+            task = await home.submit(request, chain=chain,
+                                     budget=Decimal(budget) if budget else None)
+        except ButlerError as err:  # home refused it: no task was created
+            code, where = err.code, "home refused it, no task was created"
+        else:  # home passed the budget on, and office refused (home knows no price)
+            code = task.error.code if task.error else task.state.value
+            spent = task.budget.spent_usd if task.budget else "?"
+            where = f"office refused it, the task failed, {spent} USD spent"
+        print(f"  {rule}: {story} -> {code}: {where}")
+        ok = ok and code == expected
+    return ok

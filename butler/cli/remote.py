@@ -1,4 +1,4 @@
-"""Commands that talk to a running Butler: card, send, tasks, delegate."""
+"""Commands that talk to a running Butler: send, tasks."""
 
 from __future__ import annotations
 
@@ -10,31 +10,33 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
-from butler.cli.render import print_task, print_task_line
+from butler.cli.render import print_task, print_task_header, print_task_line
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.codec import butler_v2
-from internal.protocol.a2a.model import ButlerError, DelegationFailed, TaskRequest, TaskState
+from internal.protocol.a2a.model import (
+    ButlerError,
+    DelegationFailed,
+    Task,
+    TaskRequest,
+    TaskState,
+)
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
-def _token_args(p: argparse.ArgumentParser) -> None:
+def token_args(p: argparse.ArgumentParser, *, json: bool = True) -> None:
     p.add_argument("--token-env", default="BUTLER_TOKEN", metavar="VAR",
                    help="environment variable holding the bearer token (default BUTLER_TOKEN)")
     p.add_argument("--token-file", metavar="FILE", help="read the bearer token from FILE")
-    p.add_argument("--json", action="store_true", help="print raw JSON")
+    if json:
+        p.add_argument("--json", action="store_true", help="print raw JSON")
 
 
 def add_parsers(sub: SubParsers) -> None:
-    card = sub.add_parser("card", help="fetch and show a peer's agent card")
-    card.add_argument("url", help="the peer's base URL, e.g. http://127.0.0.1:8081")
-    _token_args(card)
-    card.set_defaults(handler=lambda a: _run(a, _card))
-
     send = sub.add_parser("send", help="submit a task and follow it until it ends")
     send.add_argument("url", help="the Butler's base URL")
     send.add_argument("text", help="the task, in words")
@@ -44,8 +46,8 @@ def add_parsers(sub: SubParsers) -> None:
     send.add_argument("--budget", help="USD budget for the whole chain")
     send.add_argument("--async", dest="is_async", action="store_true",
                       help="return at once with the task id")
-    _token_args(send)
-    send.set_defaults(handler=lambda a: _run(a, _send))
+    token_args(send)
+    send.set_defaults(handler=lambda a: run_remote(a, _send))
 
     tasks = sub.add_parser("tasks", help="list, show, cancel, watch or answer tasks on a Butler")
     tsub = tasks.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
@@ -55,22 +57,22 @@ def add_parsers(sub: SubParsers) -> None:
     lst.add_argument("--context", help="only tasks of this context id")
     lst.add_argument("--limit", type=int, default=20)
     lst.add_argument("--cursor", help="the next page, as printed after the previous one")
-    _token_args(lst)
-    lst.set_defaults(handler=lambda a: _run(a, _list))
+    token_args(lst)
+    lst.set_defaults(handler=lambda a: run_remote(a, _list))
     answer = tsub.add_parser("answer", help="answer a task waiting in input-required")
     answer.add_argument("url")
     answer.add_argument("task_id")
     answer.add_argument("text")
     answer.add_argument("--input", help="structured answer as a JSON object")
-    _token_args(answer)
-    answer.set_defaults(handler=lambda a: _run(a, _answer))
+    token_args(answer)
+    answer.set_defaults(handler=lambda a: run_remote(a, _answer))
     for name, fn, text in (("get", _get, "show one task"), ("cancel", _cancel, "cancel a task"),
                            ("watch", _watch, "follow a task's events until it ends")):
         p = tsub.add_parser(name, help=text)
         p.add_argument("url", help="the Butler's base URL")
         p.add_argument("task_id", help="the task's id, as POST /v2/tasks returned it")
-        _token_args(p)
-        p.set_defaults(handler=lambda a, fn=fn: _run(a, fn))
+        token_args(p)
+        p.set_defaults(handler=lambda a, fn=fn: run_remote(a, fn))
 
 
 def read_token(args: argparse.Namespace) -> str:
@@ -89,7 +91,11 @@ def read_token(args: argparse.Namespace) -> str:
 Action = Callable[[argparse.Namespace, PeerClient], Awaitable[int]]
 
 
-def _run(args: argparse.Namespace, action: Action) -> int:
+def run_remote(args: argparse.Namespace, action: Action) -> int:
+    if not args.url.startswith(("http://", "https://")):
+        print(f"butler: {args.url!r} is not a URL: give the scheme too, e.g. "
+              f"http://{args.url}", file=sys.stderr)
+        return 2
     token = read_token(args)
 
     async def go() -> int:
@@ -109,20 +115,6 @@ def _dump(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
-async def _card(args: argparse.Namespace, client: PeerClient) -> int:
-    card = await client.card()
-    if args.json:
-        _dump(card)
-        return 0
-    print(f"{card.get('name')} ({card.get('agent_id', '')}) at {card.get('url')}")
-    print(f"  {card.get('description', '')}")
-    print(f"  capabilities: {', '.join(card.get('capabilities', []))}")
-    for skill in card.get("skills", []):
-        print(f"  skill {skill.get('id')}: {skill.get('description', '')} "
-              f"[{', '.join(skill.get('capabilities', []))}] {skill.get('cost_usd')} USD")
-    return 0
-
-
 def _json_input(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
@@ -135,16 +127,43 @@ def _json_input(text: str | None) -> dict[str, Any]:
     return data
 
 
+def _task_path(task_id: str, action: str = "") -> str:
+    return f"/v2/tasks/{quote(task_id, safe='')}" + (f"/{action}" if action else "")
+
+
+async def _raw_task(client: PeerClient, method: str, path: str,
+                    body: Any = None) -> tuple[dict[str, Any], Task]:
+    """The daemon's answer as it sent it (for ``--json``) and decoded."""
+    data = await client.request(method, path, body=body)
+    if not isinstance(data, dict):
+        raise DelegationFailed("peer_error", f"{client.name} sent an invalid task")
+    return data, butler_v2.decode_task(data)
+
+
 async def _send(args: argparse.Namespace, client: PeerClient) -> int:
     data = _json_input(args.input)
     request = TaskRequest(text=args.text, input=data, skill=args.skill,
                           capabilities_needed=tuple(args.capability), blocking=False)
     budget = butler_v2.decode_money(args.budget, "--budget") if args.budget else None
-    task = await client.submit(request, budget=budget)
+    raw, task = await _raw_task(client, "POST", "/v2/tasks",
+                                butler_v2.encode_request(request, budget=budget))
     if args.is_async:
-        print(task.id)
+        if args.json:
+            _dump(raw)
+        else:
+            print(task.id)
         return 0
     print(f"task {task.id}: {task.state.value}", file=sys.stderr)
+    try:
+        return await _follow(args, client, task)
+    except asyncio.CancelledError:  # Ctrl-C: we stop following; the daemon does not stop
+        print(f"butler: interrupted; task {task.id} goes on. Follow it with: butler tasks "
+              f"watch {args.url} {task.id}  (or stop it: butler tasks cancel {args.url} "
+              f"{task.id})", file=sys.stderr)
+        raise
+
+
+async def _follow(args: argparse.Namespace, client: PeerClient, task: Task) -> int:
     async for name, payload in client.events(task.id):
         if name == "status":
             print(f"  {payload['state']}: {payload['status'].get('message', '')}",
@@ -156,9 +175,9 @@ async def _send(args: argparse.Namespace, client: PeerClient) -> int:
                 break
         elif name == "artifact":
             print(f"  artifact {payload['artifact'].get('name', '')}", file=sys.stderr)
-    final = await client.get(task.id)
+    raw, final = await _raw_task(client, "GET", _task_path(task.id))
     if args.json:
-        _dump(butler_v2.encode_task(final))
+        _dump(raw)
     else:
         print_task(final)
     return 0 if final.state.value == "completed" else 1
@@ -174,39 +193,50 @@ async def _list(args: argparse.Namespace, client: PeerClient) -> int:
     if args.json:
         _dump(data)
         return 0
-    for item in data.get("tasks", []):
-        print_task_line(butler_v2.decode_task(item))
+    tasks = [butler_v2.decode_task(item) for item in data.get("tasks", [])]
+    width = max((len(task.id) for task in tasks), default=2)
+    print_task_header(width)
+    for task in tasks:
+        print_task_line(task, width)
     if data.get("next_cursor"):
         print(f"more: add --cursor {data['next_cursor']}", file=sys.stderr)
     return 0
 
 
 async def _answer(args: argparse.Namespace, client: PeerClient) -> int:
-    task = await client.answer(args.task_id, args.text, input=_json_input(args.input))
+    body = butler_v2.encode_request(TaskRequest(text=args.text, input=_json_input(args.input)))
+    raw, task = await _raw_task(client, "POST", _task_path(args.task_id, "input"), body)
     if args.json:
-        _dump(butler_v2.encode_task(task))
+        _dump(raw)
     else:
         print_task(task)
     return 0 if task.state is not TaskState.FAILED else 1
 
 
 async def _get(args: argparse.Namespace, client: PeerClient) -> int:
-    task = await client.get(args.task_id)
+    raw, task = await _raw_task(client, "GET", _task_path(args.task_id))
     if args.json:
-        _dump(butler_v2.encode_task(task))
+        _dump(raw)
     else:
         print_task(task)
     return 0
 
 
 async def _cancel(args: argparse.Namespace, client: PeerClient) -> int:
-    task = await client.cancel(args.task_id)
-    print(f"task {task.id}: {task.state.value}")
+    raw, task = await _raw_task(client, "POST", _task_path(args.task_id, "cancel"))
+    if args.json:
+        _dump(raw)
+    else:
+        print(f"task {task.id}: {task.state.value}")
     return 0
 
 
 async def _watch(args: argparse.Namespace, client: PeerClient) -> int:
+    """Exits 0 when the task completed, 1 when it ended otherwise (or the stream did)."""
+    state = ""
     async for name, payload in client.events(args.task_id):
+        if name == "status":
+            state = str(payload.get("state", ""))
         if args.json:
             print(json.dumps({"event": name, "data": payload}, default=str), flush=True)
         elif name == "status":
@@ -214,4 +244,4 @@ async def _watch(args: argparse.Namespace, client: PeerClient) -> int:
                   f"{payload['status'].get('message', '')}", flush=True)
         else:
             print(f"artifact: {json.dumps(payload['artifact'], default=str)}", flush=True)
-    return 0
+    return 0 if state == TaskState.COMPLETED.value else 1

@@ -5,8 +5,15 @@ from __future__ import annotations
 from internal.protocol.a2a.model import CostNode, Task
 
 
-def print_task_line(task: Task) -> None:
-    print(f"{task.id}  {task.state.value:<14} {task.skill:<16} {task.updated_at}")
+def print_task_header(id_width: int) -> None:
+    print(f"{'ID':<{id_width}}  {'STATE':<14} {'SKILL':<16} {'UPDATED':<27} SPENT")
+
+
+def print_task_line(task: Task, id_width: int = 0) -> None:
+    budget = task.budget
+    spend = f"{budget.spent_usd} of {budget.start_usd} USD" if budget else "-"
+    print(f"{task.id:<{id_width}}  {task.state.value:<14} {task.skill:<16} "
+          f"{task.updated_at:<27} {spend}")
 
 
 def print_task(task: Task) -> None:
@@ -23,14 +30,16 @@ def print_task(task: Task) -> None:
               f"left {task.budget.left_usd}")
     if task.cost is not None:
         print("  hops:")
-        _print_cost(task.cost, 2)
+        print("\n".join(cost_lines(task.cost, 2)))
     if task.trace_id:
         print(f"  trace id: {task.trace_id}")
 
 
-def _print_cost(node: CostNode, indent: int) -> None:
+def cost_lines(node: CostNode, indent: int) -> list[str]:
+    """The cost tree, one hop a line, each hop below its caller: agent / skill: cost, time."""
     pad = " " * (indent * 2)
-    print(f"{pad}{node.agent} / {node.skill}: {node.cost_usd} USD, {node.duration_ms} ms, "
-          f"{node.status}")
+    lines = [f"{pad}{node.agent} / {node.skill}: {node.cost_usd} USD, {node.duration_ms} ms, "
+             f"{node.status}"]
     for child in node.children:
-        _print_cost(child, indent + 1)
+        lines += cost_lines(child, indent + 1)
+    return lines

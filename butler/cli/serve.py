@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from butler.config import Config, ConfigError, load_config
 from butler.config.weak_tokens import token_hash_warnings
@@ -16,6 +17,9 @@ from butler.logs import setup_logging
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
 from internal.protocol.a2a.model import SetupError
+
+if TYPE_CHECKING:
+    from butler.daemon import Daemon
 
 log = logging.getLogger("butler")
 
@@ -34,12 +38,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check.set_defaults(handler=_check)
 
 
-def load_or_exit(path: str | None) -> Config | None:
+def load_or_exit(path: str | None, *, secrets: bool = True) -> Config | None:
     if not path:
         print("butler: no config file: pass -c FILE or set BUTLER_CONFIG", file=sys.stderr)
         return None
     try:
-        return load_config(path)
+        return load_config(path, secrets=secrets)
     except ConfigError as err:
         print(f"butler: {err}", file=sys.stderr)
         return None
@@ -102,6 +106,19 @@ def _cannot_start(what: str) -> int:
     return 2
 
 
+async def start_or_explain(daemon: Daemon) -> int | None:
+    """Start ``daemon``; None, or the exit code after one line saying why it could not."""
+    try:
+        await daemon.start()
+    except PluginError as exc:
+        return _cannot_start(f"{daemon.config.source}: skills: {exc}")
+    except (SetupError, OSError) as exc:
+        # The data folder (in use, unwritable), a database in it, or the port: the
+        # message names which. Whatever had started is stopped again by now.
+        return _cannot_start(str(exc))
+    return None
+
+
 async def run_daemon(config: Config) -> int:
     from butler.daemon import Daemon
     from butler.delegation.wiring import make_delegator
@@ -113,14 +130,8 @@ async def run_daemon(config: Config) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        await daemon.start()
-    except PluginError as exc:
-        return _cannot_start(f"{config.source}: skills: {exc}")
-    except (SetupError, OSError) as exc:
-        # The data folder (in use, unwritable), a database in it, or the port: the
-        # message names which. Whatever had started is stopped again by now.
-        return _cannot_start(str(exc))
+    if (failed := await start_or_explain(daemon)) is not None:
+        return failed
     settle_heap()
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
     await stop.wait()

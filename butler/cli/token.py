@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from butler.config.weak_tokens import MIN_TOKEN_BITS, estimated_bits, weakness
-from internal.http import hash_token, new_token
+from internal.tokens import hash_token, new_token
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,11 +38,15 @@ def _new(args: argparse.Namespace) -> int:
 
 
 def _hash(args: argparse.Namespace) -> int:
+    # Here, not at the top: importing butler.config loads the HTTP stack (``token new``
+    # must start fast; docs/performance.md).
+    from butler.config.weak_tokens import MIN_TOKEN_BITS, estimated_bits, weakness
+
     data = sys.stdin.buffer.read()
     # Exactly one line ending goes (what `echo` adds); anything more is part of the token.
     token = data.removesuffix(b"\n").removesuffix(b"\r") if data.endswith(b"\n") else data
     if not token:
-        print("butler token hash: no token on standard input", file=sys.stderr)
+        print("butler: no token on standard input", file=sys.stderr)
         return 2
     digest = hash_token(token)
     print(digest)

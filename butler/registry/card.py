@@ -36,8 +36,9 @@ _A2A_FIELDS = frozenset({
 })
 _SKILL_FIELDS = frozenset({
     "id", "name", "description", "capabilities", "tags", "examples", "cost_usd",
-    "inputModes", "outputModes", "security",
+    "inputModes", "outputModes", "security", "input_schema", "bridge_fidelity",
 })
+_FIDELITY_LEVELS = ("lossless", "adapted", "unsupported")
 
 
 def _text(value: Any, path: str, max_len: int, *, multiline: bool = False) -> str:
@@ -177,7 +178,19 @@ def _skill(skill: Any, path: str) -> tuple[list[str], list[str], list[str]]:
             ok = False
         if not ok:
             raise bad(f"{path}.cost_usd", "expected a finite amount >= 0")
+    if "input_schema" in skill and (not isinstance(skill["input_schema"], dict)
+                                    or skill["input_schema"].get("type") != "object"):
+        raise bad(f"{path}.input_schema", "expected a JSON Schema with type object")
+    if "bridge_fidelity" in skill:
+        _fidelity(skill["bridge_fidelity"], f"{path}.bridge_fidelity")
     return caps, tags, [name, description]
+
+
+def _fidelity(value: Any, path: str) -> None:
+    if not isinstance(value, dict) or value.get("level") not in _FIDELITY_LEVELS:
+        raise bad(f"{path}.level", f"expected one of {', '.join(_FIDELITY_LEVELS)}")
+    for i, caveat in enumerate(_list(value.get("caveats", []), f"{path}.caveats", 32)):
+        _text(caveat, f"{path}.caveats[{i}]", 500)
 
 
 def build_entry(name: str, owner: str, index: CardIndex, *, url: str, now: float,

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import TextIO
 
 from butler.config.node import ConfigError
@@ -51,6 +52,7 @@ def add_registry_parser(subparsers: argparse._SubParsersAction[argparse.Argument
         p.add_argument("--token-env", default=BEARER_ENV, metavar="VAR",
                        help=f"environment variable holding the bearer token "
                        f"(default: {BEARER_ENV})")
+        p.add_argument("--token-file", metavar="FILE", help="read the bearer token from FILE")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     reg.set_defaults(handler=run_registry_command)
 
@@ -59,11 +61,18 @@ def run_registry_command(args: argparse.Namespace) -> int:
     if args.registry_command == "serve":
         return _serve_command(args.config)
     url = args.url or os.environ.get(URL_ENV, "")
-    token = os.environ.get(args.token_env, "")
     if not url:
         return _fail(f"no registry URL: pass --url or set {URL_ENV}")
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            return _fail(f"cannot read token file: {exc.strerror}")
+    else:
+        token = os.environ.get(args.token_env, "").strip()
     if not token:
-        return _fail(f"no registry token: set the environment variable {args.token_env}")
+        return _fail(f"no registry token: set the environment variable {args.token_env} "
+                     "(or use --token-file)")
     capability = args.capability if args.registry_command == "find" else None
     text = getattr(args, "text", None)
     try:
@@ -78,7 +87,7 @@ def run_registry_command(args: argparse.Namespace) -> int:
     else:
         print_table(entries, now=time.time(), out=sys.stdout)
     if len(entries) >= MAX_RESULTS:
-        print(f"butler registry: showing the first {MAX_RESULTS} agents; there may be more",
+        print(f"butler: showing the first {MAX_RESULTS} agents; there may be more",
               file=sys.stderr)
     return 0
 
@@ -113,7 +122,7 @@ def _duration(seconds: float) -> str:
 
 
 def _fail(message: str, *, code: int = 2) -> int:
-    print(f"butler registry: {message}", file=sys.stderr)
+    print(f"butler: {message}", file=sys.stderr)
     return code
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
-from butler.registry.clock import ManualClock
+from butler.registry.clock import ManualClock, SystemClock
 from butler.registry.config import RegistryServiceConfig
 from butler.registry.service import RunningRegistry, start_registry
 from butler.registry.store import RegistryStore
+from butler.registry.store_url import open_store
 from internal.http import TokenEntry, hash_token
 from internal.protocol.a2a.model import Identity
 
@@ -93,3 +96,14 @@ class LiveRegistry:
             self._running = None
 
 
+@contextlib.asynccontextmanager
+async def sqlite_registry(folder: Path, **overrides: Any) -> AsyncIterator[LiveRegistry]:
+    """A live registry on a SQLite file in ``folder``, on the system clock."""
+    reg = LiveRegistry(config(**overrides), SystemClock())
+    store = await open_store(f"sqlite:{folder / 'registry.db'}")
+    await reg.start(store)
+    try:
+        yield reg
+    finally:
+        await reg.stop()
+        await store.close()

@@ -132,6 +132,20 @@ def test_find_and_list_against_a_live_registry(served: str) -> None:
     assert "401 unauthenticated" in result.stderr and "wrong" not in result.stderr
 
 
+def test_find_and_list_with_a_token_file(served: str, tmp_path: Path) -> None:
+    asyncio.run(_register(served))
+    token_file = tmp_path / "registry.token"
+    token_file.write_text(TOKENS["bob"] + "\n")
+    result = run_cli("find", "memory.search", "--url", served, "--token-file", str(token_file))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].split()[0] == "office"
+    result = run_cli("list", "--json", "--url", served, "--token-file", str(token_file))
+    assert [a["name"] for a in json.loads(result.stdout)] == ["home", "office"]
+    result = run_cli("list", "--url", served, "--token-file", str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("butler: cannot read token file: ")
+
+
 def test_find_without_url_or_token_exits_2() -> None:
     result = run_cli("find", "memory.search")
     assert result.returncode == 2 and "BUTLER_REGISTRY_URL" in result.stderr

@@ -52,6 +52,15 @@ def test_butler_card_is_accepted_and_indexed() -> None:
     assert "full-text search" in index.search_text
 
 
+def test_a_skills_input_schema_and_bridge_fidelity_are_accepted() -> None:
+    """Regression: the registry refused them as unknown fields, so self-registration of
+    any Butler with a /v2/card of this version failed."""
+    card = make_card()
+    card["skills"] = [{"id": "count", "input_schema": {"type": "object"},
+                       "bridge_fidelity": {"level": "adapted", "caveats": ["no input-required"]}}]
+    assert validate_card(card, max_bytes=65536).skills == ("count",)
+
+
 def test_standard_a2a_card_is_accepted() -> None:
     card = {
         "protocolVersion": "0.3.0", "name": "Weather", "description": "Forecasts",
@@ -95,6 +104,13 @@ BAD_CARDS: list[tuple[Any, str]] = [
     ({"name": "x", "skills": [{"id": "a", "tags": [1]}]}, "card.skills[0].tags[0]"),
     ({"name": "x", "skills": [{"id": "a", "cost_usd": "-1"}]}, "card.skills[0].cost_usd"),
     ({"name": "x", "skills": [{"id": "a", "cost_usd": "abc"}]}, "card.skills[0].cost_usd"),
+    ({"name": "x", "skills": [{"id": "a", "input_schema": {"type": "string"}}]},
+     "card.skills[0].input_schema"),
+    ({"name": "x", "skills": [{"id": "a", "bridge_fidelity": {"level": "perfect"}}]},
+     "card.skills[0].bridge_fidelity.level"),
+    ({"name": "x", "skills": [{"id": "a", "bridge_fidelity": {"level": "adapted",
+                                                              "caveats": [3]}}]},
+     "card.skills[0].bridge_fidelity.caveats[0]"),
     ({"name": "x", "streaming": "yes"}, "card.streaming"),
     ({"name": "x", "description": "a\x00b"}, "card.description"),
     ({"name": "x", "provider": {"o": "\ud800"}}, "card.provider.o"),

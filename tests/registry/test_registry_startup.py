@@ -42,7 +42,7 @@ async def test_a_port_in_use_leaves_no_thread_task_or_file(
     assert asyncio.all_tasks() == tasks
     assert set(os.listdir("/proc/self/fd")) == fds
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("butler registry: cannot start: "), err
+    assert len(err) == 1 and err[0].startswith("butler: cannot start: "), err
     assert str(taken_port) in err[0]
 
 
@@ -70,7 +70,7 @@ def test_a_second_registry_on_the_same_folder_exits_2_and_the_first_serves_on(
         second = run_cli("serve", "-c", str(path))  # port 0: another port
         assert second.returncode == 2
         assert second.stderr.splitlines() == [
-            f"butler registry: cannot start: data folder {tmp_path / 'state'} is in use by "
+            f"butler: cannot start: data folder {tmp_path / 'state'} is in use by "
             f"another butler (pid {first.pid})"]
         assert asyncio.run(_health(url)) == 200
     finally:

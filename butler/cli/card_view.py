@@ -1,0 +1,151 @@
+"""An A2A agent card (1.0 or 0.3, from any agent) as lines a person reads.
+
+Read leniently: a field of the wrong type is skipped, never an error, since the point is
+to look at agents that are not Butlers. Every string from the card passes through
+``_clean``: a card is someone else's text, and a control character in it could move the
+cursor or retitle the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from internal.protocol.a2a.client import Interface, choose_interface, offered_interfaces
+from internal.protocol.a2a.model import ButlerError, version_matches
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The 1.0 security scheme wrappers (proto3 JSON oneof), and what each is called.
+_SCHEMES_V1 = {"httpAuthSecurityScheme": "http", "apiKeySecurityScheme": "apiKey",
+               "oauth2SecurityScheme": "oauth2", "openIdConnectSecurityScheme": "openIdConnect",
+               "mtlsSecurityScheme": "mutualTLS"}
+
+
+def _clean(value: Any, limit: int = 200) -> str:
+    text = _CONTROL.sub(" ", str(value)).strip()
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _words(values: Any) -> str:
+    return ", ".join(_clean(v, 80) for v in _list(values)) or "-"
+
+
+def _yes(value: Any) -> str:
+    return "yes" if value is True else "no"
+
+
+def describe_card(card: Mapping[str, Any]) -> list[str]:
+    lines = [f"{_clean(card.get('name', '(no name)'))}  version {_clean(card.get('version', '-'))}"]
+    if card.get("description"):
+        lines.append(f"  {_clean(card['description'], 400)}")
+    provider = _dict(card.get("provider"))
+    if provider:
+        lines.append(f"  provider: {_clean(provider.get('organization', '-'))} "
+                     f"{_clean(provider.get('url', ''))}".rstrip())
+    lines += _interfaces(card)
+    caps = _dict(card.get("capabilities"))
+    extended = caps.get("extendedAgentCard", card.get("supportsAuthenticatedExtendedCard"))
+    lines.append(f"  streaming: {_yes(caps.get('streaming'))}, push notifications: "
+                 f"{_yes(caps.get('pushNotifications'))}, extended card: {_yes(extended)}")
+    lines.append(f"  modes: in {_words(card.get('defaultInputModes'))}; "
+                 f"out {_words(card.get('defaultOutputModes'))}")
+    lines += _skills(card)
+    lines += _extensions(caps)
+    lines += _security(card)
+    lines.append(_signature(card))
+    return lines
+
+
+def _interfaces(card: Mapping[str, Any]) -> list[str]:
+    offered = offered_interfaces(card)
+    try:
+        chosen: Interface | None = choose_interface(card, "it")
+    except ButlerError:
+        chosen = None
+    lines = ["  interfaces:" if offered else "  interfaces: none named"]
+    for iface in offered:
+        picked = chosen is not None and iface.url.rstrip("/") == chosen.url and \
+            iface.binding == chosen.binding and version_matches(iface.version, chosen.version)
+        mark = "  <- Butler delegates here" if picked else ""
+        lines.append(f"    {_clean(iface.binding) or '?'} {_clean(iface.version) or '?'}  "
+                     f"{_clean(iface.url)}{mark}")
+    if chosen is None:
+        lines.append("    Butler cannot delegate to it: no A2A 1.0 JSON-RPC or HTTP+JSON "
+                     "interface, nor JSON-RPC 0.3")
+    return lines
+
+
+def _skills(card: Mapping[str, Any]) -> list[str]:
+    skills = [s for s in _list(card.get("skills")) if isinstance(s, dict)]
+    lines = [f"  skills ({len(skills)}):"]
+    for skill in skills:
+        name = f" ({_clean(skill['name'])})" if skill.get("name") else ""
+        lines.append(f"    {_clean(skill.get('id', '?'))}{name}: "
+                     f"{_clean(skill.get('description', ''))}")
+        detail = f"      tags: {_words(skill.get('tags'))}"
+        if "inputModes" in skill or "outputModes" in skill:
+            detail += (f"; modes: in {_modes(skill, 'inputModes')}, "
+                       f"out {_modes(skill, 'outputModes')}")
+        lines.append(detail)
+    return lines
+
+
+def _modes(skill: Mapping[str, Any], key: str) -> str:
+    """A skill without its own modes has the card's defaults."""
+    return _words(skill[key]) if key in skill else "the default"
+
+
+def _extensions(caps: Mapping[str, Any]) -> list[str]:
+    extensions = [e for e in _list(caps.get("extensions")) if isinstance(e, dict)]
+    lines = [f"  extensions ({len(extensions)}):"]
+    for ext in extensions:
+        required = " (required)" if ext.get("required") is True else ""
+        lines.append(f"    {_clean(ext.get('uri', '?'))}{required}: "
+                     f"{_clean(ext.get('description', ''))}")
+    return lines
+
+
+def _scheme(raw: Mapping[str, Any]) -> str:
+    """``http bearer``, ``apiKey in header X-Key``, ``oauth2``... from a 1.0 or 0.3 scheme."""
+    for wrapper, kind in _SCHEMES_V1.items():
+        if isinstance(raw.get(wrapper), dict):
+            raw = {"type": kind, **raw[wrapper]}
+            break
+    kind = _clean(raw.get("type", "?"))
+    if kind == "http":
+        return f"http {_clean(raw.get('scheme', '?')).lower()}"
+    if kind == "apiKey":
+        return f"apiKey in {_clean(raw.get('in', raw.get('location', '?')))} " \
+               f"{_clean(raw.get('name', '?'))}"
+    return kind
+
+
+def _security(card: Mapping[str, Any]) -> list[str]:
+    schemes = _dict(card.get("securitySchemes"))
+    if not schemes:
+        return ["  security: none declared"]
+    lines = ["  security:"]
+    lines += [f"    {_clean(name)}: {_scheme(_dict(raw))}" for name, raw in schemes.items()]
+    # 1.0 lists requirements as {"schemes": {name: ...}}, 0.3 as {name: [scopes]}.
+    needed = [_dict(req).get("schemes", req) for req in
+              _list(card.get("securityRequirements")) or _list(card.get("security"))]
+    names = sorted({_clean(n) for req in needed for n in _dict(req)})
+    lines.append(f"    required: {', '.join(names) or 'none'}")
+    return lines
+
+
+def _signature(card: Mapping[str, Any]) -> str:
+    signatures = _list(card.get("signatures"))
+    if not signatures:
+        return "  signature: none (the card is unsigned)"
+    return (f"  signature: {len(signatures)} present, not verified (butler card does not "
+            "check card signatures)")

@@ -1,0 +1,64 @@
+"""Behaviour the docs describe, pinned where they once disagreed (issue 23, item 9)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.delegation_support import Mesh, skill
+from tests.support import Swarm, post_task, run_cli
+
+
+async def test_audit_commands_need_no_token_variable(
+    swarm: Swarm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # lan.md runs `butler audit tail|verify -c home.yaml` without the peers' tokens.
+    monkeypatch.setenv("BUTLER_TEST_OFFICE_TOKEN", "x" * 64)
+    home = await swarm.start("home", peers=[{
+        "name": "office", "url": "http://127.0.0.1:9", "token_env": "BUTLER_TEST_OFFICE_TOKEN",
+        "capabilities": ["x.work"]}])
+    status, _ = await post_task(home, {"task": "t", "skill": "echo"})
+    assert status == 200
+    config, data_dir = str(home.config_path), home.daemon.config.data_dir
+    await swarm.stop(home)
+    monkeypatch.delenv("BUTLER_TEST_OFFICE_TOKEN")
+
+    code, out, err = await run_cli("audit", "tail", "-c", config)
+    assert code == 0, err
+    assert "task_finished" in out
+    code, out, err = await run_cli("audit", "verify", "-c", config)
+    assert (code, out.strip()) == (0, "audit trail intact: 2 record(s) verified"), err
+    # The daemon itself still needs it: serving without a peer's token is a config error.
+    code, _, err = await run_cli("check-config", config)
+    assert code == 2 and "BUTLER_TEST_OFFICE_TOKEN is not set" in err
+
+    db = sqlite3.connect(Path(data_dir) / "audit.db")
+    db.execute("DELETE FROM audit WHERE seq=2")
+    db.commit()
+    db.close()
+    code, out, _ = await run_cli("audit", "verify", "-c", config)
+    # The text docs/audit.md shows.
+    assert code == 1
+    assert out.strip().startswith("audit trail TAMPERED at record ")
+    assert out.strip().endswith("record(s) before it intact)")
+
+
+async def test_a_task_sent_back_along_its_chain_says_it_would_loop(mesh: Mesh) -> None:
+    # lan.md: with the names right, office never sends home's task back to home; the
+    # answer used to say that no known peer provides the capability.
+    mesh.agent("home", skills=[skill("notes.search")])
+    mesh.agent("office", skills=[])
+    mesh.link("office", "home", ["notes.search"])
+    mesh.link("home", "office", ["memory.search"])
+    agents = await mesh.start()
+    office = agents["office"]
+    status, task = await post_task(office, {"task": "t", "capabilities_needed": ["notes.search"],
+                                            "caller_chain": ["home"]}, who="home")
+    assert status == 200, task
+    assert task["error"]["code"] == "no_capable_skill"
+    assert "already in the caller chain" in task["error"]["message"]
+    status, task = await post_task(office, {"task": "t", "capabilities_needed": ["nowhere"],
+                                            "caller_chain": ["home"]}, who="home")
+    assert "neither this agent nor any known peer provides nowhere" in task["error"]["message"]
