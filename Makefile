@@ -3,17 +3,22 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test lint runtime venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# What the daemon needs to run, nothing more: the demo needs no test toolchain.
+runtime: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+
+# The daemon plus the test toolchain (pytest, ruff, mypy, the a2a-sdk for interop...).
 venv: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 
-# Two Butler instances on loopback; home delegates to office and prints the result.
-demo: venv
+# A registry and two Butler instances on loopback: delegation, routing, the safety rules.
+demo: runtime
 	$(BIN)/butler demo
 
 # Lint, strict type-check, then the whole test suite (warnings are errors).

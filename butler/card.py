@@ -38,6 +38,9 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
                 "tags": list(s.config.tags),
                 "examples": list(s.config.examples),
                 "cost_usd": str(s.config.cost_usd),
+                "bridge_fidelity": s.fidelity.to_dict(),
+                **({"input_schema": s.config.input_schema}
+                   if s.config.input_schema is not None else {}),
             }
             for s in skills
         ],
@@ -53,7 +56,9 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
                    url: str) -> CardInfo:
     """The A2A card: anonymous callers see untiered skills, others their tier's too.
 
-    A skill's tags are its configured tags plus the capabilities it advertises.
+    A skill's tags are its configured tags plus the capabilities it advertises. Its input
+    schema and bridge fidelity stay on the /v2 card: A2A's AgentSkill has no field for
+    them, and the card stays one any strict A2A reader accepts (docs/protocol.md).
     """
     allowed = config.mcp_server.allowed_capabilities
     skills = []

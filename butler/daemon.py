@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
 from butler.data_folder import hold_data_folder
 from butler.delegation.registry_link import RegistryLink
+from butler.edges.mcp_http import mount_mcp
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
@@ -36,9 +38,12 @@ from butler.metrics import (
     observe_audit,
     serve_metrics,
 )
+from butler.oplog import log_audit
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
+from butler.skills.run_ledger import RunLedger
 from butler.swarm.admission import SwarmPolicy
+from butler.swarm.spend import SpendBook
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
     ERROR_RENDERERS,
@@ -61,6 +66,7 @@ from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBindin
 
 log = logging.getLogger("butler.daemon")
 
+RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
 PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH)
 DelegatorFactory = Callable[["Daemon"], Delegator | None]
 
@@ -72,8 +78,13 @@ class Daemon:
     delegator_factory: DelegatorFactory | None = None
     port: int = 0
     push_guard: OutboundGuard | None = None  # tests: a guard that lets webhooks on loopback through
+    clock: Callable[[], float] = time.time  # the wall clock of callers' spend windows
+    # False: the engine alone, for a carrier that is not a port (``butler stdio``): no
+    # listener, no metrics port, no registry announcement (there is no URL to announce).
+    listen: bool = True
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
+    catalog: SkillCatalog = field(init=False)
     tracer_provider: TracerProvider = field(init=False)
     tracer: Tracer = field(init=False)
     registry_link: RegistryLink = field(init=False)
@@ -83,8 +94,10 @@ class Daemon:
     _runner: web.AppRunner | None = field(default=None, init=False)
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
+        """The one place every audit record passes: the trail, the metrics and the log."""
         audit.submit(kind, fields)
         observe_audit(self.metrics, kind, fields)
+        log_audit(kind, fields)
 
     @property
     def url(self) -> str:
@@ -112,10 +125,20 @@ class Daemon:
         cfg = self.config
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
+        # Then, before any skill can run: what command skills of a crashed daemon left.
+        runs = RunLedger(cfg.data_dir / RUNS_FOLDER)
+        runs.end_leftovers()
         memory = await MemoryStore.open(cfg.data_dir / "memory.db")
         stack.push_async_callback(memory.close)
-        catalog = SkillCatalog(build_skills(cfg.skills, memory),
-                               cfg.mcp_server.allowed_capabilities)
+        skills = build_skills(cfg.skills, memory, runs, cfg.secret_env)
+        catalog = self.catalog = SkillCatalog(skills, cfg.mcp_server.allowed_capabilities)
+        if any(s.mcp is not None for s in cfg.skills):
+            # Imported here: the MCP SDK is an optional extra (the config checked it is there).
+            from butler.skills.mcp_servers import start_servers, stop_servers
+
+            # Ended after the engine has stopped (the stack unwinds in reverse).
+            stack.push_async_callback(stop_servers, await start_servers(cfg.skills, catalog,
+                                                                       cfg.secret_env))
         audit_log = await AuditLog.open(cfg.data_dir / "audit.db")
         stack.push_async_callback(audit_log.db.close)
         audit = AuditWriter(audit_log)
@@ -127,6 +150,10 @@ class Daemon:
                                   or cfg.telemetry.exporter != "none")
         store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")
         stack.push_async_callback(store.close)
+        # Closed after the engine has stopped: the last tasks settle into it.
+        spend = await SpendBook.open(cfg.a2a.caller_limits, cfg.data_dir, self.clock)
+        stack.push_async_callback(spend.close)
+        self.metrics.spend_usage = spend.usage
         workspace = await SqliteWorkspace.open(cfg.data_dir / "workspace.db",
                                                cfg.swarm.workspace_ttl_hours)
         stack.push_async_callback(workspace.close)
@@ -134,16 +161,18 @@ class Daemon:
             agent_id=cfg.agent.id,
             tracer=self.tracer,
             audit=lambda kind, **f: self._record(audit, kind, f),
+            audit_room=audit.room,
             max_children=cfg.swarm.max_children_per_task,
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
         )
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,
-            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd),
+            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
+                               cfg.swarm.routing_threshold),
             delegator=None, retention_hours=cfg.tasks.retention_hours,
             default_timeout=cfg.tasks.default_timeout_seconds,
-            card=lambda ident: build_card(cfg, catalog, ident, self.url),
+            card=lambda ident: build_card(cfg, catalog, ident, self.url), spend=spend,
         )
         self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url),
                                           lambda: self.url)
@@ -156,29 +185,16 @@ class Daemon:
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
         stack.push_async_callback(self.push.aclose)
-        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
-        self.incidents = IncidentLog(logging.getLogger("butler.http"))
-        stack.callback(self.incidents.close)
-        app[INCIDENTS] = self.incidents
-        settings = ListenSettings(
-            host=cfg.a2a.bind_address, port=cfg.a2a.port,
-            max_connections=cfg.limits.max_connections,
-            header_timeout_seconds=cfg.limits.header_timeout_seconds,
-            body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))
-        runner = self._runner = web.AppRunner(
-            app, handle_signals=False,
-            shutdown_timeout=cfg.limits.shutdown_grace_seconds, **settings.handler_args(),
-        )
-        await runner.setup()
-        # Undone after the engine has stopped: the app's cleanup comes last.
-        stack.push_async_callback(runner.cleanup)
+        runner = await self._http_app(stack, catalog) if self.listen else None
         await self.push.start()
-        await self.engine.start()
+        await self.engine.start(audit_log)
         stack.push_async_callback(self.engine.stop, cfg.limits.shutdown_grace_seconds)
         stack.push_async_callback(_cancel, asyncio.create_task(
             _purge_workspace(workspace), name="workspace-purge"))
+        if runner is None:
+            return
         assert runner.server is not None
-        server = await listen(runner.server, settings, self.incidents)
+        server = await listen(runner.server, self._listen_settings(), self.incidents)
         stack.push_async_callback(_stop_serving, server, runner)
         self.port = server.sockets[0].getsockname()[1]
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
@@ -197,6 +213,30 @@ class Daemon:
                                       .cleanup)
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
+
+    def _listen_settings(self) -> ListenSettings:
+        cfg = self.config
+        return ListenSettings(
+            host=cfg.a2a.bind_address, port=cfg.a2a.port,
+            max_connections=cfg.limits.max_connections,
+            header_timeout_seconds=cfg.limits.header_timeout_seconds,
+            body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))
+
+    async def _http_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> web.AppRunner:
+        """The app, set up but not yet listening; its cleanup comes after the engine's."""
+        cfg = self.config
+        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
+        self.incidents = IncidentLog(logging.getLogger("butler.http"))
+        stack.callback(self.incidents.close)
+        app[INCIDENTS] = self.incidents
+        await mount_mcp(app, stack, cfg, self.engine, catalog)  # before the app is frozen
+        runner = self._runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=cfg.limits.shutdown_grace_seconds,
+            **self._listen_settings().handler_args(),
+        )
+        await runner.setup()
+        stack.push_async_callback(runner.cleanup)
+        return runner
 
 
 async def _stop_serving(server: asyncio.Server, runner: web.AppRunner) -> None:

@@ -114,12 +114,26 @@ INVALID = [
     ("configurations: {a2a: {port: '${BUTLER_TEST_UNSET_PORT}'}}", "configurations.a2a.port",
      "BUTLER_TEST_UNSET_PORT is not set"),
     ("configurations: {swarm: {budget_usd: -1}}", "configurations.swarm.budget_usd", ">= 0"),
+    ("configurations: {swarm: {routing_threshold: 1.5}}",
+     "configurations.swarm.routing_threshold", "between 0 and 1"),
+    ("configurations: {swarm: {routing_threshold: -0.1}}",
+     "configurations.swarm.routing_threshold", ">= 0"),
     ("configurations: {registry: {health_ttl_minutes: .nan}}",
      "configurations.registry.health_ttl_minutes", "finite"),
     ("server: {max_body_bytes: 0}", "server.max_body_bytes", ">= 1"),
     ("server: {keepalive_timeout_seconds: 5}", "server.keepalive_timeout_seconds",
      "unknown key"),
     ("skills: [{builtin: echo}]", "skills[0]", "needs an id"),
+    ("skills: [{id: e, builtin: echo, input_schema: [a]}]", "skills[0].input_schema",
+     "expected a JSON Schema mapping"),
+    ("skills: [{id: e, builtin: echo, input_schema: {type: string}}]",
+     "skills[0].input_schema", "must have type: object"),
+    ("skills: [{id: e, builtin: echo, input_schema: {type: object, properties: [a]}}]",
+     "skills[0].input_schema", "properties must be a mapping"),
+    ("skills: [{id: e, builtin: echo, input_schema: {type: object, default: 2024-01-01}}]",
+     "skills[0].input_schema", "not plain JSON"),
+    ("skills: [{id: e, builtin: echo, input_schema: {type: object, description: "
+     + "x" * 17000 + "}}]", "skills[0].input_schema", "larger than 16384 bytes"),
     ("- just\n- a list", "<root>", "expected a mapping"),
     ("configurations: {a2a: [}", "<root>", "invalid YAML at line 1"),
 ]
@@ -133,6 +147,15 @@ def test_invalid_config_names_the_key(text: str, key: str, problem: str) -> None
     assert message.startswith(f"bad.yaml: {key}: "), message
     assert problem in message
     assert "\n" not in message
+
+
+def test_input_schema_is_kept_as_plain_json() -> None:
+    cfg = parse_config("skills: [{id: e, builtin: echo, input_schema: {type: object, "
+                       "properties: {n: {type: integer, maximum: 3}}, required: [n]}}]",
+                       file="ok.yaml", env={})
+    assert cfg.skills[0].input_schema == {
+        "type": "object", "properties": {"n": {"type": "integer", "maximum": 3}},
+        "required": ["n"]}
 
 
 async def _butler(*args: str) -> tuple[int, str, str]:

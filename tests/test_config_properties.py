@@ -31,7 +31,7 @@ TREE: dict[str, Any] = {
     "server": {"max_body_bytes": None, "max_json_depth": None, "body_timeout_seconds": None},
     "skills": [{"id": None, "builtin": None, "command": [None], "python": None,
                 "cost_usd": None, "timeout_seconds": None, "expose": None, "tier": None,
-                "capabilities": [None]}],
+                "capabilities": [None], "input_schema": {"type": None, "properties": None}}],
     "peers": [{"name": None, "url": None, "token_env": None, "token_file": None,
                "cost_usd": None, "spend_cap_usd": None, "timeout_seconds": None}],
     "tasks": {"retention_hours": None, "max_page_size": None},

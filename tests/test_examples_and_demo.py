@@ -35,6 +35,18 @@ def test_demo_delegates_between_two_real_instances() -> None:
     assert "The office printer's PIN is 4711" in proc.stdout
     assert "finds office through the registry" in proc.stdout
     assert "office / memory.search: 0.005 USD" in proc.stdout
+    # Step 4: plain words, routed by home's intent router to office's card skill.
+    assert "chosen: office/office.action_items" in proc.stdout
+    assert "'action' in id/name/tags" in proc.stdout
+    assert "office / office.action_items: 0.005 USD" in proc.stdout
+    # Step 5: each safety rule refused, one line each, with who refused and what it cost.
+    lines = proc.stdout.splitlines()
+    assert ("  loop: the caller chain already holds home -> loop_detected: home refused it, "
+            "no task was created") in lines
+    assert ("  depth: the task already passed through 5 agents, home's max_depth is 4 -> "
+            "depth_exceeded: home refused it, no task was created") in lines
+    assert ("  budget: memory.write costs 0.02 USD at office, the caller gives 0.01 USD -> "
+            "budget_exhausted: office refused it, the task failed, 0 USD spent") in lines
 
 
 def test_delegate_cli_shows_hops_and_trace(tmp_path: Path) -> None:

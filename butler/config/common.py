@@ -25,13 +25,21 @@ def url(node: Node) -> str:
     return text.rstrip("/")
 
 
+# What a token is when the config was loaded without its secrets (``load_config``).
+UNREAD_SECRET = "(not read)"  # noqa: S105 -- a placeholder that no server accepts, not a token
+
+
 def secret(k: dict[str, Node], base: Path, prefix: str = "token") -> str:
     """A bearer token from ``<prefix>_env`` (a variable's name) or ``<prefix>_file``."""
     env_key, file_key = f"{prefix}_env", f"{prefix}_file"
+    source = k.get(env_key) or k.get(file_key)
+    if source is not None and not source.secrets:
+        return UNREAD_SECRET
     if env_key in k:
         var = k[env_key].string()
         if var not in k[env_key].env:
             k[env_key].fail(f"environment variable {var} is not set")
+        k[env_key].secret_vars.add(var)
         return k[env_key].env[var].strip()
     if file_key in k:
         tpath = Path(k[file_key].string())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from butler.config import model as m
 from butler.config.a2a_standard import push_notifications
+from butler.config.caller_limits import parse_caller_limits
 from butler.config.common import ident, secret, url
 from butler.config.node import Node, read_config_file, yaml_root
 from butler.config.operations import (
@@ -27,10 +28,15 @@ from internal.protocol.a2a.model import Identity
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> m.Config:
+def load_config(path: str | Path, env: Mapping[str, str] | None = None, *,
+                secrets: bool = True) -> m.Config:
+    """``secrets=False``: for commands that only read the data folder (``butler audit``,
+    ``butler spend``); peers' and the registry's tokens are not read, so their variables
+    need not be set, and each such token is ``UNREAD_SECRET``."""
     file = str(path)
     text = read_config_file(path)
-    return parse_config(text, file=file, env=env, base_dir=Path(path).resolve().parent)
+    return parse_config(text, file=file, env=env, base_dir=Path(path).resolve().parent,
+                        secrets=secrets)
 
 
 def parse_config(
@@ -39,8 +45,9 @@ def parse_config(
     file: str = "<config>",
     env: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
+    secrets: bool = True,
 ) -> m.Config:
-    root = yaml_root(text, file, env)
+    root = yaml_root(text, file, env, secrets)
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
         "telemetry", "logging", "rate_limits", "metrics",
@@ -73,6 +80,7 @@ def parse_config(
         metrics=parse_metrics(top.get("metrics")),
         skills=skills,
         peers=peers,
+        secret_env=frozenset(root.secret_vars),
     )
 
 
@@ -126,14 +134,15 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         except ValueError:
             if bind != "localhost":
                 k["bind_address"].fail(f"expected an IP address, got {bind!r}")
-    tokens = tuple(parse_token_entry(n) for n in k["token_hashes"].items()) \
-        if "token_hashes" in k else ()
+    token_nodes = list(k["token_hashes"].items()) if "token_hashes" in k else []
+    tokens = tuple(parse_token_entry(n, with_limits=True) for n in token_nodes)
     _unique(k.get("token_hashes"), [t.digest.hex() for t in tokens], "token hash")
     return m.A2AConfig(
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
         port=k["port"].integer(minimum=0, maximum=65535) if "port" in k else d.port,
         bind_address=bind,
         tokens=tokens,
+        caller_limits=limits_by_identity(token_nodes, tokens),
         tls=_tls(k.get("tls")),
         legacy_v03_card=k["legacy_v03_card"].boolean() if "legacy_v03_card" in k
         else d.legacy_v03_card,
@@ -181,9 +190,11 @@ def _tls(node: Node | None) -> m.TlsConfig | None:
     return m.TlsConfig(cert_file=cert, key_file=key_file)
 
 
-def parse_token_entry(node: Node) -> TokenEntry:
+def parse_token_entry(node: Node, *, with_limits: bool = False) -> TokenEntry:
+    """``with_limits``: the entry may carry ``limits`` (read by ``limits_by_identity``);
+    a registry's tokens may not."""
     if isinstance(node.value, dict):
-        k = node.mapping({"sha256", "name", "tier"})
+        k = node.mapping({"sha256", "name", "tier", *(("limits",) if with_limits else ())})
         if "sha256" not in k:
             node.fail("a token mapping needs sha256")
         digest = _hash(k["sha256"])
@@ -193,6 +204,24 @@ def parse_token_entry(node: Node) -> TokenEntry:
         return TokenEntry(bytes.fromhex(digest), who)
     digest = _hash(node)
     return TokenEntry(bytes.fromhex(digest), Identity(name=f"token:{digest[:8]}"))
+
+
+def limits_by_identity(nodes: list[Node], tokens: tuple[TokenEntry, ...],
+                       ) -> dict[str, m.CallerLimits]:
+    """Each identity's ``limits``. Several tokens of one name are one caller, so they must
+    not disagree: its tasks, and so its spending, are counted together."""
+    found: dict[str, tuple[m.CallerLimits | None, Node]] = {}
+    for node, token in zip(nodes, tokens, strict=True):
+        limits_node = node.mapping({"sha256", "name", "tier", "limits"}).get("limits") \
+            if isinstance(node.value, dict) else None
+        limits = parse_caller_limits(limits_node) if limits_node is not None else None
+        name = token.identity.name
+        if name in found and found[name][0] != limits:
+            (limits_node or node).fail(
+                f"the tokens of {name!r} are one caller and must have the same limits "
+                f"(see {found[name][1].path})")
+        found.setdefault(name, (limits, node))
+    return {name: limits for name, (limits, _) in found.items() if limits is not None}
 
 
 def _hash(node: Node) -> str:
@@ -209,7 +238,7 @@ def _swarm(node: Node | None) -> m.SwarmConfig:
         return d
     k = node.mapping({
         "enabled", "max_depth", "budget_usd", "workspace_ttl_hours",
-        "max_children_per_task", "max_outbound_concurrency",
+        "max_children_per_task", "max_outbound_concurrency", "routing_threshold",
     })
     return m.SwarmConfig(
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
@@ -222,7 +251,16 @@ def _swarm(node: Node | None) -> m.SwarmConfig:
         if "max_children_per_task" in k else d.max_children_per_task,
         max_outbound_concurrency=k["max_outbound_concurrency"].integer(minimum=1, maximum=10000)
         if "max_outbound_concurrency" in k else d.max_outbound_concurrency,
+        routing_threshold=_threshold(k["routing_threshold"]) if "routing_threshold" in k
+        else d.routing_threshold,
     )
+
+
+def _threshold(node: Node) -> float:
+    value = node.number(minimum=0)
+    if value > 1:
+        node.fail("a router score is between 0 and 1")
+    return value
 
 
 def _registry(node: Node | None, base: Path) -> m.RegistryConfig:

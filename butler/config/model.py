@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from internal.http import TokenEntry
 
@@ -45,11 +47,37 @@ class PushNotificationsConfig:
 
 
 @dataclass(frozen=True)
+class CallerLimits:
+    """What one caller identity may do across all its task trees (a token's ``limits``).
+
+    None: no limit of that kind. Skills and capabilities are grants (403 ``forbidden``
+    outside them); the caps are rolling windows kept in ``spend.db`` (402
+    ``spend_limit_reached``). docs/security.md"""
+
+    skills: tuple[str, ...] | None = None
+    capabilities: tuple[str, ...] | None = None
+    max_tasks_per_hour: int | None = None
+    max_tasks_per_day: int | None = None
+    max_usd_per_task: Decimal | None = None
+    max_usd_per_hour: Decimal | None = None
+    max_usd_per_day: Decimal | None = None
+
+    @property
+    def caps_spend(self) -> bool:
+        """Whether this caller's tasks are counted (and so recorded in ``spend.db``)."""
+        return any(v is not None for v in (
+            self.max_tasks_per_hour, self.max_tasks_per_day, self.max_usd_per_task,
+            self.max_usd_per_hour, self.max_usd_per_day))
+
+
+@dataclass(frozen=True)
 class A2AConfig:
     enabled: bool = False
     port: int = DEFAULT_PORT
     bind_address: str = DEFAULT_BIND
     tokens: tuple[TokenEntry, ...] = ()
+    # By identity name: the ``limits`` of its token entries (one set per identity).
+    caller_limits: Mapping[str, CallerLimits] = field(default_factory=dict)
     tls: TlsConfig | None = None
     legacy_v03_card: bool = True  # the 0.3 fields (url, preferredTransport...) in the card
     # Callers without a token get this tier (None: refused). Loopback binds only.
@@ -83,6 +111,7 @@ class SwarmConfig:
     workspace_ttl_hours: float = 24.0
     max_children_per_task: int = 8
     max_outbound_concurrency: int = 32
+    routing_threshold: float = 0.4  # butler.routing.DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -105,6 +134,15 @@ class McpServerConfig:
 
 
 @dataclass(frozen=True)
+class McpToolsConfig:
+    """A skill entry's ``mcp:``: an MCP server whose tools become skills (docs/mcp.md)."""
+
+    command: tuple[str, ...] | None = None  # the server's argv, spoken to over stdio
+    url: str | None = None  # or its streamable HTTP endpoint
+    tools: tuple[str, ...] | None = None  # only these tools; None: every tool it lists
+
+
+@dataclass(frozen=True)
 class SkillConfig:
     id: str
     name: str
@@ -119,10 +157,14 @@ class SkillConfig:
     builtin: str | None = None
     command: tuple[str, ...] | None = None
     python: str | None = None
+    mcp: McpToolsConfig | None = None
     max_output_bytes: int = 1024 * 1024
     # Media types of the parts it takes and gives (A2A inputModes/outputModes).
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
+    # A JSON Schema (``type: object``) of ``input``: MCP's inputSchema, on the /v2 card.
+    # Plain JSON values, never mutated; left out of the hash, as a dict cannot be hashed.
+    input_schema: dict[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -186,6 +228,8 @@ class Config:
     peers: tuple[PeerConfig, ...] = ()
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # Names of the environment variables tokens were read from (never their values).
+    secret_env: frozenset[str] = frozenset()
 
     @property
     def public_url(self) -> str:

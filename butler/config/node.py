@@ -29,12 +29,18 @@ class ConfigError(SetupError):
 
 class Node:
     def __init__(
-        self, file: str, path: str, value: Any, env: Mapping[str, str] | None = None
+        self, file: str, path: str, value: Any, env: Mapping[str, str] | None = None,
+        secrets: bool = True, secret_vars: set[str] | None = None,
     ) -> None:
         self.file = file
         self.path = path
         self.value = value
         self.env = os.environ if env is None else env
+        # False for commands that read only the data folder: tokens are not looked up.
+        self.secrets = secrets
+        # The environment variables tokens were read from, shared by the whole document:
+        # child processes (command skills, MCP servers) are started without them.
+        self.secret_vars: set[str] = set() if secret_vars is None else secret_vars
 
     def fail(self, problem: str) -> NoReturn:
         raise ConfigError(self.file, self.path, problem)
@@ -43,7 +49,7 @@ class Node:
         path = f"{self.path}[{key}]" if isinstance(key, int) else (
             f"{self.path}.{key}" if self.path else key
         )
-        return Node(self.file, path, value, self.env)
+        return Node(self.file, path, value, self.env, self.secrets, self.secret_vars)
 
     @property
     def missing(self) -> bool:
@@ -179,7 +185,8 @@ def read_config_file(path: str | Path) -> str:
         raise ConfigError(str(path), "", "not UTF-8 text") from None
 
 
-def yaml_root(text: str, file: str, env: Mapping[str, str] | None) -> Node:
+def yaml_root(text: str, file: str, env: Mapping[str, str] | None,
+              secrets: bool = True) -> Node:
     """The parsed document as a ``Node``; YAML syntax errors name the line."""
     try:
         data = yaml.safe_load(text)
@@ -192,4 +199,4 @@ def yaml_root(text: str, file: str, env: Mapping[str, str] | None) -> Node:
         where = f"line {mark.line + 1}" if mark is not None else "?"
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(file, "", f"invalid YAML at {where}: {problem}") from None
-    return Node(file, "", data if data is not None else {}, env)
+    return Node(file, "", data if data is not None else {}, env, secrets)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from butler.config import model as m
 from butler.config.common import BUILTIN_SKILLS, ident, secret, url
 from butler.config.node import Node
 
+# It goes on every card and MCP tool list, and a registry takes cards of 64 KiB by
+# default (registry max_card_bytes): room for a few schemas besides the rest.
+MAX_INPUT_SCHEMA_BYTES = 16 * 1024
 _MEDIA_TYPE = re.compile(r"(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)")
 
 
@@ -27,15 +33,15 @@ def _media_types(node: Node) -> tuple[str, ...]:
 def parse_skill(node: Node) -> m.SkillConfig:
     k = node.mapping({
         "id", "name", "description", "capabilities", "tags", "examples", "cost_usd",
-        "timeout_seconds", "expose", "tier", "builtin", "command", "python", "max_output_bytes",
-        "input_modes", "output_modes",
+        "timeout_seconds", "expose", "tier", "builtin", "command", "python", "mcp",
+        "max_output_bytes", "input_modes", "output_modes", "input_schema",
     })
     if "id" not in k:
         node.fail("a skill needs an id")
     skill_id = ident(k["id"])
-    runners = [key for key in ("builtin", "command", "python") if key in k]
+    runners = [key for key in ("builtin", "command", "python", "mcp") if key in k]
     if len(runners) != 1:
-        node.fail("a skill needs exactly one of builtin, command, python")
+        node.fail("a skill needs exactly one of builtin, command, python, mcp")
     builtin = k["builtin"].choice(BUILTIN_SKILLS) if "builtin" in k else None
     command = k["command"].strings() if "command" in k else None
     if command is not None and not command:
@@ -60,13 +66,54 @@ def parse_skill(node: Node) -> m.SkillConfig:
         builtin=builtin,
         command=command,
         python=python,
+        mcp=_mcp_tools(k["mcp"]) if "mcp" in k else None,
         max_output_bytes=k["max_output_bytes"].integer(minimum=1)
         if "max_output_bytes" in k else 1024 * 1024,
         input_modes=_media_types(k["input_modes"]) if "input_modes" in k
         else ("*/*",) if builtin == "echo" else m.SkillConfig.input_modes,  # echo: anything
         output_modes=_media_types(k["output_modes"]) if "output_modes" in k
         else m.SkillConfig.output_modes,
+        input_schema=_input_schema(k["input_schema"]) if "input_schema" in k else None,
     )
+
+
+def _input_schema(node: Node) -> dict[str, Any]:
+    """A JSON Schema of an object, as plain JSON (YAML dates and the like are refused).
+
+    Its structure beyond ``type: object`` is the schema's business, checked by whoever
+    reads it (an MCP host validates arguments against it).
+    """
+    value = node.value
+    if not isinstance(value, dict):
+        node.fail(f"expected a JSON Schema mapping, got {type(value).__name__}")
+    if value.get("type") != "object":
+        node.fail("a skill's input schema must have type: object (the task's input is an "
+                  "object)")
+    if "properties" in value and not isinstance(value["properties"], dict):
+        node.fail("properties must be a mapping")
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        node.fail(f"not plain JSON: {exc}")
+    if len(text.encode()) > MAX_INPUT_SCHEMA_BYTES:
+        node.fail(f"larger than {MAX_INPUT_SCHEMA_BYTES} bytes as JSON")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _mcp_tools(node: Node) -> m.McpToolsConfig:
+    k = node.mapping({"command", "tools", "url"})
+    if ("command" in k) == ("url" in k):
+        node.fail("mcp needs exactly one of command (the MCP server's argv, run over stdio) "
+                  "and url (its streamable HTTP endpoint)")
+    command = k["command"].strings() if "command" in k else None
+    if command is not None and not command:
+        k["command"].fail("command needs at least the program to run")
+    # The SDK is an optional extra: only a config that uses it needs it installed.
+    if importlib.util.find_spec("mcp") is None:
+        node.fail("mcp skills need the MCP SDK: pip install 'butler-a2a[mcp]'")
+    return m.McpToolsConfig(command=command, url=url(k["url"]) if "url" in k else None,
+                            tools=k["tools"].strings() if "tools" in k else None)
 
 
 def _capability(node: Node) -> str:

@@ -61,13 +61,14 @@ class PushNotifications:
     async def create(self, caller: Identity, config: PushConfig) -> PushConfig:
         """Tracked before anything awaits a store: a task created together with its config
         (``SendMessage`` with a push config) has not run yet, so no update is missed."""
-        await self.engine.get(caller, config.task_id)  # a live task: answered without a wait
-        existing = self.dispatcher.configs(config.task_id)
+        # A live task: answered without a wait. Its stored id (the caller's may be scoped).
+        task_id = (await self.engine.get(caller, config.task_id)).id
+        existing = self.dispatcher.configs(task_id)
         config_id = config.id or uuid.uuid4().hex
         if len(existing) >= self.config.max_configs_per_task and config_id not in existing:
             raise RequestError("invalid_params", f"a task has at most "
                                f"{self.config.max_configs_per_task} push notification configs")
-        stored = PushConfig(id=config_id, task_id=config.task_id, url=config.url,
+        stored = PushConfig(id=config_id, task_id=task_id, url=config.url,
                             token=config.token, auth_scheme=config.auth_scheme,
                             auth_credentials=config.auth_credentials, wire=config.wire)
         self.dispatcher.track(stored)
@@ -82,12 +83,12 @@ class PushNotifications:
                            f"task {task_id} has no push notification config {config_id!r}")
 
     async def list_configs(self, caller: Identity, task_id: str) -> list[PushConfig]:
-        await self.engine.get(caller, task_id)
-        return await self.store.list_configs(task_id)
+        task = await self.engine.get(caller, task_id)
+        return await self.store.list_configs(task.id)
 
     async def delete(self, caller: Identity, task_id: str, config_id: str) -> None:
         """Idempotent (A2A 3.1.10): deleting a config that is not there succeeds; only a
         task the caller cannot see is an error."""
-        await self.engine.get(caller, task_id)
-        await self.store.delete(task_id, config_id)
-        self.dispatcher.untrack(task_id, config_id)
+        task = await self.engine.get(caller, task_id)
+        await self.store.delete(task.id, config_id)
+        self.dispatcher.untrack(task.id, config_id)
