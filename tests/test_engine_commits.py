@@ -17,6 +17,7 @@ from butler.config.model import SkillConfig
 from butler.engine.engine import FIRST_WRITE_DEFER_SECONDS, TaskEngine
 from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
+from butler.engine.task_row import CODE_STATES, STATE_CODES
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import SwarmPolicy
@@ -69,7 +70,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
     # Every row written, insert or update, as the database saw it.
     conn = sqlite3.connect(path)
     conn.executescript("""
-        CREATE TABLE writes (id TEXT, state TEXT);
+        CREATE TABLE writes (id TEXT, state INTEGER);
         CREATE TRIGGER tasks_insert AFTER INSERT ON tasks
             BEGIN INSERT INTO writes VALUES (new.id, new.state); END;
         CREATE TRIGGER tasks_update AFTER UPDATE ON tasks
@@ -83,7 +84,8 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
 def writes(tmp_path: Path) -> list[tuple[str, str]]:
     conn = sqlite3.connect(tmp_path / "tasks.db")
     try:
-        return list(conn.execute("SELECT id, state FROM writes ORDER BY rowid"))
+        return [(task_id, CODE_STATES[code].value) for task_id, code
+                in conn.execute("SELECT id, state FROM writes ORDER BY rowid")]
     finally:
         conn.close()
 
@@ -228,7 +230,8 @@ async def test_an_async_task_whose_first_commit_fails_never_starts_and_is_ended(
 async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "tasks.db")
-    conn.execute("CREATE TRIGGER full BEFORE UPDATE ON tasks WHEN new.state = 'completed' "
+    completed = STATE_CODES[TaskState.COMPLETED]
+    conn.execute(f"CREATE TRIGGER full BEFORE UPDATE ON tasks WHEN new.state = {completed} "
                  "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
     conn.commit()
     conn.close()

@@ -1,0 +1,198 @@
+"""A task's stored row: a few indexed columns and a compact body (docs/tasks.md#storage).
+
+The columns hold what queries filter and sort on, each once: ``id``, ``owner``,
+``context_id``, ``state`` (a small integer, ``STATE_CODES``) and ``updated`` (microseconds
+since the epoch). The body is a JSON array of everything else, by position, trailing
+empty fields left out: no key names, nothing the API derives (``status``, ``output``,
+``depth``, totals) and times as integer offsets. A task the store writes comes back equal
+(``decode_row(*row_columns(task)) == task``); a time that is not in the store's canonical
+form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.model import (
+    Artifact,
+    Budget,
+    CostNode,
+    Message,
+    Part,
+    StatusEntry,
+    Task,
+    TaskError,
+    TaskRequest,
+    TaskState,
+)
+
+# Stored codes: append only, never renumber (rows on disk carry them).
+STATE_CODES: dict[TaskState, int] = {state: code for code, state in enumerate(TaskState)}
+CODE_STATES: dict[int, TaskState] = {code: state for state, code in STATE_CODES.items()}
+TERMINAL_CODES = tuple(code for state, code in STATE_CODES.items() if state.terminal)
+OPEN_CODES = tuple(code for state, code in STATE_CODES.items() if not state.terminal)
+
+_EPOCH = datetime(1970, 1, 1)  # naive UTC: the canonical form has no offset to parse
+_MICRO = timedelta(microseconds=1)
+NOT_CANONICAL = 0  # ``updated`` of a task whose time is not canonical: sorts first
+
+
+def stamp_micros(stamp: str) -> int | None:
+    """Microseconds since the epoch of a canonical stamp; None for any other text."""
+    if len(stamp) != 27 or stamp[-1] != "Z" or stamp[10] != "T" or stamp[19] != ".":
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp[:-1])
+    except ValueError:
+        return None
+    micros = (moment - _EPOCH) // _MICRO
+    return micros if micros_stamp(micros) == stamp else None
+
+
+def micros_stamp(micros: int) -> str:
+    return (_EPOCH + micros * _MICRO).isoformat(timespec="microseconds") + "Z"
+
+
+def row_columns(task: Task) -> tuple[str, str, str, int, int, str]:
+    """(id, owner, context_id, state, updated, body), as stored."""
+    updated = stamp_micros(task.updated_at)
+    body = _encode_body(task, updated)
+    return (task.id, task.owner, task.context_id, STATE_CODES[task.state],
+            NOT_CANONICAL if updated is None else updated, body)
+
+
+def decode_row(task_id: str, owner: str, context_id: str, state: int, updated: int,
+               body: str) -> Task:
+    data = exact_json.loads(body, max_depth=256)
+    fields = list(data) + [None] * (len(_FIELDS) - len(data))
+    (created, skill, history, parts, artifacts, error, status_message, budget, cost, chain,
+     trace_id, request, messages, reply_as_message, updated_text) = fields
+    updated_at = updated_text if updated_text is not None else micros_stamp(updated)
+    created_at = _time(created, updated, negate=True) if created is not None else updated_at
+    base = stamp_micros(created_at)
+    return Task(
+        id=task_id, context_id=context_id, owner=owner, state=CODE_STATES[state],
+        request=butler_v2.decode_task_request(request),
+        created_at=created_at, updated_at=updated_at, skill=skill or "",
+        history=tuple(StatusEntry(CODE_STATES[h[0]], _time(h[1], base),
+                                  h[2] if len(h) > 2 else "") for h in history or ()),
+        parts=_parts(parts), artifacts=tuple(_artifact(a) for a in artifacts or ()),
+        error=TaskError(error[0], error[1]) if error else None,
+        status_message=status_message or "",
+        budget=Budget(Decimal(budget[0]), Decimal(budget[1])) if budget else None,
+        cost=_cost(cost) if cost else None, chain=tuple(chain or ()),
+        trace_id=trace_id or "", messages=tuple(_message(m) for m in messages or ()),
+        reply_as_message=reply_as_message is True,
+    )
+
+
+_FIELDS = ("created", "skill", "history", "parts", "artifacts", "error", "status_message",
+           "budget", "cost", "chain", "trace_id", "request", "messages", "reply_as_message",
+           "updated_text")
+
+
+def _encode_body(task: Task, updated: int | None) -> str:
+    created = stamp_micros(task.created_at)
+    # created as an offset back from updated (a small number), else as text
+    created_field: Any = None if task.created_at == task.updated_at else (
+        updated - created if updated is not None and created is not None else task.created_at)
+    fields: list[Any] = [
+        created_field, task.skill,
+        [_status(h, created) for h in task.history],
+        [_part(p) for p in task.parts],
+        [[a.artifact_id, [_part(p) for p in a.parts], a.name, a.description]
+         for a in task.artifacts],
+        [task.error.code, task.error.message] if task.error is not None else None,
+        task.status_message,
+        [str(task.budget.start_usd), str(task.budget.spent_usd)]
+        if task.budget is not None else None,
+        _encode_cost(task.cost) if task.cost is not None else None,
+        list(task.chain), task.trace_id, encode_request(task.request),
+        [_encode_message(m) for m in task.messages],
+        True if task.reply_as_message else None,
+        task.updated_at if updated is None else None,
+    ]
+    while fields and fields[-1] in (None, "", []):
+        fields.pop()
+    return exact_json.dumps(fields)
+
+
+def encode_request(request: TaskRequest) -> dict[str, Any]:
+    """The /v2 request body, its timeout a JSON number: the /v2 encoding holds a
+    ``Decimal``, which JSON here writes as a string, which the request decoder refuses."""
+    out = butler_v2.encode_request(request)
+    if request.timeout_seconds is not None:
+        out["timeout_seconds"] = request.timeout_seconds
+    return out
+
+
+def _time(value: Any, base: int | None, *, negate: bool = False) -> str:
+    """A stored time: an offset (from ``base``) or text kept as it was."""
+    if isinstance(value, str) or base is None:
+        return str(value)
+    return micros_stamp(base - value if negate else base + value)
+
+
+def _status(entry: StatusEntry, base: int | None) -> list[Any]:
+    at = stamp_micros(entry.at)
+    out: list[Any] = [STATE_CODES[entry.state],
+                      at - base if at is not None and base is not None else entry.at]
+    if entry.message:
+        out.append(entry.message)
+    return out
+
+
+def _part(part: Part) -> Any:
+    """A plain text part is its text; any other its /v2 encoding."""
+    if part.text is not None and not part.metadata:
+        return part.text
+    return butler_v2.encode_part(part)
+
+
+def _parts(values: Any) -> tuple[Part, ...]:
+    if not values:
+        return ()
+    if all(isinstance(v, str) for v in values):
+        return tuple(Part(text=v) for v in values)
+    return butler_v2.decode_parts([{"kind": "text", "text": v} if isinstance(v, str) else v
+                                   for v in values])
+
+
+def _artifact(value: list[Any]) -> Artifact:
+    return Artifact(artifact_id=value[0], parts=_parts(value[1]), name=value[2],
+                    description=value[3])
+
+
+def _encode_cost(node: CostNode) -> list[Any]:
+    return [node.agent, node.skill, str(node.cost_usd), node.duration_ms, node.status,
+            [_encode_cost(c) for c in node.children]]
+
+
+def _cost(value: list[Any]) -> CostNode:
+    return CostNode(agent=value[0], skill=value[1], cost_usd=Decimal(value[2]),
+                    duration_ms=value[3], status=value[4],
+                    children=tuple(_cost(c) for c in value[5]))
+
+
+def _encode_message(message: Message) -> list[Any]:
+    fields: list[Any] = [
+        message.message_id, message.role, [_part(p) for p in message.parts],
+        message.context_id, message.task_id, message.metadata, list(message.extensions),
+        list(message.reference_task_ids), message.at,
+    ]
+    while fields and fields[-1] in (None, "", []):
+        fields.pop()
+    return fields
+
+
+def _message(value: list[Any]) -> Message:
+    fields = list(value) + [None] * (9 - len(value))
+    return Message(
+        message_id=fields[0], role=fields[1], parts=_parts(fields[2]),
+        context_id=fields[3] or "", task_id=fields[4] or "", metadata=fields[5],
+        extensions=tuple(fields[6] or ()), reference_task_ids=tuple(fields[7] or ()),
+        at=fields[8] or "",
+    )

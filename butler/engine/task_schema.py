@@ -1,0 +1,156 @@
+"""The task store's schema, and its migration in place from older files.
+
+Every query the store makes has an index that serves both its filter and its order
+(docs/tasks.md#storage): listing by creation (``seq``) or by last update (``updated``),
+by owner, state, or both, and by context; purging and recovery walk ``updated``. The
+totals the A2A ListTasks answer carries come from ``task_counts``, which triggers keep per
+owner and state, instead of a count over every matching row.
+
+``PRAGMA user_version`` says which schema a file has. A file from before it (version 0,
+one JSON body per task, text times and states) is rewritten on open: each row is
+decoded the old way and written the new way, in one transaction, and the file is then
+vacuumed with incremental auto-vacuum turned on, so purged pages go back to the disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import replace
+from decimal import Decimal
+
+from butler.engine.task_row import OPEN_CODES, row_columns
+from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.model import Message, Task
+
+log = logging.getLogger("butler.engine")
+
+VERSION = 1
+
+_TABLES = ("""
+CREATE TABLE tasks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    owner TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    state INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    body TEXT NOT NULL
+)""", """
+CREATE TABLE task_counts (
+    owner TEXT NOT NULL,
+    state INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (owner, state)
+) WITHOUT ROWID""")
+
+_INDEXES = (
+    "CREATE INDEX tasks_owner ON tasks(owner, seq)",
+    "CREATE INDEX tasks_owner_state ON tasks(owner, state, seq)",
+    "CREATE INDEX tasks_owner_updated ON tasks(owner, updated, seq)",
+    "CREATE INDEX tasks_owner_state_updated ON tasks(owner, state, updated, seq)",
+    "CREATE INDEX tasks_state ON tasks(state, seq)",
+    "CREATE INDEX tasks_state_updated ON tasks(state, updated, seq)",
+    "CREATE INDEX tasks_updated ON tasks(updated, seq)",
+    "CREATE INDEX tasks_context ON tasks(context_id, seq)",
+    """CREATE TRIGGER tasks_counted AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_counts(owner, state, n) VALUES (new.owner, new.state, 1)
+        ON CONFLICT(owner, state) DO UPDATE SET n = n + 1;
+END""", """CREATE TRIGGER tasks_recounted AFTER UPDATE OF state ON tasks
+WHEN old.state != new.state BEGIN
+    UPDATE task_counts SET n = n - 1 WHERE owner = old.owner AND state = old.state;
+    INSERT INTO task_counts(owner, state, n) VALUES (new.owner, new.state, 1)
+        ON CONFLICT(owner, state) DO UPDATE SET n = n + 1;
+END""", """CREATE TRIGGER tasks_uncounted AFTER DELETE ON tasks BEGIN
+    UPDATE task_counts SET n = n - 1 WHERE owner = old.owner AND state = old.state;
+END""",
+)
+
+INSERT = ("INSERT INTO tasks(id, owner, context_id, state, updated, body) "
+          "VALUES (?,?,?,?,?,?)")
+UPSERT = INSERT + (" ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
+                   "updated=excluded.updated, body=excluded.body")
+OPEN_STATES = ",".join(map(str, OPEN_CODES))
+_MIGRATE_CHUNK = 5000
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """On open: create, or migrate, or nothing (the file is current)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == VERSION:
+        return
+    if version > VERSION:
+        raise RuntimeError(f"tasks database has schema {version}, newer than this "
+                           f"Butler's ({VERSION})")
+    legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
+    if legacy is None:
+        # Before any table: free pages then go back to the file system (purge).
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if legacy is not None:
+            conn.execute("ALTER TABLE tasks RENAME TO tasks_v0")
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index' "
+                                        "AND tbl_name='tasks_v0' AND sql IS NOT NULL")\
+                    .fetchall():
+                conn.execute(f'DROP INDEX "{name}"')
+        for statement in _TABLES:
+            conn.execute(statement)
+        if legacy is not None:
+            _copy_v0(conn)
+        for statement in _INDEXES:
+            conn.execute(statement)
+        if legacy is not None:
+            _recount(conn)
+        conn.execute(f"PRAGMA user_version={VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    if legacy is not None:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")  # takes the setting, and gives the old rows' pages back
+
+
+def _copy_v0(conn: sqlite3.Connection) -> None:
+    """Rows in the order they were created, so ``seq`` (the list order) is kept."""
+    copied, after = 0, -1
+    while True:
+        rows = conn.execute("SELECT seq, id, body FROM tasks_v0 WHERE seq > ? ORDER BY seq "
+                            "LIMIT ?", (after, _MIGRATE_CHUNK)).fetchall()
+        if not rows:
+            break
+        conn.executemany("INSERT INTO tasks(seq, id, owner, context_id, state, updated, body) "
+                         "VALUES (?,?,?,?,?,?,?)",
+                         [(seq, *row_columns(decode_v0(task_id, body)))
+                          for seq, task_id, body in rows])
+        copied += len(rows)
+        after = rows[-1][0]
+    conn.execute("DROP TABLE tasks_v0")
+    log.info("tasks database migrated to schema %d: %d task(s)", VERSION, copied)
+
+
+def _recount(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO task_counts(owner, state, n) "
+                 "SELECT owner, state, count(*) FROM tasks GROUP BY owner, state")
+
+
+def decode_v0(task_id: str, body: str) -> Task:
+    """A version 0 row: ``{"task": <the /v2 task>, "owner", "request", "messages"?,
+    "reply_as_message"?}``; messages in that version's encoding."""
+    data = exact_json.loads(body, max_depth=256)
+    task = butler_v2.decode_task(data["task"])
+    messages = tuple(
+        Message(message_id=m["message_id"], role=m["role"],
+                parts=butler_v2.decode_parts(m["parts"]), context_id=m["context_id"],
+                task_id=m["task_id"], metadata=m.get("metadata"),
+                extensions=tuple(m.get("extensions", ())),
+                reference_task_ids=tuple(m.get("reference_task_ids", ())), at=m["at"])
+        for m in data.get("messages", ()))
+    request = data["request"]
+    if isinstance(request.get("timeout_seconds"), str):  # version 0 wrote it as a string
+        request["timeout_seconds"] = Decimal(request["timeout_seconds"])
+    return replace(task, id=task_id, owner=data["owner"],
+                   request=butler_v2.decode_task_request(request),
+                   messages=messages, reply_as_message=data.get("reply_as_message") is True)

@@ -1,0 +1,223 @@
+"""The task store's rows and indexes: compact rows that give the task back, an index for
+every listing, totals kept by triggers, and a version 0 file migrated in place."""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from butler.engine.store import SqliteTaskStore
+from butler.engine.task_row import decode_row, row_columns
+from internal.protocol.a2a.codec import butler_v2, exact_json
+from internal.protocol.a2a.model import (
+    Artifact,
+    Budget,
+    CostNode,
+    Message,
+    Part,
+    StatusEntry,
+    Task,
+    TaskError,
+    TaskRequest,
+    TaskState,
+    scoped_task_id,
+)
+
+T0 = "2026-11-24T01:00:00.000000Z"
+
+
+def _stamp(second: int, micro: int = 0) -> str:
+    return f"2026-11-24T01:{second // 60:02d}:{second % 60:02d}.{micro:06d}Z"
+
+
+def echo(i: int, owner: str = "alice", context: str | None = None,
+         state: TaskState = TaskState.COMPLETED) -> Task:
+    at = _stamp(i % 3600, 500)
+    return Task(
+        id=f"task-{i:06d}", context_id=context or f"ctx-{i:06d}", owner=owner, state=state,
+        request=TaskRequest(text="hello", skill="echo"), created_at=_stamp(i % 3600),
+        updated_at=at, skill="echo",
+        history=(StatusEntry(TaskState.SUBMITTED, _stamp(i % 3600)),
+                 StatusEntry(TaskState.WORKING, _stamp(i % 3600)),
+                 StatusEntry(state, at)),
+        parts=(Part(text="hello"),), budget=Budget(Decimal("5.00")),
+        cost=CostNode("home", "echo", Decimal("0"), 0, "completed"), chain=(owner,),
+        trace_id="fa366379b67df6eec5514e19541a08a3")
+
+
+def test_every_field_survives_the_compact_row() -> None:
+    message = Message(message_id="m1", role="user", parts=(Part(text="hi"),
+                      Part(data={"n": 1}, metadata={"k": "v"})),
+                      context_id="c", task_id="t", metadata={"a": [1]},
+                      extensions=("x",), reference_task_ids=("r",), at=T0)
+    rich = Task(
+        id=scoped_task_id("mine", "bob"), context_id="c", owner="bob",
+        state=TaskState.FAILED,
+        request=TaskRequest(text="do", id="mine", context_id="c", input={"q": 1},
+                            parts=(Part(file={"uri": "file:///x", "mimeType": "text/x"}),),
+                            capabilities_needed=("a.b",), skill="s", blocking=False,
+                            timeout_seconds=2.5),
+        created_at=T0, updated_at="2026-11-24T01:00:01.250000Z", skill="s",
+        history=(StatusEntry(TaskState.SUBMITTED, T0, "queued"),
+                 StatusEntry(TaskState.FAILED, "not a time", "boom")),
+        parts=(Part(text="a", metadata={"m": 1}), Part(text="b")),
+        artifacts=(Artifact("art", (Part(text="x"),), "name", "desc"),),
+        error=TaskError("skill_failed", "boom"), status_message="boom",
+        budget=Budget(Decimal("1.10"), Decimal("0.25")),
+        cost=CostNode("home", "s", Decimal("0.1"), 12, "failed",
+                      (CostNode("peer", "t", Decimal("0.05"), 3, "completed"),)),
+        chain=("op", "bob"), trace_id="t" * 32, messages=(message,), reply_as_message=True)
+    odd_times = Task(id="t", context_id="", owner="", state=TaskState.WORKING,
+                     request=TaskRequest(text="x"), created_at="", updated_at="yesterday")
+    for task in (rich, odd_times, echo(7)):
+        assert decode_row(*row_columns(task)) == task
+    assert len(row_columns(echo(7))[-1]) <= 210  # was 988 bytes as version 0
+
+
+def _plans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
+    return [" / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
+            for sql in statements if sql.startswith("SELECT")]
+
+
+async def test_every_listing_uses_an_index_in_its_order(tmp_path: Path) -> None:
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    try:
+        for i in range(50):
+            await store.put(echo(i, owner=("alice", "bob")[i % 2], context="shared"))
+        page = await store.list_tasks(owner=None, state=None, context_id=None, cursor=None,
+                                      limit=2, by_update=True)
+        cursors = {False: None, True: None}
+        first = await store.list_tasks(owner=None, state=None, context_id=None, cursor=None,
+                                       limit=2)
+        cursors = {False: first.next_cursor, True: page.next_cursor}
+        seen: list[str] = []
+        await store._db.run(lambda conn: conn.set_trace_callback(seen.append))
+        for owner, state, context, after, by_update, paged in itertools.product(
+                (None, "alice"), (None, TaskState.COMPLETED), (None, "shared"),
+                (None, _stamp(10)), (False, True), (False, True)):
+            await store.list_tasks(owner=owner, state=state, context_id=context,
+                                   cursor=cursors[by_update] if paged else None, limit=5,
+                                   updated_after=after, by_update=by_update)
+        await store._db.run(lambda conn: conn.set_trace_callback(None))
+    finally:
+        await store.close()
+    conn = sqlite3.connect(tmp_path / "tasks.db")
+    try:
+        plans = _plans(conn, seen)
+    finally:
+        conn.close()
+    assert len(plans) > 64
+    for sql, plan in zip([s for s in seen if s.startswith("SELECT")], plans, strict=True):
+        if "context_id=" in sql:
+            # A context holds one conversation's tasks: found by index, then sorted.
+            assert "INDEX tasks_context" in plan, (sql, plan)
+            continue
+        if "updated>=" in sql and "ORDER BY seq" in sql:
+            continue  # no listing asks for this (a time filter comes with update order)
+        assert "TEMP B-TREE" not in plan, (sql, plan)
+        filtered = any(f in sql for f in ("owner=", "state=", "updated>="))
+        assert not filtered or "SEARCH" in plan or "task_counts" in sql, (sql, plan)
+
+
+async def test_totals_follow_inserts_updates_and_purges(tmp_path: Path) -> None:
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    try:
+        for i in range(30):
+            await store.put(echo(i, owner=("alice", "bob")[i % 2], state=TaskState.WORKING))
+        for i in range(0, 30, 3):
+            await store.put(echo(i, owner=("alice", "bob")[i % 2]))
+
+        async def total(**filters: Any) -> int | None:
+            page = await store.list_tasks(**{"owner": None, "state": None,
+                                             "context_id": None, **filters},
+                                          cursor=None, limit=1, by_update=True)
+            return page.total
+
+        assert await total() == 30
+        assert await total(owner="alice") == 15
+        assert await total(state=TaskState.WORKING) == 20
+        assert await total(owner="bob", state=TaskState.COMPLETED) == 5
+        purged = await store.purge_terminal(_stamp(3599))
+        assert len(purged) == 10
+        assert await total() == 20
+        assert await total(state=TaskState.COMPLETED) == 0
+    finally:
+        await store.close()
+
+
+_V0_DDL = """
+CREATE TABLE tasks (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    owner TEXT NOT NULL,
+    context_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    terminal INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX tasks_owner ON tasks(owner, seq);
+CREATE INDEX tasks_context ON tasks(context_id, seq);
+CREATE INDEX tasks_open ON tasks(terminal, updated_at);
+CREATE INDEX tasks_owner_updated ON tasks(owner, updated_at, seq);
+"""
+
+
+def _v0_row(task: Task) -> tuple[Any, ...]:
+    """How version 0 stored a task (``encode_row`` before the compact rows)."""
+    rest: dict[str, Any] = {"owner": task.owner,
+                            "request": butler_v2.encode_request(task.request)}
+    if task.messages:
+        rest["messages"] = [{
+            "message_id": m.message_id, "role": m.role,
+            "parts": [butler_v2.encode_part(p) for p in m.parts],
+            "context_id": m.context_id, "task_id": m.task_id, "metadata": m.metadata,
+            "extensions": list(m.extensions),
+            "reference_task_ids": list(m.reference_task_ids), "at": m.at,
+        } for m in task.messages]
+    body = '{"task":' + butler_v2.task_json(task).decode() + "," + exact_json.dumps(rest)[1:]
+    return (task.id, task.owner, task.context_id, task.state.value,
+            int(task.state.terminal), task.updated_at, body)
+
+
+async def test_a_version_0_file_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.db"
+    message = Message(message_id="m1", role="user", parts=(Part(text="hi"),), at=T0)
+    tasks = [echo(i, owner=("alice", "bob")[i % 2]) for i in range(40)]
+    tasks[3] = echo(3, owner="bob", state=TaskState.WORKING)
+    from dataclasses import replace
+    tasks[5] = replace(tasks[5], id=scoped_task_id("task-000005", "bob"), messages=(message,))
+    conn = sqlite3.connect(path)
+    conn.executescript(_V0_DDL)
+    conn.executemany("INSERT INTO tasks(id, owner, context_id, state, terminal, updated_at, "
+                     "body) VALUES (?,?,?,?,?,?,?)", [_v0_row(t) for t in tasks])
+    conn.execute("DELETE FROM tasks WHERE id='task-000000'")  # a purged task: seq gap
+    conn.commit()
+    conn.close()
+
+    store = await SqliteTaskStore.open(path)
+    try:
+        for task in tasks[1:]:
+            assert await store.get(task.id) == task
+        page = await store.list_tasks(owner="bob", state=None, context_id=None,
+                                      cursor=None, limit=100, by_update=True)
+        assert page.total == 20
+        newest = await store.list_tasks(owner=None, state=None, context_id=None,
+                                        cursor=None, limit=100)
+        assert [t.id for t in newest.tasks] == [t.id for t in reversed(tasks[1:])]
+        assert [t.id for t in await store.open_tasks()] == [tasks[3].id]
+        await store.put(echo(99))
+        assert (await store.list_tasks(owner=None, state=None, context_id=None, cursor=None,
+                                       limit=1)).tasks[0].id == "task-000099"
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+        assert conn.execute("SELECT max(seq) FROM tasks").fetchone()[0] == 41
+    finally:
+        conn.close()
