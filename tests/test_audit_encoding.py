@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from butler.audit import AuditLog
 from butler.audit.log import GENESIS_HASH
 from butler.audit.record import Entry
+from tests.audit_support import documented_rows
 
 COLUMNS = ["seq", "at", "kind", "caller", "task_id", "chain", "budget_before",
            "budget_after", "decision", "code", "trace_id", "detail", "prev_hash", "hash"]
@@ -54,12 +55,7 @@ def documented_hash(row: dict[str, Any]) -> str:
 
 
 def stored_rows(path: Path) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM audit ORDER BY seq")]
-    finally:
-        conn.close()
+    return documented_rows(path)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 
+from butler.audit.schema import read_at, read_hash
 from tests.a2a_support import WAIT
 from tests.support import (
     ECHO,
@@ -115,7 +116,8 @@ async def test_records_carry_the_time_of_their_event(swarm: Swarm) -> None:
     assert status == 200 and task["state"] == "completed"
     await swarm.stop(home)
     with contextlib.closing(sqlite3.connect(home.daemon.config.data_dir / "audit.db")) as db:
-        rows = dict(db.execute("SELECT kind, at FROM audit WHERE task_id=?", (task["id"],)))
+        rows = {kind: str(read_at(at)) for kind, at in
+                db.execute("SELECT kind, at FROM audit WHERE task_id=?", (task["id"],))}
     took = datetime.fromisoformat(rows["task_finished"]) - datetime.fromisoformat(
         rows["inbound"])
     assert took.total_seconds() >= 0.009, rows
@@ -129,8 +131,9 @@ def roll_back_last_final(path: Path) -> str:
         seq, task_id = db.execute("SELECT seq, task_id FROM audit WHERE kind='task_finished' "
                                   "ORDER BY seq DESC LIMIT 1").fetchone()
         db.execute("DELETE FROM audit WHERE seq >= ?", (seq,))
-        head = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-        db.execute("UPDATE audit_head SET seq=?, hash=? WHERE id=1", head)
+        seq, digest = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")\
+            .fetchone()
+        db.execute("UPDATE audit_head SET seq=?, hash=? WHERE id=1", (seq, read_hash(digest)))
     return str(task_id)
 
 
@@ -160,7 +163,8 @@ async def test_a_final_record_lost_in_the_crash_window_is_written_at_start_up(
     assert Counter(t for t, _, _ in finals) == Counter(t["id"] for t in tasks)
     at, decision = next((a, d) for t, a, d in finals if t == lost)
     assert decision == "completed"
-    assert datetime.fromisoformat(at) == datetime.fromisoformat(tasks[-1]["updated_at"])
+    assert datetime.fromisoformat(str(read_at(at))) == datetime.fromisoformat(
+        tasks[-1]["updated_at"])
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "butler", "audit", "verify", "-c", str(config),
         cwd=REPO, env=child_env(), stdout=asyncio.subprocess.PIPE)

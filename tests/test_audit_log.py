@@ -17,6 +17,7 @@ import pytest
 
 from butler.audit import AuditError, AuditLog, AuditRecord, VerifyResult
 from butler.audit.log import GENESIS_HASH
+from tests.audit_support import documented_rows
 
 
 @pytest.fixture
@@ -62,14 +63,8 @@ def _sql(path: Path, statement: str, params: tuple[Any, ...] = ()) -> None:
 
 
 def _raw_row(path: Path, seq: int) -> dict[str, Any]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        row = conn.execute("SELECT * FROM audit WHERE seq = ?", (seq,)).fetchone()
-    finally:
-        conn.close()
-    assert row is not None
-    return dict(row)
+    (row,) = [r for r in documented_rows(path) if r["seq"] == seq]
+    return row
 
 
 def _documented_hash(row: dict[str, Any]) -> str:

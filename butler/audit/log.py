@@ -29,47 +29,27 @@ from butler.audit.record import (
     canonical,
     decode_text,
 )
+from butler.audit.schema import (
+    COLUMNS as _COLUMNS,
+)
+from butler.audit.schema import (
+    GENESIS_HASH,
+    INSERT,
+    create_schema,
+    read_at,
+    read_hash,
+    seal_full,
+    stored_row,
+)
 from butler.storage import Database
 from internal.protocol.a2a.model import SetupError
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
 
-GENESIS_HASH: Final = "0" * 64
-
-_COLUMNS: Final = (
-    "seq, at, kind, caller, task_id, chain, budget_before, budget_after, "
-    "decision, code, trace_id, detail, prev_hash, hash"
-)
-_INSERT: Final = f"INSERT INTO audit ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _PAGE: Final = 256
-
-_SCHEMA: Final = (
-    """
-    CREATE TABLE IF NOT EXISTS audit (
-        seq           INTEGER PRIMARY KEY,
-        at            TEXT NOT NULL,
-        kind          TEXT NOT NULL,
-        caller        TEXT NOT NULL,
-        task_id       TEXT,
-        chain         TEXT NOT NULL,
-        budget_before TEXT,
-        budget_after  TEXT,
-        decision      TEXT NOT NULL,
-        code          TEXT,
-        trace_id      TEXT,
-        detail        TEXT NOT NULL,
-        prev_hash     TEXT NOT NULL,
-        hash          TEXT NOT NULL
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS audit_head (
-        id   INTEGER PRIMARY KEY CHECK (id = 1),
-        seq  INTEGER NOT NULL,
-        hash TEXT NOT NULL
-    )
-    """,
-)
+_GENESIS_HEAD: Final = (
+    "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, ? "
+    "WHERE NOT EXISTS (SELECT 1 FROM audit_head)", (GENESIS_HASH,))
 
 
 class AuditError(SetupError):
@@ -90,23 +70,23 @@ class VerifyResult:
 def _create_schema(conn: sqlite3.Connection) -> None:
     # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
     conn.text_factory = decode_text
+    fresh = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+    if fresh:  # before any table: purged pages then go back to the file system
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+    migrating = not fresh and conn.execute("PRAGMA user_version").fetchone()[0] == 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in _SCHEMA:
-            conn.execute(statement)
         # Only a brand-new log gets a genesis head; a missing head on a non-empty log
         # is evidence of tampering and is left for verify() to report.
-        conn.execute(
-            "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, ? "
-            "WHERE NOT EXISTS (SELECT 1 FROM audit_head) "
-            "AND NOT EXISTS (SELECT 1 FROM audit)",
-            (GENESIS_HASH,),
-        )
+        create_schema(conn, _GENESIS_HEAD)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    if migrating:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")
 
 
 class AuditLog:
@@ -161,7 +141,7 @@ class AuditLog:
 
     async def last_at(self) -> datetime | None:
         row = await self.db.fetchone("SELECT at FROM audit ORDER BY seq DESC LIMIT 1", ())
-        return None if row is None else datetime.fromisoformat(row[0])
+        return None if row is None else datetime.fromisoformat(str(read_at(row[0])))
 
     async def finished_task_ids(self, since: datetime) -> set[str]:
         """Tasks with a ``task_finished`` record stamped at or after ``since``: read back
@@ -173,24 +153,17 @@ class AuditLog:
         """The last ``n`` records, oldest first."""
         if n <= 0:
             return []
-        rows = self.db.call(_fetchall,
-                            f"SELECT {_COLUMNS} FROM "
-                            f"(SELECT {_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?) "
-                            "ORDER BY seq", (n,))
-        return [_from_row(row) for row in rows]
+        return self.db.call(_tail, n)
 
-    def iter_all(self) -> Iterator[AuditRecord]:
+    def iter_all(self, after: int = 0) -> Iterator[AuditRecord]:
+        """The live records after seq ``after``, oldest first."""
         # Paged, so the worker serves others while the caller runs between yields.
-        after = 0
         while True:
-            rows = self.db.call(
-                _fetchall, f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, _PAGE))
-            for row in rows:
-                yield _from_row(row)
-            if len(rows) < _PAGE:
+            records = self.db.call(_records_after, after, _PAGE)
+            yield from records
+            if len(records) < _PAGE:
                 return
-            after = rows[-1][0]
+            after = records[-1].seq
 
     def verify(self, *, anchor: tuple[int, str] | None = None) -> VerifyResult:
         """Recheck every hash, link and seq, then the stored head.
@@ -210,51 +183,107 @@ def _verify(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -> VerifyR
 
 
 def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -> VerifyResult:
+    """From the last dropped segment's sealed hash (genesis if none was dropped)."""
+    base, prev_hash = live_base(conn)
+    sealed = dict(conn.execute("SELECT last_seq, last_hash FROM audit_segments "
+                               "WHERE dropped = 0").fetchall())
     checked = 0
-    prev_hash = GENESIS_HASH
-    for row in conn.execute(f"SELECT {_COLUMNS} FROM audit ORDER BY seq"):
+    last = base
+    for row in conn.execute(f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq",
+                            (base,)):
         seq = row[0]
-        expected = checked + 1
+        expected = last + 1
         if seq > expected:
             return _bad(checked, expected, f"missing record: seq {expected} is absent")
-        if seq < expected:
-            return _bad(checked, seq, f"unexpected record: seq {seq} is out of range")
         try:
-            record = _from_row(row)
+            record = _from_row(row, prev_hash)
             intact = record.compute_hash() == record.hash
         except UnicodeError:
             return _bad(checked, seq, "edited record: contains invalid UTF-8")
         except (AuditError, ValueError) as exc:
             return _bad(checked, seq, f"edited record: {exc}")
-        if not intact:
-            return _bad(checked, seq, "edited record: hash does not match contents")
         if record.prev_hash != prev_hash:
             return _bad(
                 checked,
                 seq,
                 f"broken link: prev_hash does not match the hash of seq {seq - 1}",
             )
+        if not intact and row[12] is None:  # linked by position: a link or an edit
+            return _bad(checked, seq, "edited record or broken link: hash does not match "
+                        f"contents chained to seq {seq - 1}'s hash")
+        if not intact:
+            return _bad(checked, seq, "edited record: hash does not match contents")
         if anchor is not None and seq == anchor[0] and record.hash != anchor[1]:
             return _bad(checked, seq, "record does not match the exported head")
+        if seq in sealed and sealed[seq] != record.hash:
+            return _bad(checked, seq, "record does not match its sealed segment's hash")
         prev_hash = record.hash
         checked += 1
-    if anchor is not None and anchor[0] > checked:
-        return _bad(checked, checked + 1, f"truncated: exported head is seq {anchor[0]}")
+        last = seq
+    if base > 0 and checked == 0 and _first_seq(conn) <= base:
+        return _bad(0, base, f"records of a dropped segment (to seq {base}) are still there")
+    if anchor is not None and anchor[0] > last:
+        return _bad(checked, last + 1, f"truncated: exported head is seq {anchor[0]}")
     head = _read_head(conn)
     if head is None:
         return _bad(checked, None, "audit_head is missing")
     head_seq, head_hash = head
-    if head_seq > checked:
+    if head_seq > last:
         return _bad(
             checked,
-            checked + 1,
-            f"truncated: head is seq {head_seq} but the last record is seq {checked}",
+            last + 1,
+            f"truncated: head is seq {head_seq} but the last record is seq {last}",
         )
-    if head_seq < checked:
+    if head_seq < last:
         return _bad(checked, head_seq + 1, f"records after the head (seq {head_seq})")
     if head_hash != prev_hash:
         return _bad(checked, head_seq or None, "head hash does not match the last record")
     return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
+
+
+def live_base(conn: sqlite3.Connection) -> tuple[int, str]:
+    """(seq, hash) the live log continues from: the last dropped segment's last record,
+    or (0, genesis)."""
+    row = conn.execute("SELECT last_seq, last_hash FROM audit_segments WHERE dropped = 1 "
+                       "ORDER BY last_seq DESC LIMIT 1").fetchone()
+    return (0, GENESIS_HASH) if row is None else (row[0], row[1])
+
+
+def _first_seq(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT min(seq) FROM audit").fetchone()
+    return 1 << 62 if row[0] is None else int(row[0])
+
+
+def _hash_before(conn: sqlite3.Connection, seq: int) -> str:
+    """The hash record ``seq`` links to: its predecessor's, or a dropped segment's."""
+    row = conn.execute("SELECT hash FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
+    if row is not None:
+        digest = read_hash(row[0])
+        return digest if isinstance(digest, str) else ""
+    base, base_hash = live_base(conn)
+    return base_hash if seq - 1 == base else ""
+
+
+def _records_after(conn: sqlite3.Connection, after: int, limit: int) -> list[AuditRecord]:
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
+                        (after, limit)).fetchall()
+    return _chained(conn, rows)
+
+
+def _tail(conn: sqlite3.Connection, n: int) -> list[AuditRecord]:
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?",
+                        (n,)).fetchall()
+    return _chained(conn, rows[::-1])
+
+
+def _chained(conn: sqlite3.Connection, rows: list[Any]) -> list[AuditRecord]:
+    """Records of consecutive rows, each given the hash of the one before it."""
+    records: list[AuditRecord] = []
+    prev = _hash_before(conn, rows[0][0]) if rows else ""
+    for row in rows:
+        records.append(_from_row(row, prev))
+        prev = records[-1].hash
+    return records
 
 
 def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
@@ -274,8 +303,14 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
         written.append((entry, row))
         prev = row[-1]
     if written:
-        conn.executemany(_INSERT, [row for _, row in written])
+        link = head[1]
+        stored = []
+        for _, row in written:
+            stored.append(stored_row(row, link))
+            link = row[-1]
+        conn.executemany(INSERT, stored)
         conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
+        seal_full(conn, seq, prev, written[-1][1][1])
     return written
 
 
@@ -286,9 +321,9 @@ def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
         rows = conn.execute("SELECT seq, at, kind, task_id FROM audit WHERE seq < ? "
                             "ORDER BY seq DESC LIMIT ?", (before, _PAGE)).fetchall()
         for _, at, kind, task_id in rows:
-            if at >= since and kind == "task_finished" and task_id is not None:
+            if str(read_at(at)) >= since and kind == "task_finished" and task_id is not None:
                 found.add(task_id)
-        if len(rows) < _PAGE or rows[-1][1] < since:
+        if len(rows) < _PAGE or str(read_at(rows[-1][1])) < since:
             return found
         before = rows[-1][0]
 
@@ -316,7 +351,7 @@ def _bad(checked: int, seq: int | None, reason: str) -> VerifyResult:
     return VerifyResult(ok=False, checked=checked, first_bad_seq=seq, reason=reason)
 
 
-def _from_row(row: tuple[Any, ...]) -> AuditRecord:
+def _from_row(row: tuple[Any, ...], prev: str) -> AuditRecord:
     """Parse a stored row, rejecting anything append() could not have written.
 
     Strictness matters: if e.g. "1E+2" were accepted as "1e2" or a JSON column with extra
@@ -324,6 +359,8 @@ def _from_row(row: tuple[Any, ...]) -> AuditRecord:
     """
     (seq, at, kind, caller, task_id, chain_text, before, after) = row[:8]
     (decision, code, trace_id, detail_text, prev_hash, digest) = row[8:]
+    at, digest = read_at(at), read_hash(digest)
+    prev_hash = prev if prev_hash is None else prev_hash
     chain = _stored_json("chain", chain_text)
     if not isinstance(chain, list) or not all(isinstance(hop, str) for hop in chain):
         raise AuditError("chain is not a JSON list of strings")

@@ -18,12 +18,10 @@ from butler.engine.task_row import (
     STATE_CODES,
     TERMINAL_CODES,
     decode_row,
-    micros_stamp,
     row_columns,
-    stamp_micros,
 )
 from butler.engine.task_schema import OPEN_STATES, UPSERT, create_schema
-from butler.storage import BatchWriter, CheckpointPolicy, Database
+from butler.storage import BatchWriter, CheckpointPolicy, Database, micros_stamp, stamp_micros
 from internal.protocol.a2a.model import RequestError, Task, TaskPage, TaskState
 
 # Small, so a purge never holds the write lock long: the loop's commits wait for it.

@@ -11,10 +11,10 @@ form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from butler.storage import micros_stamp, stamp_micros
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     Artifact,
@@ -35,25 +35,7 @@ CODE_STATES: dict[int, TaskState] = {code: state for state, code in STATE_CODES.
 TERMINAL_CODES = tuple(code for state, code in STATE_CODES.items() if state.terminal)
 OPEN_CODES = tuple(code for state, code in STATE_CODES.items() if not state.terminal)
 
-_EPOCH = datetime(1970, 1, 1)  # naive UTC: the canonical form has no offset to parse
-_MICRO = timedelta(microseconds=1)
 NOT_CANONICAL = 0  # ``updated`` of a task whose time is not canonical: sorts first
-
-
-def stamp_micros(stamp: str) -> int | None:
-    """Microseconds since the epoch of a canonical stamp; None for any other text."""
-    if len(stamp) != 27 or stamp[-1] != "Z" or stamp[10] != "T" or stamp[19] != ".":
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp[:-1])
-    except ValueError:
-        return None
-    micros = (moment - _EPOCH) // _MICRO
-    return micros if micros_stamp(micros) == stamp else None
-
-
-def micros_stamp(micros: int) -> str:
-    return (_EPOCH + micros * _MICRO).isoformat(timespec="microseconds") + "Z"
 
 
 def row_columns(task: Task) -> tuple[str, str, str, int, int, str]:
@@ -75,7 +57,7 @@ def decode_row(task_id: str, owner: str, context_id: str, state: int, updated: i
     base = stamp_micros(created_at)
     return Task(
         id=task_id, context_id=context_id, owner=owner, state=CODE_STATES[state],
-        request=butler_v2.decode_task_request(request),
+        request=_request(request),
         created_at=created_at, updated_at=updated_at, skill=skill or "",
         history=tuple(StatusEntry(CODE_STATES[h[0]], _time(h[1], base),
                                   h[2] if len(h) > 2 else "") for h in history or ()),
@@ -110,23 +92,39 @@ def _encode_body(task: Task, updated: int | None) -> str:
         [str(task.budget.start_usd), str(task.budget.spent_usd)]
         if task.budget is not None else None,
         _encode_cost(task.cost) if task.cost is not None else None,
-        list(task.chain), task.trace_id, encode_request(task.request),
+        list(task.chain), task.trace_id, _encode_request(task.request),
         [_encode_message(m) for m in task.messages],
         True if task.reply_as_message else None,
         task.updated_at if updated is None else None,
     ]
+    return exact_json.dumps(_trimmed(fields))
+
+
+def _encode_request(request: TaskRequest) -> list[Any]:
+    return _trimmed([
+        request.text, request.skill, list(request.capabilities_needed),
+        None if request.blocking else 0, request.id, request.context_id,
+        request.input or None, [_part(p) for p in request.parts], request.timeout_seconds,
+    ])
+
+
+def _request(value: list[Any]) -> TaskRequest:
+    """The stored request, as the daemon decoded it when it came in: a skill's input
+    holds ordinary numbers (``plain_numbers``), as the request decoder gives them."""
+    f = list(value) + [None] * (9 - len(value))
+    return TaskRequest(
+        text=f[0] or "", skill=f[1], capabilities_needed=tuple(f[2] or ()),
+        blocking=f[3] is None, id=f[4], context_id=f[5],
+        input=exact_json.plain_numbers(f[6]) if f[6] else {}, parts=_parts(f[7]),
+        timeout_seconds=None if f[8] is None else float(f[8]),
+    )
+
+
+def _trimmed(fields: list[Any]) -> list[Any]:
+    """Trailing empty fields left out: a reader fills them in."""
     while fields and fields[-1] in (None, "", []):
         fields.pop()
-    return exact_json.dumps(fields)
-
-
-def encode_request(request: TaskRequest) -> dict[str, Any]:
-    """The /v2 request body, its timeout a JSON number: the /v2 encoding holds a
-    ``Decimal``, which JSON here writes as a string, which the request decoder refuses."""
-    out = butler_v2.encode_request(request)
-    if request.timeout_seconds is not None:
-        out["timeout_seconds"] = request.timeout_seconds
-    return out
+    return fields
 
 
 def _time(value: Any, base: int | None, *, negate: bool = False) -> str:
@@ -183,9 +181,7 @@ def _encode_message(message: Message) -> list[Any]:
         message.context_id, message.task_id, message.metadata, list(message.extensions),
         list(message.reference_task_ids), message.at,
     ]
-    while fields and fields[-1] in (None, "", []):
-        fields.pop()
-    return fields
+    return _trimmed(fields)
 
 
 def _message(value: list[Any]) -> Message:

@@ -13,6 +13,7 @@ from butler.storage._files import (
     private_folder,
     write_private,
 )
+from butler.storage._stamps import micros_stamp, stamp_micros
 
 __all__ = [
     "FILE_MODE",
@@ -25,7 +26,9 @@ __all__ = [
     "DatabaseClosed",
     "catch_up",
     "checkpoint",
+    "micros_stamp",
     "private_file",
     "private_folder",
+    "stamp_micros",
     "write_private",
 ]

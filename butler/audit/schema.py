@@ -1,0 +1,150 @@
+"""The audit file's schema (``PRAGMA user_version`` 1) and its migration from version 0.
+
+A record's hashed fields are stored as compactly as they can be given back exactly
+(docs/audit.md#storage): ``at`` as microseconds since the epoch when it is in the one
+form Butler writes (``2026-11-24T01:57:16.864102+00:00``), else as that text; ``hash``
+as its 32 bytes; ``prev_hash`` not at all (NULL) when it is the previous record's
+``hash``, which it always is for a record Butler appended, so the chain is stored once.
+Those three columns have no declared type, so SQLite stores each value as given. A
+version 0 file (text columns, every ``prev_hash`` written out) is rewritten in place on
+open, row for row: a link that did not hold there is kept, so verify still reports it.
+
+``audit_segments`` lists the sealed segments of the log (docs/audit.md#retention).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any, Final
+
+from butler.storage import micros_stamp, stamp_micros
+
+log = logging.getLogger("butler.audit")
+
+VERSION: Final = 1
+GENESIS_HASH: Final = "0" * 64
+COLUMNS: Final = (
+    "seq, at, kind, caller, task_id, chain, budget_before, budget_after, "
+    "decision, code, trace_id, detail, prev_hash, hash"
+)
+INSERT: Final = f"INSERT INTO audit ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+
+_TABLES: Final = (
+    """
+    CREATE TABLE audit (
+        seq           INTEGER PRIMARY KEY,
+        at            NOT NULL,
+        kind          TEXT NOT NULL,
+        caller        TEXT NOT NULL,
+        task_id       TEXT,
+        chain         TEXT NOT NULL,
+        budget_before TEXT,
+        budget_after  TEXT,
+        decision      TEXT NOT NULL,
+        code          TEXT,
+        trace_id      TEXT,
+        detail        TEXT NOT NULL,
+        prev_hash,
+        hash          NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS audit_head (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        seq  INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE audit_segments (
+        last_seq  INTEGER PRIMARY KEY,
+        first_seq INTEGER NOT NULL,
+        last_hash TEXT NOT NULL,
+        last_at   TEXT NOT NULL,
+        dropped   INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+)
+_MIGRATE_CHUNK: Final = 10_000
+
+
+def stored_at(at: str) -> int | str:
+    micros = stamp_micros(at[:-6] + "Z") if at.endswith("+00:00") else None
+    return at if micros is None else micros
+
+
+def read_at(value: object) -> object:
+    return micros_stamp(value)[:-1] + "+00:00" if type(value) is int else value
+
+
+def stored_hash(digest: str) -> bytes | str:
+    raw = bytes.fromhex(digest) if len(digest) == 64 else b""
+    return raw if raw.hex() == digest else digest
+
+
+def read_hash(value: object) -> object:
+    return value.hex() if type(value) is bytes and len(value) == 32 else value
+
+
+def stored_row(row: tuple[Any, ...], prev_hash: str) -> tuple[Any, ...]:
+    """A record's row as ``Entry.row`` gives it (text columns, hash last) in stored form;
+    ``prev_hash``: the hash of the record before it."""
+    return (row[0], stored_at(row[1]), *row[2:12],
+            None if row[12] == prev_hash else row[12], stored_hash(row[13]))
+
+
+def create_schema(conn: sqlite3.Connection, genesis: tuple[Any, ...]) -> None:
+    """Inside the caller's transaction: create, migrate, or nothing. ``genesis``: the
+    statement and arguments that give a brand-new log its head."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == VERSION:
+        return
+    if version > VERSION:
+        raise RuntimeError(f"audit database has schema {version}, newer than this "
+                           f"Butler's ({VERSION})")
+    legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='audit'").fetchone()
+    if legacy is not None:
+        conn.execute("ALTER TABLE audit RENAME TO audit_v0")
+    for statement in _TABLES:
+        conn.execute(statement)
+    if legacy is not None:
+        _copy_v0(conn)
+    else:
+        conn.execute(*genesis)
+    conn.execute(f"PRAGMA user_version={VERSION}")
+
+
+def _copy_v0(conn: sqlite3.Connection) -> None:
+    copied, after, prev = 0, 0, GENESIS_HASH
+    while True:
+        rows = conn.execute(f"SELECT {COLUMNS} FROM audit_v0 WHERE seq > ? ORDER BY seq "
+                            "LIMIT ?", (after, _MIGRATE_CHUNK)).fetchall()
+        if not rows:
+            break
+        stored = []
+        for row in rows:
+            stored.append(stored_row(row, prev))
+            prev = row[13]
+        conn.executemany(INSERT, stored)
+        copied += len(rows)
+        after = rows[-1][0]
+    conn.execute("DROP TABLE audit_v0")
+    log.info("audit database migrated to schema %d: %d record(s)", VERSION, copied)
+
+
+# A segment is sealed once it holds this many records (and by retention, once its newest
+# record is past it): about 10 MB of a busy log.
+SEGMENT_RECORDS: Final = 65_536
+
+
+def seal_full(conn: sqlite3.Connection, seq: int, digest: str, at: str) -> None:
+    """After an append that ended at ``seq``: seal the open segment if it is full."""
+    sealed = conn.execute("SELECT coalesce(max(last_seq), 0) FROM audit_segments").fetchone()[0]
+    if seq - sealed >= SEGMENT_RECORDS:
+        seal(conn, sealed + 1, seq, digest, at)
+
+
+def seal(conn: sqlite3.Connection, first: int, last: int, digest: str, at: str) -> None:
+    conn.execute("INSERT INTO audit_segments (last_seq, first_seq, last_hash, last_at) "
+                 "VALUES (?,?,?,?)", (last, first, digest, at))

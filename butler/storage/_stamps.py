@@ -1,0 +1,36 @@
+"""Times as SQLite stores them compactly: microseconds since the epoch (an 8-byte integer
+at most) for a stamp in the one canonical form Butler writes, ``2026-11-24T01:52:18.123456Z``
+(``now_iso``); any other text is not converted, so it is kept exactly as it was."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1)  # naive UTC: the canonical form has no offset to parse
+_MICRO = timedelta(microseconds=1)
+
+
+def stamp_micros(stamp: str) -> int | None:
+    """Microseconds since the epoch of a canonical stamp; None for any other text."""
+    if len(stamp) != 27 or stamp[-1] != "Z" or stamp[10] != "T" or stamp[19] != ".":
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp[:-1])
+    except ValueError:
+        return None
+    micros = (moment - _EPOCH) // _MICRO
+    return micros if micros_stamp(micros) == stamp else None
+
+
+_last_second: tuple[int, str] = (-1, "")
+
+
+def micros_stamp(micros: int) -> str:
+    """The canonical stamp; a row's times mostly share one second, formatted once."""
+    global _last_second
+    second, micro = divmod(micros, 1_000_000)
+    cached, prefix = _last_second
+    if cached != second:
+        prefix = (_EPOCH + timedelta(seconds=second)).isoformat()
+        _last_second = (second, prefix)
+    return f"{prefix}.{micro:06d}Z"

@@ -1,0 +1,27 @@
+"""Audit rows as docs/audit.md documents them, read from the file with plain sqlite3:
+``at`` and ``hash`` back in text form, ``prev_hash`` filled in where it is stored once."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from butler.audit.log import GENESIS_HASH
+from butler.audit.schema import read_at, read_hash
+
+
+def documented_rows(path: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        rows = [dict(r) for r in conn.execute("SELECT * FROM audit ORDER BY seq")]
+    finally:
+        conn.close()
+    prev = GENESIS_HASH
+    for row in rows:
+        row["at"], row["hash"] = read_at(row["at"]), read_hash(row["hash"])
+        if row["prev_hash"] is None:
+            row["prev_hash"] = prev
+        prev = row["hash"]
+    return rows
