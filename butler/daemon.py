@@ -19,6 +19,7 @@ from opentelemetry.trace import Tracer
 
 from butler.a2a_wiring import standard_a2a
 from butler.audit import AuditLog
+from butler.audit.retention import ARCHIVE, retention_loop
 from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
@@ -143,6 +144,10 @@ class Daemon:
         stack.push_async_callback(audit_log.db.close)
         audit = AuditWriter(audit_log)
         stack.push_async_callback(audit.close)  # closed before the log: flushes into it
+        if cfg.audit.retention_days > 0:
+            retention = asyncio.create_task(retention_loop(
+                audit_log, cfg.audit.retention_days, cfg.data_dir / ARCHIVE))
+            stack.push_async_callback(_cancel, retention)  # stopped before the log
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
         stack.callback(self.tracer_provider.shutdown)

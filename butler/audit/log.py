@@ -194,50 +194,50 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
         seq = row[0]
         expected = last + 1
         if seq > expected:
-            return _bad(checked, expected, f"missing record: seq {expected} is absent")
+            return failed(checked, expected, f"missing record: seq {expected} is absent")
         try:
-            record = _from_row(row, prev_hash)
+            record = record_from_row(row, prev_hash)
             intact = record.compute_hash() == record.hash
         except UnicodeError:
-            return _bad(checked, seq, "edited record: contains invalid UTF-8")
+            return failed(checked, seq, "edited record: contains invalid UTF-8")
         except (AuditError, ValueError) as exc:
-            return _bad(checked, seq, f"edited record: {exc}")
+            return failed(checked, seq, f"edited record: {exc}")
         if record.prev_hash != prev_hash:
-            return _bad(
+            return failed(
                 checked,
                 seq,
                 f"broken link: prev_hash does not match the hash of seq {seq - 1}",
             )
         if not intact and row[12] is None:  # linked by position: a link or an edit
-            return _bad(checked, seq, "edited record or broken link: hash does not match "
+            return failed(checked, seq, "edited record or broken link: hash does not match "
                         f"contents chained to seq {seq - 1}'s hash")
         if not intact:
-            return _bad(checked, seq, "edited record: hash does not match contents")
+            return failed(checked, seq, "edited record: hash does not match contents")
         if anchor is not None and seq == anchor[0] and record.hash != anchor[1]:
-            return _bad(checked, seq, "record does not match the exported head")
+            return failed(checked, seq, "record does not match the exported head")
         if seq in sealed and sealed[seq] != record.hash:
-            return _bad(checked, seq, "record does not match its sealed segment's hash")
+            return failed(checked, seq, "record does not match its sealed segment's hash")
         prev_hash = record.hash
         checked += 1
         last = seq
     if base > 0 and checked == 0 and _first_seq(conn) <= base:
-        return _bad(0, base, f"records of a dropped segment (to seq {base}) are still there")
+        return failed(0, base, f"records of a dropped segment (to seq {base}) are still there")
     if anchor is not None and anchor[0] > last:
-        return _bad(checked, last + 1, f"truncated: exported head is seq {anchor[0]}")
+        return failed(checked, last + 1, f"truncated: exported head is seq {anchor[0]}")
     head = _read_head(conn)
     if head is None:
-        return _bad(checked, None, "audit_head is missing")
+        return failed(checked, None, "audit_head is missing")
     head_seq, head_hash = head
     if head_seq > last:
-        return _bad(
+        return failed(
             checked,
             last + 1,
             f"truncated: head is seq {head_seq} but the last record is seq {last}",
         )
     if head_seq < last:
-        return _bad(checked, head_seq + 1, f"records after the head (seq {head_seq})")
+        return failed(checked, head_seq + 1, f"records after the head (seq {head_seq})")
     if head_hash != prev_hash:
-        return _bad(checked, head_seq or None, "head hash does not match the last record")
+        return failed(checked, head_seq or None, "head hash does not match the last record")
     return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
 
 
@@ -254,7 +254,7 @@ def _first_seq(conn: sqlite3.Connection) -> int:
     return 1 << 62 if row[0] is None else int(row[0])
 
 
-def _hash_before(conn: sqlite3.Connection, seq: int) -> str:
+def hash_before(conn: sqlite3.Connection, seq: int) -> str:
     """The hash record ``seq`` links to: its predecessor's, or a dropped segment's."""
     row = conn.execute("SELECT hash FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
     if row is not None:
@@ -279,9 +279,9 @@ def _tail(conn: sqlite3.Connection, n: int) -> list[AuditRecord]:
 def _chained(conn: sqlite3.Connection, rows: list[Any]) -> list[AuditRecord]:
     """Records of consecutive rows, each given the hash of the one before it."""
     records: list[AuditRecord] = []
-    prev = _hash_before(conn, rows[0][0]) if rows else ""
+    prev = hash_before(conn, rows[0][0]) if rows else ""
     for row in rows:
-        records.append(_from_row(row, prev))
+        records.append(record_from_row(row, prev))
         prev = records[-1].hash
     return records
 
@@ -347,11 +347,11 @@ def _fetchall(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> li
     return conn.execute(sql, params).fetchall()
 
 
-def _bad(checked: int, seq: int | None, reason: str) -> VerifyResult:
+def failed(checked: int, seq: int | None, reason: str) -> VerifyResult:
     return VerifyResult(ok=False, checked=checked, first_bad_seq=seq, reason=reason)
 
 
-def _from_row(row: tuple[Any, ...], prev: str) -> AuditRecord:
+def record_from_row(row: tuple[Any, ...], prev: str) -> AuditRecord:
     """Parse a stored row, rejecting anything append() could not have written.
 
     Strictness matters: if e.g. "1E+2" were accepted as "1e2" or a JSON column with extra

@@ -18,7 +18,7 @@ import logging
 import sqlite3
 from typing import Any, Final
 
-from butler.storage import micros_stamp, stamp_micros
+from butler.storage import micros_stamp, schema_version, stamp_micros
 
 log = logging.getLogger("butler.audit")
 
@@ -97,12 +97,8 @@ def stored_row(row: tuple[Any, ...], prev_hash: str) -> tuple[Any, ...]:
 def create_schema(conn: sqlite3.Connection, genesis: tuple[Any, ...]) -> None:
     """Inside the caller's transaction: create, migrate, or nothing. ``genesis``: the
     statement and arguments that give a brand-new log its head."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version == VERSION:
+    if schema_version(conn, "audit", VERSION) == VERSION:
         return
-    if version > VERSION:
-        raise RuntimeError(f"audit database has schema {version}, newer than this "
-                           f"Butler's ({VERSION})")
     legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='audit'").fetchone()
     if legacy is not None:
         conn.execute("ALTER TABLE audit RENAME TO audit_v0")

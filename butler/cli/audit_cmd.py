@@ -1,4 +1,4 @@
-"""``butler audit tail|verify``: read this instance's hash-chained audit trail."""
+"""``butler audit tail|verify|export``: read this instance's hash-chained audit trail."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from butler.audit import AuditLog
+from butler.audit.retention import ARCHIVE
+from butler.audit.segments import export, segments, verify_history
 from butler.cli.serve import load_or_exit
 
 
@@ -18,7 +21,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     tail.add_argument("-n", type=int, default=20, help="how many records (default 20)")
     tail.add_argument("--json", action="store_true")
     verify = asub.add_parser("verify", help="check the hash chain; exit 1 if tampered")
-    for p, fn in ((tail, _tail), (verify, _verify)):
+    verify.add_argument("--exports", metavar="DIR",
+                        help="also check the exported segments in DIR, from the first "
+                             "record (default: the live log, from its last sealed hash)")
+    export = asub.add_parser("export", help="write the sealed segments to files")
+    export.add_argument("--out", metavar="DIR",
+                        help=f"where (default: <data_dir>/{ARCHIVE}); existing files are kept")
+    for p, fn in ((tail, _tail), (verify, _verify), (export, _export)):
         p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
         p.set_defaults(handler=fn)
 
@@ -31,6 +40,7 @@ def _open(args: argparse.Namespace) -> AuditLog | None:
     if not path.exists():
         print(f"butler: no audit trail at {path}", file=sys.stderr)
         return None
+    args.data_dir = config.data_dir
     return AuditLog(path)
 
 
@@ -55,7 +65,8 @@ def _verify(args: argparse.Namespace) -> int:
     if log is None:
         return 2
     with log:
-        result = log.verify()
+        result = log.verify() if args.exports is None else \
+            verify_history(log, Path(args.exports))
     if result.ok:
         print(f"audit trail intact: {result.checked} record(s) verified")
         return 0
@@ -63,3 +74,17 @@ def _verify(args: argparse.Namespace) -> int:
     print(f"audit trail TAMPERED{where}: {result.reason} "
           f"({result.checked} record(s) before it intact)")
     return 1
+
+
+def _export(args: argparse.Namespace) -> int:
+    log = _open(args)
+    if log is None:
+        return 2
+    folder = Path(args.out) if args.out else args.data_dir / ARCHIVE
+    with log:
+        live = [s for s in segments(log) if not s.dropped]
+        for segment in live:
+            print(export(log, segment, folder))
+    if not live:
+        print("no sealed segment in the live log (retention exports them as it drops them)")
+    return 0

@@ -14,6 +14,7 @@ from butler.config.caller_limits import parse_caller_limits
 from butler.config.common import ident, secret, url
 from butler.config.node import Node, read_config_file, yaml_root
 from butler.config.operations import (
+    parse_audit,
     parse_limits,
     parse_logging,
     parse_metrics,
@@ -50,7 +51,7 @@ def parse_config(
     root = yaml_root(text, file, env, secrets)
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
-        "telemetry", "logging", "rate_limits", "metrics",
+        "audit", "telemetry", "logging", "rate_limits", "metrics",
     })
     base = base_dir or Path.cwd()
     agent = _agent(top.get("agent"))
@@ -74,6 +75,7 @@ def parse_config(
         mcp_server=_mcp(confs.get("mcp_server")),
         limits=parse_limits(top.get("server")),
         tasks=parse_tasks(top.get("tasks")),
+        audit=parse_audit(top.get("audit")),
         telemetry=parse_telemetry(top.get("telemetry")),
         logging=parse_logging(top.get("logging")),
         rate_limits=parse_rate_limits(top.get("rate_limits")),

@@ -190,6 +190,11 @@ class TasksConfig:
 
 
 @dataclass(frozen=True)
+class AuditConfig:
+    retention_days: float = 0.0  # 0: keep the whole log
+
+
+@dataclass(frozen=True)
 class TelemetryConfig:
     exporter: str = "none"
     service_name: str = ""
@@ -222,6 +227,7 @@ class Config:
     mcp_server: McpServerConfig
     limits: Limits
     tasks: TasksConfig
+    audit: AuditConfig
     telemetry: TelemetryConfig
     logging: LoggingConfig
     skills: tuple[SkillConfig, ...] = ()

@@ -38,6 +38,17 @@ def parse_tasks(node: Node | None) -> m.TasksConfig:
     )
 
 
+def parse_audit(node: Node | None) -> m.AuditConfig:
+    d = m.AuditConfig()
+    if node is None:
+        return d
+    k = node.mapping(set(d.__dataclass_fields__))
+    return m.AuditConfig(
+        retention_days=k["retention_days"].number(minimum=0) if "retention_days" in k
+        else d.retention_days,
+    )
+
+
 def parse_telemetry(node: Node | None) -> m.TelemetryConfig:
     d = m.TelemetryConfig()
     if node is None:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from butler.engine.task_row import OPEN_CODES, row_columns
+from butler.storage import schema_version
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import Message, Task
 
@@ -76,12 +77,8 @@ _MIGRATE_CHUNK = 5000
 
 def create_schema(conn: sqlite3.Connection) -> None:
     """On open: create, or migrate, or nothing (the file is current)."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version == VERSION:
+    if schema_version(conn, "tasks", VERSION) == VERSION:
         return
-    if version > VERSION:
-        raise RuntimeError(f"tasks database has schema {version}, newer than this "
-                           f"Butler's ({VERSION})")
     legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
     if legacy is None:
         # Before any table: free pages then go back to the file system (purge).

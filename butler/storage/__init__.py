@@ -13,6 +13,7 @@ from butler.storage._files import (
     private_folder,
     write_private,
 )
+from butler.storage._schema import schema_version
 from butler.storage._stamps import micros_stamp, stamp_micros
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "micros_stamp",
     "private_file",
     "private_folder",
+    "schema_version",
     "stamp_micros",
     "write_private",
 ]

@@ -1,0 +1,126 @@
+"""Audit segments: retention exports and drops old ones, the live log verifies from the
+last sealed hash, the exports and the live log verify as one history, and a version 0
+file is migrated in place with its chain."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from butler.audit.log import GENESIS_HASH, AuditLog, append_entries
+from butler.audit.record import Entry
+from butler.audit.segments import FORMAT, retire, segments, verify_history
+
+NOW = datetime.now(UTC)
+
+
+def _entries(n: int, start: int = 0) -> list[Entry]:
+    return [Entry(kind="inbound", caller="alice", task_id=f"t-{start + i}", chain=["alice"],
+                  budget_before=None, budget_after=None, decision="accepted")
+            for i in range(n)]
+
+
+def _append(log: AuditLog, n: int, when: datetime, start: int = 0) -> None:
+    stamp = when.isoformat(timespec="microseconds")
+    log.db.call(append_entries, _entries(n, start), [stamp] * n, write=True)
+
+
+def test_retention_exports_then_drops_and_the_history_still_verifies(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    with AuditLog(tmp_path / "audit.db") as log:
+        _append(log, 6, NOW - timedelta(days=10))
+        assert retire(log, NOW - timedelta(days=5), archive) == [
+            archive / "audit-000000000001-000000000006.jsonl"]
+        _append(log, 4, NOW, start=6)
+        assert retire(log, NOW - timedelta(days=5), archive) == []  # nothing new expired
+
+        assert [r.seq for r in log.iter_all()] == [7, 8, 9, 10]
+        assert log.tail(1)[0].seq == 10
+        assert log.tail(4)[0].prev_hash == segments(log)[0].last_hash
+        live = log.verify()
+        assert (live.ok, live.checked) == (True, 4)
+        whole = verify_history(log, archive)
+        assert (whole.ok, whole.checked) == (True, 10)
+
+        lines = (archive / "audit-000000000001-000000000006.jsonl").read_text().splitlines()
+        header = json.loads(lines[0])
+        assert header["format"] == FORMAT and header["prev_hash"] == GENESIS_HASH
+        assert [json.loads(line)["seq"] for line in lines[1:]] == [1, 2, 3, 4, 5, 6]
+
+        edited = json.loads(lines[3])
+        edited["decision"] = "refused"
+        lines[3] = json.dumps(edited)
+        (archive / "audit-000000000001-000000000006.jsonl").write_text("\n".join(lines))
+        bad = verify_history(log, archive)
+        assert (bad.ok, bad.first_bad_seq) == (False, 3)
+        assert "audit-000000000001-000000000006.jsonl" in bad.reason
+        assert log.verify().ok  # the live log alone does not need the exports
+
+
+def test_a_missing_export_is_reported(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "audit.db") as log:
+        _append(log, 3, NOW - timedelta(days=10))
+        retire(log, NOW - timedelta(days=5), tmp_path / "archive")
+        _append(log, 2, NOW, start=3)
+        result = verify_history(log, tmp_path / "elsewhere")
+        assert (result.ok, result.first_bad_seq) == (False, 1)
+        assert "no export holds records 1..3" in result.reason
+
+
+def test_a_dropped_segment_edited_back_into_the_log_is_caught(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "audit.db") as log:
+        _append(log, 3, NOW - timedelta(days=10))
+        retire(log, NOW - timedelta(days=5), tmp_path / "archive")
+        _append(log, 2, NOW, start=3)
+    conn = sqlite3.connect(tmp_path / "audit.db")
+    with conn:
+        conn.execute("UPDATE audit_segments SET last_hash = ?", ("f" * 64,))
+    conn.close()
+    with AuditLog(tmp_path / "audit.db") as log:
+        result = log.verify()
+        assert (result.ok, result.first_bad_seq) == (False, 4)
+
+
+_V0_DDL = """
+CREATE TABLE audit (
+    seq INTEGER PRIMARY KEY, at TEXT NOT NULL, kind TEXT NOT NULL, caller TEXT NOT NULL,
+    task_id TEXT, chain TEXT NOT NULL, budget_before TEXT, budget_after TEXT,
+    decision TEXT NOT NULL, code TEXT, trace_id TEXT, detail TEXT NOT NULL,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+);
+CREATE TABLE audit_head (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL,
+                         hash TEXT NOT NULL);
+"""
+
+
+def test_a_version_0_log_is_migrated_in_place_with_its_chain(tmp_path: Path) -> None:
+    path = tmp_path / "audit.db"
+    rows, prev = [], GENESIS_HASH
+    for seq, entry in enumerate(_entries(5), start=1):
+        rows.append(entry.row(seq, (NOW + timedelta(seconds=seq)).isoformat(), prev))
+        prev = rows[-1][-1]
+    conn = sqlite3.connect(path)
+    conn.executescript(_V0_DDL)
+    conn.executemany(f"INSERT INTO audit VALUES ({','.join('?' * 14)})", rows)
+    conn.execute("INSERT INTO audit_head VALUES (1, 5, ?)", (prev,))
+    conn.commit()
+    conn.close()
+
+    with AuditLog(path) as log:
+        assert log.verify(anchor=(5, prev)).ok
+        assert [r.hash for r in log.iter_all()] == [row[-1] for row in rows]
+        assert log.append("task_finished", caller="alice", task_id="t-0", chain=["alice"],
+                          budget_before=None, budget_after=None,
+                          decision="completed").prev_hash == prev
+        assert log.verify().checked == 6
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM audit WHERE prev_hash IS NOT NULL "
+                            "OR typeof(hash) != 'blob' OR typeof(at) != 'integer'"
+                            ).fetchone()[0] == 0
+    finally:
+        conn.close()
