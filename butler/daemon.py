@@ -140,7 +140,8 @@ class Daemon:
             # Ended after the engine has stopped (the stack unwinds in reverse).
             stack.push_async_callback(stop_servers, await start_servers(cfg.skills, catalog,
                                                                        cfg.secret_env))
-        audit_log = await AuditLog.open(cfg.data_dir / "audit.db")
+        audit_log = await AuditLog.open(cfg.data_dir / "audit.db",
+                                        segment_records=cfg.audit.segment_records)
         stack.push_async_callback(audit_log.db.close)
         audit = AuditWriter(audit_log)
         stack.push_async_callback(audit.close)  # closed before the log: flushes into it

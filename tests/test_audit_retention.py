@@ -124,3 +124,20 @@ def test_a_version_0_log_is_migrated_in_place_with_its_chain(tmp_path: Path) -> 
                             ).fetchone()[0] == 0
     finally:
         conn.close()
+
+
+def test_segments_seal_by_count_and_a_fully_dropped_log_goes_on(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    with AuditLog(tmp_path / "audit.db", segment_records=4) as log:
+        for i in range(10):
+            log.append("inbound", caller="alice", task_id=f"t-{i}", chain=["alice"],
+                       budget_before=None, budget_after=None, decision="accepted")
+        assert [(s.first_seq, s.last_seq) for s in segments(log)] == [(1, 4), (5, 8)]
+        assert len(retire(log, NOW + timedelta(days=1), archive)) == 3
+        assert (log.verify().ok, log.verify().checked, log.tail()) == (True, 0, [])
+        record = log.append("inbound", caller="alice", task_id="t-10", chain=["alice"],
+                            budget_before=None, budget_after=None, decision="accepted")
+        assert record.seq == 11 and record.prev_hash == segments(log)[-1].last_hash
+        assert log.tail() == [record]
+        whole = verify_history(log, archive)
+        assert (whole.ok, whole.checked) == (True, 11)

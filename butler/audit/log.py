@@ -35,6 +35,7 @@ from butler.audit.schema import (
 from butler.audit.schema import (
     GENESIS_HASH,
     INSERT,
+    SEGMENT_RECORDS,
     create_schema,
     read_at,
     read_hash,
@@ -93,13 +94,16 @@ class AuditLog:
     """``AuditLog(path)`` opens the file and blocks until it is open (CLI, tests);
     ``await AuditLog.open(path)`` opens it from an event loop."""
 
-    def __init__(self, path: Path, *, db: Database | None = None) -> None:
+    def __init__(self, path: Path, *, db: Database | None = None,
+                 segment_records: int = SEGMENT_RECORDS) -> None:
         self.path = path
         self.db = db or Database.open_blocking(path, name="audit", setup=_create_schema)
+        self.segment_records = segment_records  # a segment is sealed once this full
 
     @classmethod
-    async def open(cls, path: Path) -> AuditLog:
-        return cls(path, db=await Database.open(path, name="audit", setup=_create_schema))
+    async def open(cls, path: Path, segment_records: int = SEGMENT_RECORDS) -> AuditLog:
+        return cls(path, db=await Database.open(path, name="audit", setup=_create_schema),
+                   segment_records=segment_records)
 
     def __enter__(self) -> AuditLog:
         return self
@@ -130,7 +134,8 @@ class AuditLog:
 
     def _write(self, entries: Sequence[Mapping[str, Any]]) -> list[tuple[Entry, Row]]:
         checked = [Entry(**entry) for entry in entries]
-        return self.db.call(append_entries, checked, write=True)
+        return self.db.call(append_entries, checked, None, self.segment_records,
+                            write=True)
 
     def head(self) -> tuple[int, str]:
         """(last seq, last hash); keep a copy elsewhere to detect a wholesale rewrite."""
@@ -287,11 +292,13 @@ def _chained(conn: sqlite3.Connection, rows: list[Any]) -> list[AuditRecord]:
 
 
 def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
-                   at: Sequence[str] | None = None) -> list[tuple[Entry, Row]]:
+                   at: Sequence[str] | None = None,
+                   segment_records: int = SEGMENT_RECORDS) -> list[tuple[Entry, Row]]:
     """Chain ``entries`` onto the log, inside the caller's write transaction: the head is
     read there, so another process appending to the same file (or a restart) still
     continues the one chain. ``at``: when each event happened (a writer that batches
-    passes the times it was handed the records); else now."""
+    passes the times it was handed the records); else now. The open segment is sealed
+    once it holds ``segment_records``."""
     head = _read_head(conn)
     if head is None:
         raise AuditError("audit_head is missing; run `butler audit verify`")
@@ -310,7 +317,7 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
             link = row[-1]
         conn.executemany(INSERT, stored)
         conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
-        seal_full(conn, seq, prev, written[-1][1][1])
+        seal_full(conn, seq, prev, written[-1][1][1], segment_records)
     return written
 
 

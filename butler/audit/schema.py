@@ -129,15 +129,16 @@ def _copy_v0(conn: sqlite3.Connection) -> None:
     log.info("audit database migrated to schema %d: %d record(s)", VERSION, copied)
 
 
-# A segment is sealed once it holds this many records (and by retention, once its newest
-# record is past it): about 10 MB of a busy log.
+# By default a segment is sealed once it holds this many records (and by retention, once
+# its newest record is past it): about 13 MB of a busy log (``audit.segment_records``).
 SEGMENT_RECORDS: Final = 65_536
 
 
-def seal_full(conn: sqlite3.Connection, seq: int, digest: str, at: str) -> None:
+def seal_full(conn: sqlite3.Connection, seq: int, digest: str, at: str,
+              segment_records: int) -> None:
     """After an append that ended at ``seq``: seal the open segment if it is full."""
     sealed = conn.execute("SELECT coalesce(max(last_seq), 0) FROM audit_segments").fetchone()[0]
-    if seq - sealed >= SEGMENT_RECORDS:
+    if seq - sealed >= segment_records:
         seal(conn, sealed + 1, seq, digest, at)
 
 

@@ -107,7 +107,7 @@ class AuditWriter:
         conn.execute("SAVEPOINT audit_batch")
         try:
             append_entries(conn, [Entry(**entry) for entry, _ in batch],
-                           [at for _, at in batch])
+                           [at for _, at in batch], self._audit.segment_records)
         except Exception:
             conn.execute("ROLLBACK TO audit_batch")
         else:
@@ -117,7 +117,7 @@ class AuditWriter:
         for entry, at in batch:
             conn.execute("SAVEPOINT audit_entry")
             try:
-                append_entries(conn, [Entry(**entry)], [at])
+                append_entries(conn, [Entry(**entry)], [at], self._audit.segment_records)
             except Exception:
                 conn.execute("ROLLBACK TO audit_entry")
                 self.failed_records += 1

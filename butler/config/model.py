@@ -192,6 +192,7 @@ class TasksConfig:
 @dataclass(frozen=True)
 class AuditConfig:
     retention_days: float = 0.0  # 0: keep the whole log
+    segment_records: int = 65_536
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ def parse_audit(node: Node | None) -> m.AuditConfig:
     return m.AuditConfig(
         retention_days=k["retention_days"].number(minimum=0) if "retention_days" in k
         else d.retention_days,
+        segment_records=k["segment_records"].integer(minimum=1) if "segment_records" in k
+        else d.segment_records,
     )
 
 
