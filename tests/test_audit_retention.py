@@ -4,6 +4,7 @@ file is migrated in place with its chain."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
@@ -12,6 +13,7 @@ from pathlib import Path
 from butler.audit.log import GENESIS_HASH, AuditLog, append_entries
 from butler.audit.record import Entry
 from butler.audit.segments import FORMAT, retire, segments, verify_history
+from tests.support import run_cli
 
 NOW = datetime.now(UTC)
 
@@ -24,7 +26,8 @@ def _entries(n: int, start: int = 0) -> list[Entry]:
 
 def _append(log: AuditLog, n: int, when: datetime, start: int = 0) -> None:
     stamp = when.isoformat(timespec="microseconds")
-    log.db.call(append_entries, _entries(n, start), [stamp] * n, write=True)
+    log.db.call(append_entries, _entries(n, start), [stamp] * n, log.segment_records,
+                write=True)
 
 
 def test_retention_exports_then_drops_and_the_history_still_verifies(tmp_path: Path) -> None:
@@ -141,3 +144,30 @@ def test_segments_seal_by_count_and_a_fully_dropped_log_goes_on(tmp_path: Path) 
         assert log.tail() == [record]
         whole = verify_history(log, archive)
         assert (whole.ok, whole.checked) == (True, 11)
+
+
+async def test_the_cli_exports_and_verifies_the_whole_history(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    config = tmp_path / "butler.yaml"
+    config.write_text(json.dumps({"agent": {"id": "home"}, "data_dir": str(data)}))
+
+    def fill() -> None:
+        with AuditLog(data / "audit.db", segment_records=3) as log:
+            _append(log, 7, NOW - timedelta(days=10))
+            retire(log, NOW - timedelta(days=5), data / "audit-archive")  # 1..7 dropped
+            _append(log, 3, NOW, start=7)  # 8..10 sealed (a batch seals as a whole)
+
+    await asyncio.to_thread(fill)
+
+    code, out, err = await run_cli("audit", "export", "--out", str(tmp_path / "out"),
+                                   "-c", str(config))
+    assert code == 0, err
+    assert out.split() == [str(tmp_path / "out" / "audit-000000000008-000000000010.jsonl")]
+    code, out, _ = await run_cli("audit", "verify", "-c", str(config))
+    assert (code, out.strip()) == (0, "audit trail intact: 3 record(s) verified")
+    code, out, _ = await run_cli("audit", "verify", "--exports", str(data / "audit-archive"),
+                                 "-c", str(config))
+    assert (code, out.strip()) == (0, "audit trail intact: 10 record(s) verified")
+    code, out, _ = await run_cli("audit", "verify", "--exports", str(tmp_path / "out"),
+                                 "-c", str(config))
+    assert code == 1 and "no export holds records 1..7" in out

@@ -148,6 +148,9 @@ def _verify_lines(path: Path, seq: int, prev: str) -> tuple[int, str] | VerifyRe
         header = json.loads(next(lines))
         if header.get("format") != FORMAT:
             return failed(0, None, f"not a {FORMAT} file")
+        if header["first_seq"] > seq + 1:
+            return failed(0, seq + 1,
+                          f"no export holds records {seq + 1}..{header['first_seq'] - 1}")
         if header["first_seq"] != seq + 1 or header["prev_hash"] != prev:
             return failed(0, seq + 1, f"does not continue the chain at seq {seq + 1}")
         for line in lines:
