@@ -1,5 +1,5 @@
 """Audit rows as docs/audit.md documents them, read from the file with plain sqlite3:
-``at`` and ``hash`` back in text form, ``prev_hash`` filled in where it is stored once."""
+``at``, ``hash`` and the ids back in text form, ``prev_hash`` filled in where it is stored once."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def documented_rows(path: Path) -> list[dict[str, Any]]:
     prev = GENESIS_HASH
     for row in rows:
         row["at"], row["hash"] = read_at(row["at"]), read_hash(row["hash"])
+        row["task_id"], row["trace_id"] = read_hash(row["task_id"]), read_hash(row["trace_id"])
         if row["prev_hash"] is None:
             row["prev_hash"] = prev
         prev = row["hash"]

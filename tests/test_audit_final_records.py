@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from butler.audit.schema import read_at, read_hash
+from butler.storage import hex_bytes
 from tests.a2a_support import WAIT
 from tests.support import (
     ECHO,
@@ -117,7 +118,8 @@ async def test_records_carry_the_time_of_their_event(swarm: Swarm) -> None:
     await swarm.stop(home)
     with contextlib.closing(sqlite3.connect(home.daemon.config.data_dir / "audit.db")) as db:
         rows = {kind: str(read_at(at)) for kind, at in
-                db.execute("SELECT kind, at FROM audit WHERE task_id=?", (task["id"],))}
+                db.execute("SELECT kind, at FROM audit WHERE task_id=?",
+                           (hex_bytes(task["id"]),))}
     took = datetime.fromisoformat(rows["task_finished"]) - datetime.fromisoformat(
         rows["inbound"])
     assert took.total_seconds() >= 0.009, rows
@@ -134,7 +136,7 @@ def roll_back_last_final(path: Path) -> str:
         seq, digest = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")\
             .fetchone()
         db.execute("UPDATE audit_head SET seq=?, hash=? WHERE id=1", (seq, read_hash(digest)))
-    return str(task_id)
+    return str(read_hash(task_id))
 
 
 async def test_a_final_record_lost_in_the_crash_window_is_written_at_start_up(
@@ -160,6 +162,7 @@ async def test_a_final_record_lost_in_the_crash_window_is_written_at_start_up(
     with contextlib.closing(sqlite3.connect(audit_db)) as db:
         finals = db.execute("SELECT task_id, at, decision FROM audit "
                             "WHERE kind='task_finished'").fetchall()
+    finals = [(read_hash(t), a, d) for t, a, d in finals]
     assert Counter(t for t, _, _ in finals) == Counter(t["id"] for t in tasks)
     at, decision = next((a, d) for t, a, d in finals if t == lost)
     assert decision == "completed"

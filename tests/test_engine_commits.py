@@ -20,6 +20,7 @@ from butler.engine.store import SqliteTaskStore
 from butler.engine.task_row import CODE_STATES, STATE_CODES
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
+from butler.storage import hex_text
 from butler.swarm.admission import SwarmPolicy
 from internal.protocol.a2a.model import Envelope, Identity, TaskRequest, TaskState
 
@@ -70,7 +71,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
     # Every row written, insert or update, as the database saw it.
     conn = sqlite3.connect(path)
     conn.executescript("""
-        CREATE TABLE writes (id TEXT, state INTEGER);
+        CREATE TABLE writes (id, state INTEGER);
         CREATE TRIGGER tasks_insert AFTER INSERT ON tasks
             BEGIN INSERT INTO writes VALUES (new.id, new.state); END;
         CREATE TRIGGER tasks_update AFTER UPDATE ON tasks
@@ -84,7 +85,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
 def writes(tmp_path: Path) -> list[tuple[str, str]]:
     conn = sqlite3.connect(tmp_path / "tasks.db")
     try:
-        return [(task_id, CODE_STATES[code].value) for task_id, code
+        return [(str(hex_text(task_id)), CODE_STATES[code].value) for task_id, code
                 in conn.execute("SELECT id, state FROM writes ORDER BY rowid")]
     finally:
         conn.close()

@@ -329,7 +329,7 @@ def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
                             "ORDER BY seq DESC LIMIT ?", (before, _PAGE)).fetchall()
         for _, at, kind, task_id in rows:
             if str(read_at(at)) >= since and kind == "task_finished" and task_id is not None:
-                found.add(task_id)
+                found.add(str(read_hash(task_id)))
         if len(rows) < _PAGE or str(read_at(rows[-1][1])) < since:
             return found
         before = rows[-1][0]
@@ -366,7 +366,8 @@ def record_from_row(row: tuple[Any, ...], prev: str) -> AuditRecord:
     """
     (seq, at, kind, caller, task_id, chain_text, before, after) = row[:8]
     (decision, code, trace_id, detail_text, prev_hash, digest) = row[8:]
-    at, digest = read_at(at), read_hash(digest)
+    at, digest, task_id = read_at(at), read_hash(digest), read_hash(task_id)
+    trace_id = read_hash(trace_id)
     prev_hash = prev if prev_hash is None else prev_hash
     chain = _stored_json("chain", chain_text)
     if not isinstance(chain, list) or not all(isinstance(hop, str) for hop in chain):

@@ -18,7 +18,7 @@ import logging
 import sqlite3
 from typing import Any, Final
 
-from butler.storage import micros_stamp, schema_version, stamp_micros
+from butler.storage import hex_bytes, hex_text, micros_stamp, schema_version, stamp_micros
 
 log = logging.getLogger("butler.audit")
 
@@ -78,20 +78,15 @@ def read_at(value: object) -> object:
     return micros_stamp(value)[:-1] + "+00:00" if type(value) is int else value
 
 
-def stored_hash(digest: str) -> bytes | str:
-    raw = bytes.fromhex(digest) if len(digest) == 64 else b""
-    return raw if raw.hex() == digest else digest
-
-
-def read_hash(value: object) -> object:
-    return value.hex() if type(value) is bytes and len(value) == 32 else value
+read_hash = hex_text
 
 
 def stored_row(row: tuple[Any, ...], prev_hash: str) -> tuple[Any, ...]:
     """A record's row as ``Entry.row`` gives it (text columns, hash last) in stored form;
     ``prev_hash``: the hash of the record before it."""
-    return (row[0], stored_at(row[1]), *row[2:12],
-            None if row[12] == prev_hash else row[12], stored_hash(row[13]))
+    return (row[0], stored_at(row[1]), *row[2:4], hex_bytes(row[4]), *row[5:10],
+            hex_bytes(row[10]), row[11], None if row[12] == prev_hash else row[12],
+            hex_bytes(row[13]))
 
 
 def create_schema(conn: sqlite3.Connection, genesis: tuple[Any, ...]) -> None:

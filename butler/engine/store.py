@@ -21,7 +21,15 @@ from butler.engine.task_row import (
     row_columns,
 )
 from butler.engine.task_schema import OPEN_STATES, UPSERT, create_schema
-from butler.storage import BatchWriter, CheckpointPolicy, Database, micros_stamp, stamp_micros
+from butler.storage import (
+    BatchWriter,
+    CheckpointPolicy,
+    Database,
+    hex_bytes,
+    hex_text,
+    micros_stamp,
+    stamp_micros,
+)
 from internal.protocol.a2a.model import RequestError, Task, TaskPage, TaskState
 
 # Small, so a purge never holds the write lock long: the loop's commits wait for it.
@@ -72,7 +80,8 @@ class SqliteTaskStore:
         await self._writer.submit(task, defer)
 
     async def get(self, task_id: str) -> Task | None:
-        row = await self._db.fetchone(f"SELECT {_COLUMNS} FROM tasks WHERE id=?", (task_id,))
+        row = await self._db.fetchone(f"SELECT {_COLUMNS} FROM tasks WHERE id=?",
+                                      (hex_bytes(task_id),))
         return decode_row(*row) if row else None
 
     async def list_tasks(
@@ -91,7 +100,7 @@ class SqliteTaskStore:
         other = "" if context_id is None else "+"
         if context_id is not None:
             where.append("context_id=?")
-            args.append(context_id)
+            args.append(hex_bytes(context_id))
         if owner is not None:
             where.append(f"{other}owner=?")
             args.append(owner)
@@ -172,7 +181,7 @@ def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:
     ).fetchall()
     if rows:
         conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
-    return [r[0] for r in rows]
+    return [str(hex_text(r[0])) for r in rows]
 
 
 def _count_query(where: list[str], args: list[Any], owner: str | None,

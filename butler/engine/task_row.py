@@ -14,7 +14,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from butler.storage import micros_stamp, stamp_micros
+from butler.storage import hex_bytes, hex_text, micros_stamp, stamp_micros
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     Artifact,
@@ -38,15 +38,16 @@ OPEN_CODES = tuple(code for state, code in STATE_CODES.items() if not state.term
 NOT_CANONICAL = 0  # ``updated`` of a task whose time is not canonical: sorts first
 
 
-def row_columns(task: Task) -> tuple[str, str, str, int, int, str]:
-    """(id, owner, context_id, state, updated, body), as stored."""
+def row_columns(task: Task) -> tuple[Any, str, Any, int, int, str]:
+    """(id, owner, context_id, state, updated, body), as stored: ids Butler made (hex)
+    as their bytes (``hex_bytes``)."""
     updated = stamp_micros(task.updated_at)
     body = _encode_body(task, updated)
-    return (task.id, task.owner, task.context_id, STATE_CODES[task.state],
+    return (hex_bytes(task.id), task.owner, hex_bytes(task.context_id), STATE_CODES[task.state],
             NOT_CANONICAL if updated is None else updated, body)
 
 
-def decode_row(task_id: str, owner: str, context_id: str, state: int, updated: int,
+def decode_row(task_id: object, owner: str, context_id: object, state: int, updated: int,
                body: str) -> Task:
     data = exact_json.loads(body, max_depth=256)
     fields = list(data) + [None] * (len(_FIELDS) - len(data))
@@ -56,7 +57,8 @@ def decode_row(task_id: str, owner: str, context_id: str, state: int, updated: i
     created_at = _time(created, updated, negate=True) if created is not None else updated_at
     base = stamp_micros(created_at)
     return Task(
-        id=task_id, context_id=context_id, owner=owner, state=CODE_STATES[state],
+        id=str(hex_text(task_id)), context_id=str(hex_text(context_id)), owner=owner,
+        state=CODE_STATES[state],
         request=_request(request),
         created_at=created_at, updated_at=updated_at, skill=skill or "",
         history=tuple(StatusEntry(CODE_STATES[h[0]], _time(h[1], base),

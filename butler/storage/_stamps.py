@@ -1,4 +1,4 @@
-"""Times as SQLite stores them compactly: microseconds since the epoch (an 8-byte integer
+"""Values as SQLite stores them compactly. Times: microseconds since the epoch (an 8-byte integer
 at most) for a stamp in the one canonical form Butler writes, ``2026-11-24T01:52:18.123456Z``
 (``now_iso``); any other text is not converted, so it is kept exactly as it was."""
 
@@ -34,3 +34,19 @@ def micros_stamp(micros: int) -> str:
         prefix = (_EPOCH + timedelta(seconds=second)).isoformat()
         _last_second = (second, prefix)
     return f"{prefix}.{micro:06d}Z"
+
+
+def hex_bytes(text: str | None) -> bytes | str | None:
+    """Lowercase hex text (Butler's task, context and trace ids, hashes) as its bytes,
+    half the size; any other text as it is. ``hex_text`` gives it back."""
+    if not text or len(text) % 2 or not text.isalnum():
+        return text
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return text
+    return raw if raw.hex() == text else text
+
+
+def hex_text(value: object) -> object:
+    return value.hex() if type(value) is bytes else value
