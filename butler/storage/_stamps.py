@@ -7,19 +7,33 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 _EPOCH = datetime(1970, 1, 1)  # naive UTC: the canonical form has no offset to parse
-_MICRO = timedelta(microseconds=1)
+_SECOND = timedelta(seconds=1)
+
+
+_last_parsed: tuple[str, int] = ("", 0)
 
 
 def stamp_micros(stamp: str) -> int | None:
-    """Microseconds since the epoch of a canonical stamp; None for any other text."""
-    if len(stamp) != 27 or stamp[-1] != "Z" or stamp[10] != "T" or stamp[19] != ".":
+    """Microseconds since the epoch of a canonical stamp; None for any other text. A
+    task's times mostly share one second: its date and time are parsed once."""
+    global _last_parsed
+    if len(stamp) != 27 or stamp[26] != "Z" or stamp[19] != ".":
         return None
-    try:
-        moment = datetime.fromisoformat(stamp[:-1])
-    except ValueError:
+    fraction = stamp[20:26]
+    if not (fraction.isascii() and fraction.isdigit()):
         return None
-    micros = (moment - _EPOCH) // _MICRO
-    return micros if micros_stamp(micros) == stamp else None
+    prefix = stamp[:19]
+    cached, second = _last_parsed
+    if cached != prefix:
+        try:
+            moment = datetime.fromisoformat(prefix)
+        except ValueError:
+            return None
+        second = (moment - _EPOCH) // _SECOND
+        if (_EPOCH + second * _SECOND).isoformat() != prefix:  # the one form only
+            return None
+        _last_parsed = (prefix, second)
+    return second * 1_000_000 + int(fraction)
 
 
 _last_second: tuple[int, str] = (-1, "")
