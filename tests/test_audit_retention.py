@@ -13,7 +13,7 @@ from pathlib import Path
 from butler.audit.log import GENESIS_HASH, AuditLog, append_entries
 from butler.audit.record import Entry
 from butler.audit.segments import FORMAT, retire, segments, verify_history
-from tests.support import run_cli
+from tests.support import ECHO, Swarm, post_task, run_cli
 
 NOW = datetime.now(UTC)
 
@@ -171,3 +171,26 @@ async def test_the_cli_exports_and_verifies_the_whole_history(tmp_path: Path) ->
     code, out, _ = await run_cli("audit", "verify", "--exports", str(tmp_path / "out"),
                                  "-c", str(config))
     assert code == 1 and "no export holds records 1..7" in out
+
+
+async def test_the_daemon_exports_and_drops_segments_past_retention(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO], extra={
+        "audit": {"retention_days": 0.5 / 86400, "segment_records": 4}})
+    for i in range(4):
+        status, _ = await post_task(home, {"task": f"t{i}", "skill": "echo"})
+        assert status == 200
+    archive = home.daemon.config.data_dir / "audit-archive"
+    deadline = asyncio.get_running_loop().time() + 30
+    while not list(archive.glob("*.jsonl")):  # the loop looks every second
+        assert asyncio.get_running_loop().time() < deadline, "nothing was exported"
+        await asyncio.sleep(0.1)
+    await swarm.stop(home)
+
+    def check() -> None:
+        with AuditLog(home.daemon.config.data_dir / "audit.db") as log:
+            assert any(s.dropped for s in segments(log))
+            assert log.verify().ok
+            whole = verify_history(log, archive)
+            assert whole.ok and whole.checked == 8, whole
+
+    await asyncio.to_thread(check)
