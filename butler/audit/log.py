@@ -12,12 +12,10 @@ Callers pass identities (agent ids, task ids), never tokens: nothing here accept
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -26,8 +24,16 @@ from butler.audit.record import (
     AuditRecord,
     Entry,
     Row,
-    canonical,
     decode_text,
+)
+from butler.audit.rows import (
+    AuditError,
+    first_seq,
+    live_base,
+    read_head,
+    record_from_row,
+    records_after,
+    tail_records,
 )
 from butler.audit.schema import (
     COLUMNS as _COLUMNS,
@@ -43,7 +49,6 @@ from butler.audit.schema import (
     stored_row,
 )
 from butler.storage import Database
-from internal.protocol.a2a.model import SetupError
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
 
@@ -51,13 +56,6 @@ _PAGE: Final = 256
 _GENESIS_HEAD: Final = (
     "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, ? "
     "WHERE NOT EXISTS (SELECT 1 FROM audit_head)", (GENESIS_HASH,))
-
-
-class AuditError(SetupError):
-    """The stored log is malformed (tampered with), so it cannot be read or extended."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("audit_log_damaged", message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +137,7 @@ class AuditLog:
 
     def head(self) -> tuple[int, str]:
         """(last seq, last hash); keep a copy elsewhere to detect a wholesale rewrite."""
-        head = self.db.call(_read_head)
+        head = self.db.call(read_head)
         if head is None:
             raise AuditError("audit_head is missing")
         return head
@@ -158,13 +156,13 @@ class AuditLog:
         """The last ``n`` records, oldest first."""
         if n <= 0:
             return []
-        return self.db.call(_tail, n)
+        return self.db.call(tail_records, n)
 
     def iter_all(self, after: int = 0) -> Iterator[AuditRecord]:
         """The live records after seq ``after``, oldest first."""
         # Paged, so the worker serves others while the caller runs between yields.
         while True:
-            records = self.db.call(_records_after, after, _PAGE)
+            records = self.db.call(records_after, after, _PAGE)
             yield from records
             if len(records) < _PAGE:
                 return
@@ -225,11 +223,11 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
         prev_hash = record.hash
         checked += 1
         last = seq
-    if base > 0 and checked == 0 and _first_seq(conn) <= base:
+    if base > 0 and checked == 0 and first_seq(conn) <= base:
         return failed(0, base, f"records of a dropped segment (to seq {base}) are still there")
     if anchor is not None and anchor[0] > last:
         return failed(checked, last + 1, f"truncated: exported head is seq {anchor[0]}")
-    head = _read_head(conn)
+    head = read_head(conn)
     if head is None:
         return failed(checked, None, "audit_head is missing")
     head_seq, head_hash = head
@@ -246,51 +244,6 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
     return VerifyResult(ok=True, checked=checked, first_bad_seq=None, reason="ok")
 
 
-def live_base(conn: sqlite3.Connection) -> tuple[int, str]:
-    """(seq, hash) the live log continues from: the last dropped segment's last record,
-    or (0, genesis)."""
-    row = conn.execute("SELECT last_seq, last_hash FROM audit_segments WHERE dropped = 1 "
-                       "ORDER BY last_seq DESC LIMIT 1").fetchone()
-    return (0, GENESIS_HASH) if row is None else (row[0], row[1])
-
-
-def _first_seq(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT min(seq) FROM audit").fetchone()
-    return 1 << 62 if row[0] is None else int(row[0])
-
-
-def hash_before(conn: sqlite3.Connection, seq: int) -> str:
-    """The hash record ``seq`` links to: its predecessor's, or a dropped segment's."""
-    row = conn.execute("SELECT hash FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
-    if row is not None:
-        digest = read_hash(row[0])
-        return digest if isinstance(digest, str) else ""
-    base, base_hash = live_base(conn)
-    return base_hash if seq - 1 == base else ""
-
-
-def _records_after(conn: sqlite3.Connection, after: int, limit: int) -> list[AuditRecord]:
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
-                        (after, limit)).fetchall()
-    return _chained(conn, rows)
-
-
-def _tail(conn: sqlite3.Connection, n: int) -> list[AuditRecord]:
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?",
-                        (n,)).fetchall()
-    return _chained(conn, rows[::-1])
-
-
-def _chained(conn: sqlite3.Connection, rows: list[Any]) -> list[AuditRecord]:
-    """Records of consecutive rows, each given the hash of the one before it."""
-    records: list[AuditRecord] = []
-    prev = hash_before(conn, rows[0][0]) if rows else ""
-    for row in rows:
-        records.append(record_from_row(row, prev))
-        prev = records[-1].hash
-    return records
-
-
 def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
                    at: Sequence[str] | None = None,
                    segment_records: int = SEGMENT_RECORDS) -> list[tuple[Entry, Row]]:
@@ -299,7 +252,7 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
     continues the one chain. ``at``: when each event happened (a writer that batches
     passes the times it was handed the records); else now. The open segment is sealed
     once it holds ``segment_records``."""
-    head = _read_head(conn)
+    head = read_head(conn)
     if head is None:
         raise AuditError("audit_head is missing; run `butler audit verify`")
     seq, prev = head
@@ -340,93 +293,11 @@ def now_stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _read_head(conn: sqlite3.Connection) -> tuple[int, str] | None:
-    row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
-    if row is None:
-        return None
-    seq, digest = row
-    if not isinstance(seq, int) or not isinstance(digest, str):
-        raise AuditError("audit_head is malformed")
-    return seq, digest
-
-
 def _fetchall(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
     return conn.execute(sql, params).fetchall()
 
 
 def failed(checked: int, seq: int | None, reason: str) -> VerifyResult:
     return VerifyResult(ok=False, checked=checked, first_bad_seq=seq, reason=reason)
-
-
-def record_from_row(row: tuple[Any, ...], prev: str) -> AuditRecord:
-    """Parse a stored row, rejecting anything append() could not have written.
-
-    Strictness matters: if e.g. "1E+2" were accepted as "1e2" or a JSON column with extra
-    whitespace were normalised, an edit could re-encode to the original hashed bytes.
-    """
-    (seq, at, kind, caller, task_id, chain_text, before, after) = row[:8]
-    (decision, code, trace_id, detail_text, prev_hash, digest) = row[8:]
-    at, digest, task_id = read_at(at), read_hash(digest), read_hash(task_id)
-    trace_id = read_hash(trace_id)
-    prev_hash = prev if prev_hash is None else prev_hash
-    chain = _stored_json("chain", chain_text)
-    if not isinstance(chain, list) or not all(isinstance(hop, str) for hop in chain):
-        raise AuditError("chain is not a JSON list of strings")
-    detail = _stored_json("detail", detail_text)
-    if not isinstance(detail, dict):
-        raise AuditError("detail is not a JSON object")
-    if not isinstance(seq, int):
-        raise AuditError("seq is not an integer")
-    return AuditRecord(
-        seq=seq,
-        at=_stored_str("at", at),
-        kind=_stored_str("kind", kind),
-        caller=_stored_str("caller", caller),
-        task_id=_stored_opt_str("task_id", task_id),
-        chain=tuple(chain),
-        budget_before=_stored_budget("budget_before", before),
-        budget_after=_stored_budget("budget_after", after),
-        decision=_stored_str("decision", decision),
-        code=_stored_opt_str("code", code),
-        trace_id=_stored_opt_str("trace_id", trace_id),
-        detail=detail,
-        prev_hash=_stored_str("prev_hash", prev_hash),
-        hash=_stored_str("hash", digest),
-    )
-
-
-def _stored_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise AuditError(f"{name} is not text")
-    return value
-
-
-def _stored_opt_str(name: str, value: object) -> str | None:
-    return None if value is None else _stored_str(name, value)
-
-
-def _stored_json(name: str, value: object) -> Any:
-    text = _stored_str(name, value)
-    try:
-        loaded = json.loads(text)
-        again = canonical(loaded)
-    except (ValueError, RecursionError) as exc:
-        raise AuditError(f"{name} is not valid JSON") from exc
-    if again != text:
-        raise AuditError(f"{name} is not in canonical form")
-    return loaded
-
-
-def _stored_budget(name: str, value: object) -> Decimal | None:
-    if value is None:
-        return None
-    text = _stored_str(name, value)
-    try:
-        amount = Decimal(text)
-    except InvalidOperation as exc:
-        raise AuditError(f"{name} is not a decimal") from exc
-    if not amount.is_finite() or str(amount) != text:
-        raise AuditError(f"{name} is not in canonical form")
-    return amount
 
 

@@ -25,15 +25,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from butler.audit.log import (
-    AuditLog,
-    AuditRecord,
-    VerifyResult,
-    failed,
-    hash_before,
-    live_base,
-    record_from_row,
-)
+from butler.audit.log import AuditLog, AuditRecord, VerifyResult, failed
+from butler.audit.rows import hash_before, live_base, record_from_row
 from butler.audit.schema import COLUMNS, GENESIS_HASH, read_at, read_hash, seal
 from butler.storage import write_private
 
