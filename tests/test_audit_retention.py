@@ -12,7 +12,14 @@ from pathlib import Path
 
 from butler.audit.log import GENESIS_HASH, AuditLog, append_entries
 from butler.audit.record import Entry
-from butler.audit.segments import FORMAT, retire, segments, verify_history
+from butler.audit.segments import (
+    FORMAT,
+    _mark_dropped,
+    export,
+    retire,
+    segments,
+    verify_history,
+)
 from tests.support import ECHO, Swarm, post_task, run_cli
 
 NOW = datetime.now(UTC)
@@ -60,6 +67,21 @@ def test_retention_exports_then_drops_and_the_history_still_verifies(tmp_path: P
         assert (bad.ok, bad.first_bad_seq) == (False, 3)
         assert "audit-000000000001-000000000006.jsonl" in bad.reason
         assert log.verify().ok  # the live log alone does not need the exports
+
+
+def test_a_drop_cut_short_by_a_crash_is_finished_by_the_next_pass(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "audit.db", segment_records=3) as log:
+        _append(log, 3, NOW - timedelta(days=10))
+        _append(log, 2, NOW, start=3)
+        export(log, segments(log)[0], tmp_path / "archive")
+        log.db.call(_mark_dropped, 3, write=True)  # the crash: nothing deleted yet
+        assert [r.seq for r in log.iter_all()] == [4, 5]
+        assert [r.seq for r in log.tail(10)] == [4, 5]
+        assert (log.verify().ok, log.verify().checked) == (True, 2)
+        assert verify_history(log, tmp_path / "archive").checked == 5
+        retire(log, NOW - timedelta(days=5), tmp_path / "archive")
+        assert log.db.call(lambda conn: conn.execute(
+            "SELECT min(seq) FROM audit").fetchone()[0]) == 4
 
 
 def test_a_missing_export_is_reported(tmp_path: Path) -> None:

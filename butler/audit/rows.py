@@ -29,11 +29,6 @@ def live_base(conn: sqlite3.Connection) -> tuple[int, str]:
     return (0, GENESIS_HASH) if row is None else (row[0], row[1])
 
 
-def first_seq(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT min(seq) FROM audit").fetchone()
-    return 1 << 62 if row[0] is None else int(row[0])
-
-
 def hash_before(conn: sqlite3.Connection, seq: int) -> str:
     """The hash record ``seq`` links to: its predecessor's, or a dropped segment's."""
     row = conn.execute("SELECT hash FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
@@ -45,14 +40,15 @@ def hash_before(conn: sqlite3.Connection, seq: int) -> str:
 
 
 def records_after(conn: sqlite3.Connection, after: int, limit: int) -> list[AuditRecord]:
+    after = max(after, live_base(conn)[0])  # not a dropped segment's leftovers
     rows = conn.execute(f"SELECT {COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
                         (after, limit)).fetchall()
     return _chained(conn, rows)
 
 
 def tail_records(conn: sqlite3.Connection, n: int) -> list[AuditRecord]:
-    rows = conn.execute(f"SELECT {COLUMNS} FROM audit ORDER BY seq DESC LIMIT ?",
-                        (n,)).fetchall()
+    rows = conn.execute(f"SELECT {COLUMNS} FROM audit WHERE seq > ? ORDER BY seq DESC "
+                        "LIMIT ?", (live_base(conn)[0], n)).fetchall()
     return _chained(conn, rows[::-1])
 
 

@@ -89,7 +89,11 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
 
 def retire(log: AuditLog, before: datetime, folder: Path) -> list[Path]:
     """Export, then drop, every segment whose newest record is older than ``before``
-    (sealing the open one first if all of it is); returns the files written."""
+    (sealing the open one first if all of it is); returns the files written.
+
+    A segment is marked dropped once its file is on disk, before its records are
+    deleted: the live log then starts after it at once, and records a crash left
+    behind are deleted by the next pass (verify does not read them)."""
     cutoff = before.isoformat(timespec="microseconds")
     log.db.call(_seal_expired, cutoff, write=True)
     written = []
@@ -97,9 +101,9 @@ def retire(log: AuditLog, before: datetime, folder: Path) -> list[Path]:
         if segment.dropped or segment.last_at >= cutoff:
             continue
         written.append(export(log, segment, folder))
-        while log.db.call(_drop_chunk, segment, write=True):
-            pass
         log.db.call(_mark_dropped, segment.last_seq, write=True)
+    while log.db.call(_drop_chunk, write=True):
+        pass
     return written
 
 
@@ -180,11 +184,12 @@ def _seal_expired(conn: sqlite3.Connection, cutoff: str) -> None:
     seal(conn, sealed + 1, last[0], str(read_hash(last[2])), str(read_at(last[1])))
 
 
-def _drop_chunk(conn: sqlite3.Connection, segment: Segment) -> bool:
-    """Delete a few of ``segment``'s records, oldest first; whether any were left."""
+def _drop_chunk(conn: sqlite3.Connection) -> bool:
+    """Delete a few records of the dropped segments, oldest first; whether any were left."""
+    base, _ = live_base(conn)
     deleted = conn.execute(
-        "DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE seq >= ? AND seq <= ? "
-        "ORDER BY seq LIMIT ?)", (segment.first_seq, segment.last_seq, _DROP_CHUNK)).rowcount
+        "DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE seq <= ? ORDER BY seq "
+        "LIMIT ?)", (base, _DROP_CHUNK)).rowcount
     conn.execute(f"PRAGMA incremental_vacuum({_VACUUM_PAGES})").fetchall()
     return deleted > 0
 
