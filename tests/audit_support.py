@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from butler.audit.log import GENESIS_HASH
-from butler.audit.schema import read_at, read_hash
+from butler.audit.schema import caller_chain, read_at, read_hash
 
 
 def documented_rows(path: Path) -> list[dict[str, Any]]:
@@ -22,6 +22,8 @@ def documented_rows(path: Path) -> list[dict[str, Any]]:
     for row in rows:
         row["at"], row["hash"] = read_at(row["at"]), read_hash(row["hash"])
         row["task_id"], row["trace_id"] = read_hash(row["task_id"]), read_hash(row["trace_id"])
+        if row["chain"] is None:
+            row["chain"] = caller_chain(row["caller"])
         if row["prev_hash"] is None:
             row["prev_hash"] = prev
         prev = row["hash"]

@@ -10,7 +10,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from butler.audit.record import AuditRecord, canonical
-from butler.audit.schema import COLUMNS, GENESIS_HASH, read_at, read_hash
+from butler.audit.schema import COLUMNS, GENESIS_HASH, caller_chain, read_at, read_hash
 from internal.protocol.a2a.model import SetupError
 
 
@@ -83,6 +83,8 @@ def record_from_row(row: tuple[Any, ...], prev: str) -> AuditRecord:
     at, digest, task_id = read_at(at), read_hash(digest), read_hash(task_id)
     trace_id = read_hash(trace_id)
     prev_hash = prev if prev_hash is None else prev_hash
+    if chain_text is None:  # stored once: the chain is just the caller
+        chain_text = caller_chain(caller)
     chain = _stored_json("chain", chain_text)
     if not isinstance(chain, list) or not all(isinstance(hop, str) for hop in chain):
         raise AuditError("chain is not a JSON list of strings")

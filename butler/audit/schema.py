@@ -4,8 +4,9 @@ A record's hashed fields are stored as compactly as they can be given back exact
 (docs/audit.md#storage): ``at`` as microseconds since the epoch when it is in the one
 form Butler writes (``2026-11-24T01:57:16.864102+00:00``), else as that text; ``hash``
 as its 32 bytes; ``prev_hash`` not at all (NULL) when it is the previous record's
-``hash``, which it always is for a record Butler appended, so the chain is stored once.
-Those three columns have no declared type, so SQLite stores each value as given. A
+``hash``, which it always is for a record Butler appended, so the chain is stored once;
+``chain`` as NULL when it is just the caller; ids Butler made (hex) as their bytes.
+Those columns keep each value as given (SQLite does not convert a BLOB). A
 version 0 file (text columns, every ``prev_hash`` written out) is rewritten in place on
 open, row for row: a link that did not hold there is kept, so verify still reports it.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from butler.storage import hex_bytes, hex_text, micros_stamp, schema_version, stamp_micros
@@ -38,7 +40,7 @@ _TABLES: Final = (
         kind          TEXT NOT NULL,
         caller        TEXT NOT NULL,
         task_id       TEXT,
-        chain         TEXT NOT NULL,
+        chain         TEXT,
         budget_before TEXT,
         budget_after  TEXT,
         decision      TEXT NOT NULL,
@@ -81,10 +83,16 @@ def read_at(value: object) -> object:
 read_hash = hex_text
 
 
+def caller_chain(caller: object) -> str:
+    """The canonical text of a chain that is just the caller, stored as NULL."""
+    return f"[{encode_basestring(caller)}]" if isinstance(caller, str) else ""
+
+
 def stored_row(row: tuple[Any, ...], prev_hash: str) -> tuple[Any, ...]:
     """A record's row as ``Entry.row`` gives it (text columns, hash last) in stored form;
     ``prev_hash``: the hash of the record before it."""
-    return (row[0], stored_at(row[1]), *row[2:4], hex_bytes(row[4]), *row[5:10],
+    chain = None if row[5] == caller_chain(row[3]) else row[5]
+    return (row[0], stored_at(row[1]), *row[2:4], hex_bytes(row[4]), chain, *row[6:10],
             hex_bytes(row[10]), row[11], None if row[12] == prev_hash else row[12],
             hex_bytes(row[13]))
 
