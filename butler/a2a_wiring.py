@@ -9,6 +9,7 @@ from aiohttp import web
 
 from butler.card import build_a2a_card
 from butler.config.model import Config
+from butler.identity.key_file import AgentIdentity
 from butler.skills.catalog import SkillCatalog
 from internal.http import ErrorRenderer
 from internal.protocol.a2a.model import CardInfo, Identity
@@ -27,11 +28,13 @@ from internal.protocol.a2a.server import (
 
 
 def a2a_operations(cfg: Config, service: TaskService, catalog: SkillCatalog,
-                   url: Callable[[], str], push: PushService | None = None) -> A2AOperations:
-    """The A2A semantics over the engine; the card is built per request from live state."""
+                   url: Callable[[], str], push: PushService | None = None,
+                   agent: AgentIdentity | None = None) -> A2AOperations:
+    """The A2A semantics over the engine; the card is built per request from live state,
+    and signed with ``agent``'s key."""
 
     def card(identity: Identity | None) -> CardInfo:
-        return build_a2a_card(cfg, catalog, identity, url())
+        return build_a2a_card(cfg, catalog, identity, url(), agent)
 
     return A2AOperations(service, push, card)
 
@@ -43,9 +46,10 @@ def jsonrpc_dispatcher(cfg: Config, ops: A2AOperations) -> JsonRpcDispatcher:
 
 def standard_a2a(cfg: Config, service: TaskService, catalog: SkillCatalog,
                  url: Callable[[], str], push: PushService | None = None,
+                 agent: AgentIdentity | None = None,
                  ) -> tuple[list[web.RouteDef], list[ErrorRenderer]]:
     """Routes and error renderers."""
-    ops = a2a_operations(cfg, service, catalog, url, push)
+    ops = a2a_operations(cfg, service, catalog, url, push, agent)
     jsonrpc = JsonRpcBinding(
         [V1Dialect(ops), V03Dialect(ops)],
         JsonRpcLimits(cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds))

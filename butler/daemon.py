@@ -30,6 +30,7 @@ from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
+from butler.identity.key_file import AgentIdentity, load_identity
 from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
@@ -90,6 +91,7 @@ class Daemon:
     registry_link: RegistryLink = field(init=False)
     metrics: ButlerMetrics = field(default_factory=ButlerMetrics, init=False)
     incidents: IncidentLog = field(init=False)
+    identity: AgentIdentity = field(init=False)  # the key that signs its card and receipts
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
 
@@ -125,6 +127,7 @@ class Daemon:
         cfg = self.config
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
+        agent = self.identity = load_identity(cfg.data_dir)
         # Then, before any skill can run: what command skills of a crashed daemon left.
         runs = RunLedger(cfg.data_dir / RUNS_FOLDER)
         runs.end_leftovers()
@@ -172,9 +175,10 @@ class Daemon:
                                cfg.swarm.routing_threshold),
             delegator=None, retention_hours=cfg.tasks.retention_hours,
             default_timeout=cfg.tasks.default_timeout_seconds,
-            card=lambda ident: build_card(cfg, catalog, ident, self.url), spend=spend,
+            card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
         )
-        self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url),
+        self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url,
+                                                                  agent),
                                           lambda: self.url)
         stack.push_async_callback(self.registry_link.close)
         # swarm.enabled: false keeps every admission check but never delegates.
@@ -225,7 +229,8 @@ class Daemon:
     async def _http_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> web.AppRunner:
         """The app, set up but not yet listening; its cleanup comes after the engine's."""
         cfg = self.config
-        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
+        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push,
+                        self.identity)
         self.incidents = IncidentLog(logging.getLogger("butler.http"))
         stack.callback(self.incidents.close)
         app[INCIDENTS] = self.incidents
@@ -271,7 +276,8 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
 
 def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
               metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
-              push: PushService | None = None) -> web.Application:
+              push: PushService | None = None, agent: AgentIdentity | None = None,
+              ) -> web.Application:
     """The middleware stack, outermost first: count, map errors to JSON, limit per
     address, cap in-flight requests, authenticate, limit per caller."""
     anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
@@ -300,7 +306,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                                           cfg.tasks.max_page_size))
     app.add_routes(rest.routes())
     a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
-        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push)
+        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push, agent)
     app.add_routes(a2a_routes)
 
     async def healthz(request: web.Request) -> web.Response:

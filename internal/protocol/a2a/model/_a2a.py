@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from internal.protocol.a2a.model._task import Artifact, Message, Part, PushConfig, Task, TaskState
+from internal.signing import IdentityKey
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 WELL_KNOWN_CARD_PATH = "/.well-known/agent-card.json"
@@ -86,6 +87,7 @@ class CardInfo:
     legacy_v03: bool = False
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
+    signing_key: IdentityKey | None = None  # the agent's identity key: the card is signed
 
     @property
     def jsonrpc_url(self) -> str:

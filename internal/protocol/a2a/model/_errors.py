@@ -110,12 +110,14 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "invalid_agent_response": ErrorSpec(502, -32006, "delegation", "INVALID_AGENT_RESPONSE",
                                         grpc="INTERNAL"),
     "registry_error": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
+    "peer_identity_changed": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     # Not wire answers: should one leak, it is an internal error to the caller.
     "skill_error": ErrorSpec(500, -32603, "task", grpc="INTERNAL"),
     "invalid_config": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
     "invalid_plugin": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
     "data_folder_in_use": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
     "audit_log_damaged": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
+    "bad_identity_key": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
 }
 
 _BY_HTTP_STATUS = {status: code for code, spec in ERROR_TABLE.items()
