@@ -52,7 +52,7 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
         "swarm": {"max_depth": config.swarm.max_depth,
                   "budget_cap_usd": str(config.swarm.budget_usd)},
         "updated_at": now_iso(),
-        **({"identity_key": agent.key.public.jwk} if agent is not None else {}),
+        **(agent.v2_card_fields() if agent is not None else {}),
     }
 
 

@@ -31,6 +31,7 @@ from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
 from butler.identity.key_file import AgentIdentity, load_identity
+from butler.identity.receipts import seal
 from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
@@ -168,6 +169,7 @@ class Daemon:
             max_children=cfg.swarm.max_children_per_task,
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
+            seal=lambda task: seal(task, agent, cfg.agent.id, self.url),
         )
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,

@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "top": ("butler.cli.top", "add_parsers",
             "a live view of running and recent tasks and their delegation trees"),
     "audit": ("butler.cli.audit_cmd", "add_parsers", "show or verify the audit trail"),
+    "receipt": ("butler.cli.receipt_cmd", "add_parsers",
+                "verify a task's signed receipts and show its cost tree"),
     "key": ("butler.cli.key_cmd", "add_parsers", "show or rotate this agent's identity key"),
     "spend": ("butler.cli.spend_cmd", "add_parsers",
               "show each limited caller's spending (last hour, last day) and its limits"),

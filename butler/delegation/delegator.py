@@ -23,6 +23,7 @@ from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.util.types import Attributes
 
 from butler.delegation.peer_cards import PeerCards, from_card
+from butler.delegation.peer_identity import PeerIdentities
 from butler.delegation.peers import Candidate, Discovery, PeerHealth, eligible
 from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
@@ -54,10 +55,11 @@ class PeerDelegator:
     def __init__(self, *, agent_id: str, static: Sequence[Candidate], tracer: Tracer,
                  audit: Callable[..., None], max_concurrency: int,
                  discover: Discovery | None = None, names: ResolverFactory | None = None,
-                 ) -> None:
+                 identities: PeerIdentities | None = None) -> None:
         """``names``: the resolver peers' host names go through (tests map names with it)."""
         self.agent_id = agent_id
         self.static = list(static)
+        self.identities = identities  # key continuity: None checks no peer's key
         self.discover = discover
         self.health = PeerHealth()
         self._tracer = tracer
@@ -155,6 +157,16 @@ class PeerDelegator:
                 poll_seconds=POLL_SECONDS, guard=guard).card(time.monotonic() + cand.timeout)
         return await self._client(cand).card()
 
+    async def _public_card(self, cand: Candidate) -> dict[str, Any]:
+        """The peer's A2A card, read without its token: whether the token may go there
+        is what the card is read to decide."""
+        guard, session = self._http(cand.rules)
+        return await A2APeerClient(
+            cand.url, "", session=session, name=cand.name,
+            connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+            max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
+            guard=guard).card(time.monotonic() + cand.timeout)
+
     async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
                        deadline: float, peer: str | None,
                        parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
@@ -224,6 +236,8 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 try:
+                    if self.identities is not None:
+                        await self.identities.check(cand, lambda: self._public_card(cand))
                     if cand.protocol == "a2a":
                         task = await self._standard(cand, request, chain, grant, headers,
                                                     deadline)
@@ -258,6 +272,7 @@ class PeerDelegator:
             artifacts=task.artifacts, spent_usd=spent, cost=cost,
             error_code=task.error.code if task.error else "",
             error_message=task.error.message if task.error else "",
+            receipts=task.receipts,
         )
 
     async def _standard(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],

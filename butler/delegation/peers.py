@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +31,9 @@ class Candidate:
     # What the outbound guard lets this peer's URL reach: an operator's config may name a
     # peer on this host or the LAN; a registry entry gets the registry's rules.
     rules: OutboundRules = CONFIGURED
+    # The identity key (a JWK) the registry holds for it; a config peer's is pinned on
+    # first contact (``peer_identity``).
+    identity_key: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def __repr__(self) -> str:  # never show the token
         return f"Candidate({self.name!r}, {self.url!r}, source={self.source!r})"

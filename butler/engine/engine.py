@@ -356,6 +356,8 @@ class TaskEngine:
                                        last_chunk=event.last_chunk))
             return task
         if task.state.terminal:
+            if self.deps.seal is not None:
+                task = self.deps.seal(task)
             self._finalise(task)
         try:
             await self.store.put(task)

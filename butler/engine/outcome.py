@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from butler.identity.receipts import receipt_id
 from internal.protocol.a2a.model import Task
 
 
@@ -16,6 +17,8 @@ def final_detail(task: Task) -> dict[str, str]:
         detail["skill"] = task.skill
     if task.cost is not None and task.cost.children:
         detail["peer"] = ",".join(dict.fromkeys(child.agent for child in task.cost.children))
+    if task.receipts:  # the audit trail names the signed receipt stored with the task
+        detail["receipt"] = receipt_id(task.receipts[0])
     return detail
 
 

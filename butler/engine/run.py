@@ -114,6 +114,8 @@ class RunDeps:
     workspace: Workspace = field(default_factory=_NoWorkspace)
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
+    # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
+    seal: Callable[[Task], Task] | None = None
 
     @property
     def recording(self) -> bool:
@@ -145,6 +147,7 @@ class TaskRun:
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
         self.children: list[CostNode] = []
+        self.child_receipts: list[str] = []  # each child's receipts, its own first
         self.handle: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[FollowUp] | None = None
         self._charged = Decimal("0")
@@ -196,7 +199,8 @@ class TaskRun:
         )
         try:
             await self.engine.apply(self.task_id, replace(
-                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node))
+                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node,
+                receipts=tuple(self.child_receipts)))
         except Exception:
             # Whoever waits for the task got the error (``TaskEngine.apply``).
             log.exception("could not store the outcome of task %s", self.task_id)
@@ -320,6 +324,7 @@ class TaskRun:
             self.ledger.settle(grant, result.spent_usd if result else Decimal("0"))
         if result.cost is not None:
             self.children.append(result.cost)
+        self.child_receipts.extend(result.receipts)
         return result
 
     async def workspace_get(self, key: str) -> Any:

@@ -9,13 +9,12 @@ step, each old key's signature over its successor (``internal.signing.rotated_to
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from butler.engine.clock import now_iso
-from butler.storage import private_folder, write_private
+from butler.storage import private_folder, replace_private
 from internal.protocol.a2a.codec.card_signature import KEY_PARAM, ROTATIONS_PARAM
 from internal.protocol.a2a.model import SetupError
 from internal.signing import IdentityKey, rotation_statement
@@ -32,6 +31,13 @@ class AgentIdentity:
     def kid(self) -> str:
         return self.key.kid
 
+    def v2_card_fields(self) -> dict[str, Any]:
+        """The same on the Butler /v2 card, which the registry keeps with the name."""
+        fields: dict[str, Any] = {"identity_key": self.key.public.jwk}
+        if self.rotations:
+            fields["key_rotations"] = list(self.rotations)
+        return fields
+
     def card_params(self) -> dict[str, Any]:
         """What the swarm extension's params on the card say about the key."""
         params: dict[str, Any] = {KEY_PARAM: self.key.public.jwk}
@@ -41,13 +47,9 @@ class AgentIdentity:
 
 
 def _write(path: Path, identity: AgentIdentity) -> None:
-    """Whole or not at all: a new file beside the old, then renamed over it."""
-    data = json.dumps({"key": identity.key.private_jwk, "rotations": list(identity.rotations),
-                       "updated_at": now_iso()}, indent=2).encode()
-    staged = path.with_name(path.name + ".new")
-    staged.unlink(missing_ok=True)
-    write_private(staged, data)
-    os.replace(staged, path)
+    replace_private(path, json.dumps({
+        "key": identity.key.private_jwk, "rotations": list(identity.rotations),
+        "updated_at": now_iso()}, indent=2).encode())
 
 
 def read_identity(data_dir: Path) -> AgentIdentity | None:

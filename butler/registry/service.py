@@ -26,6 +26,7 @@ from aiohttp import web
 from butler.registry.card import build_entry, validate_card
 from butler.registry.clock import Clock
 from butler.registry.config import RegistryServiceConfig
+from butler.registry.keys import check_key_change
 from butler.registry.model import (
     bad,
     check_url,
@@ -155,6 +156,8 @@ async def put_agent(request: web.Request) -> web.Response:
         raise bad("url", "required, in the body or as card.url")
     ttl = _ttl(body, reg.config)
     now = reg.clock.now()
+    registered = await reg.store.get(name, now=now)
+    check_key_change(name, registered.card if registered is not None else None, index.card)
     entry = build_entry(name, owner, index, url=url, now=now, ttl_seconds=ttl)
     stored, created = await reg.store.upsert(
         entry, now=now, max_names=reg.config.max_names_per_identity

@@ -61,6 +61,7 @@ class DelegationResult:
     cost: CostNode | None
     error_code: str = ""
     error_message: str = ""
+    receipts: tuple[str, ...] = ()  # the peer's signed receipts, its own first
 
     @property
     def text(self) -> str:

@@ -11,6 +11,7 @@ from butler.storage._files import (
     FOLDER_MODE,
     private_file,
     private_folder,
+    replace_private,
     write_private,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "checkpoint",
     "private_file",
     "private_folder",
+    "replace_private",
     "write_private",
 ]

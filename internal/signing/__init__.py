@@ -2,7 +2,15 @@
 an agent card and a task's receipt, and what checks them. Bearer tokens stay the only
 authentication; these say who answered and what it cost."""
 
-from internal.signing._jws import BadSignature, b64url, jws_payload, sign_jws, unb64url, verify_jws
+from internal.signing._jws import (
+    BadSignature,
+    b64url,
+    jws_claims,
+    jws_payload,
+    sign_jws,
+    unb64url,
+    verify_jws,
+)
 from internal.signing._keys import IdentityKey, PublicKey, public_key_from_jwk
 from internal.signing._rotation import rotated_to, rotation_statement
 
@@ -11,6 +19,7 @@ __all__ = [
     "IdentityKey",
     "PublicKey",
     "b64url",
+    "jws_claims",
     "jws_payload",
     "public_key_from_jwk",
     "rotated_to",

@@ -75,6 +75,20 @@ def jws_payload(jws: str) -> tuple[dict[str, Any], bytes]:
     return _header(parts[0]), unb64url(parts[1])
 
 
+def jws_claims(jws: str, typ: str) -> dict[str, Any]:
+    """The JSON object a JWS of type ``typ`` carries, unchecked (see ``verify_jws``)."""
+    header, raw = jws_payload(jws)
+    if header.get("typ") != typ:
+        raise BadSignature(f"not a {typ}")
+    try:
+        claims = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BadSignature(f"a {typ}'s payload is not JSON") from None
+    if not isinstance(claims, dict):
+        raise BadSignature(f"a {typ}'s payload is not an object")
+    return claims
+
+
 def verify_jws(jws: str, key: Verifier, *, payload: bytes | None = None) -> bytes:
     """The payload, once the signature checks with ``key``; with ``payload``, the JWS is
     a detached one (its middle part empty, as a card's signature is) over those bytes."""

@@ -6,6 +6,7 @@ wherever it is seen, and a name can be checked against the key it names.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -31,15 +32,21 @@ class PublicKey:
 
     key: Ed25519PublicKey
 
-    @property
+    @functools.cached_property
     def jwk(self) -> dict[str, str]:
         return {"kty": "OKP", "crv": "Ed25519", "x": b64url(_raw_public(self.key))}
 
-    @property
+    @functools.cached_property
     def kid(self) -> str:
         """RFC 7638 thumbprint: SHA-256 of the required members, sorted, no whitespace."""
         members = json.dumps(self.jwk, sort_keys=True, separators=(",", ":")).encode()
         return b64url(hashlib.sha256(members).digest())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PublicKey) and other.jwk == self.jwk
+
+    def __hash__(self) -> int:
+        return hash(self.jwk["x"])
 
     def verify(self, signature: bytes, data: bytes) -> None:
         try:
@@ -79,11 +86,11 @@ class IdentityKey:
             raise ValueError("the key's x does not match its d")
         return key
 
-    @property
+    @functools.cached_property
     def public(self) -> PublicKey:
         return PublicKey(self.key.public_key())
 
-    @property
+    @functools.cached_property
     def kid(self) -> str:
         return self.public.kid
 

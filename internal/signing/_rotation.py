@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from internal.signing._jws import BadSignature, jws_payload, sign_jws, verify_jws
+from internal.signing._jws import BadSignature, jws_claims, sign_jws, verify_jws
 from internal.signing._keys import IdentityKey, PublicKey, public_key_from_jwk
 
 ROTATION_TYPE = "butler-key-rotation+jws"
@@ -20,16 +20,7 @@ def rotation_statement(old: IdentityKey, new: PublicKey, at: str) -> str:
 
 
 def _statement(jws: str) -> dict[str, Any]:
-    header, raw = jws_payload(jws)
-    if header.get("typ") != ROTATION_TYPE:
-        raise BadSignature("not a key rotation statement")
-    try:
-        payload = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BadSignature("a rotation statement's payload is not JSON") from None
-    if not isinstance(payload, dict):
-        raise BadSignature("a rotation statement's payload is not an object")
-    return payload
+    return jws_claims(jws, ROTATION_TYPE)
 
 
 def rotated_to(pinned: PublicKey, target_kid: str, statements: Iterable[str]) -> bool:

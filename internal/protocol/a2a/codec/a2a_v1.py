@@ -287,6 +287,8 @@ def butler_metadata(task: Task) -> dict[str, Any]:
                          "leftUsd": str(task.budget.left_usd)}
     if task.cost is not None:
         out["cost"] = encode_cost(task.cost)
+    if task.receipts:
+        out["receipts"] = list(task.receipts)
     return {SWARM_EXTENSION_URI: out}
 
 

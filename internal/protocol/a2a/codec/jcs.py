@@ -19,6 +19,7 @@ _ESCAPE = re.compile(r'[\x00-\x1f\\"]')
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
             "\t": "\\t"}
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+_ASTRAL = re.compile(r"[\U00010000-\U0010ffff]")  # where code point and UTF-16 orders part
 
 
 class NotCanonical(ValueError):
@@ -92,7 +93,8 @@ def _write(value: Any, out: list[str], depth: int) -> None:
             if not all(isinstance(k, str) for k in value):
                 raise NotCanonical("an object key is not a string")
             out.append("{")
-            for i, key in enumerate(sorted(value, key=_utf16)):
+            astral = any(_ASTRAL.search(k) for k in value)
+            for i, key in enumerate(sorted(value, key=_utf16) if astral else sorted(value)):
                 if i:
                     out.append(",")
                 _string(key, out)

@@ -86,6 +86,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "forbidden": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "chain_mismatch": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "name_owned": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
+    "key_change_refused": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "name_quota_exceeded": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "loop_detected": ErrorSpec(409, -31409, "refusal", grpc=_PRE),
     "depth_exceeded": ErrorSpec(422, -31422, "refusal", grpc=_PRE),
