@@ -10,6 +10,7 @@ from butler.config.model import Config
 from butler.engine.clock import now_iso
 from butler.identity.key_file import AgentIdentity
 from butler.skills.catalog import SkillCatalog, is_reserved
+from internal.protocol.a2a.codec.card_signature import card_signer
 from internal.protocol.a2a.codec.swarm_extension import extension_info
 from internal.protocol.a2a.model import CardInfo, Identity, SkillInfo
 
@@ -86,5 +87,5 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
         push_notifications=config.a2a.push_notifications.enabled,
         extensions=(extension_info(agent.card_params() if agent is not None else None),),
         legacy_v03=config.a2a.legacy_v03_card,
-        signing_key=agent.key if agent is not None else None,
+        sign=card_signer(agent.key) if agent is not None else None,
     )

@@ -54,11 +54,11 @@ def _verify(args: argparse.Namespace) -> int:
 
     try:
         lines = asyncio.run(go())
+    except BadSignature as exc:  # before ButlerError, which it is
+        print(f"butler: receipt_invalid: {exc.message}", file=sys.stderr)
+        return 1
     except ButlerError as err:
         print(f"butler: {err.code}: {err.message}", file=sys.stderr)
-        return 1
-    except BadSignature as exc:
-        print(f"butler: receipt_invalid: {exc}", file=sys.stderr)
         return 1
     print(f"receipts of task {args.task_id}: {len(lines)} verified")
     print("\n".join(lines))

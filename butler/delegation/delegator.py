@@ -157,7 +157,7 @@ class PeerDelegator:
                 poll_seconds=POLL_SECONDS, guard=guard).card(time.monotonic() + cand.timeout)
         return await self._client(cand).card()
 
-    async def _public_card(self, cand: Candidate) -> dict[str, Any]:
+    async def _public_card(self, cand: Candidate, deadline: float) -> dict[str, Any]:
         """The peer's A2A card, read without its token: whether the token may go there
         is what the card is read to decide."""
         guard, session = self._http(cand.rules)
@@ -165,7 +165,7 @@ class PeerDelegator:
             cand.url, "", session=session, name=cand.name,
             connect_timeout=cand.connect_timeout, timeout=cand.timeout,
             max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
-            guard=guard).card(time.monotonic() + cand.timeout)
+            guard=guard).card(min(deadline, time.monotonic() + cand.timeout))
 
     async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
                        deadline: float, peer: str | None,
@@ -237,7 +237,8 @@ class PeerDelegator:
             async with self._slots:
                 try:
                     if self.identities is not None:
-                        await self.identities.check(cand, lambda: self._public_card(cand))
+                        await self.identities.check(
+                            cand, lambda: self._public_card(cand, deadline))
                     if cand.protocol == "a2a":
                         task = await self._standard(cand, request, chain, grant, headers,
                                                     deadline)

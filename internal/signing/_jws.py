@@ -12,6 +12,8 @@ import binascii
 import json
 from typing import Any, Protocol
 
+from internal.protocol.a2a.model import RequestError
+
 ALG = "EdDSA"
 
 
@@ -29,8 +31,11 @@ class Verifier(Protocol):
     def verify(self, signature: bytes, data: bytes) -> None: ...
 
 
-class BadSignature(ValueError):
+class BadSignature(RequestError, ValueError):
     """A signature, key or JWS that does not check out, with what is wrong."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_signature", message)
 
 
 def b64url(data: bytes) -> str:

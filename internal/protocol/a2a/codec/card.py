@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from internal.protocol.a2a.codec.card_signature import sign_card
 from internal.protocol.a2a.model import LEGACY_VERSION, PROTOCOL_VERSION, CardInfo
 
 BEARER = "bearer"
@@ -50,7 +49,7 @@ def _extensions(info: CardInfo) -> list[dict[str, Any]]:
 
 def encode_card(info: CardInfo) -> dict[str, Any]:
     """The 1.0 ``AgentCard``; with ``legacy_v03`` also the fields 0.3 clients read; with a
-    ``signing_key``, signed (``card_signature``)."""
+    ``sign``, signed (``card_signature``)."""
     card: dict[str, Any] = {
         "name": info.name,
         "description": info.description,
@@ -84,7 +83,7 @@ def encode_card(info: CardInfo) -> dict[str, Any]:
         # signature covers.
         scheme = card["securitySchemes"][BEARER]
         scheme.update({"type": "http", **scheme["httpAuthSecurityScheme"]})
-    return card if info.signing_key is None else sign_card(card, info.signing_key)
+    return card if info.sign is None else info.sign(card)
 
 
 def encode_card_v03(info: CardInfo) -> dict[str, Any]:

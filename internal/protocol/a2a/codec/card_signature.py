@@ -11,7 +11,7 @@ and Butler's agree on every Butler card. docs/receipts.md shows how to check one
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
@@ -80,6 +80,10 @@ def sign_card(card: dict[str, Any], key: IdentityKey) -> dict[str, Any]:
     """``card`` with its one signature, by ``key``."""
     protected, signature = _signature(key, signed_bytes(card))
     return {**card, "signatures": [{"protected": protected, "signature": signature}]}
+
+
+def card_signer(key: IdentityKey) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return functools.partial(sign_card, key=key)
 
 
 def claimed_key(card: Mapping[str, Any]) -> PublicKey | None:

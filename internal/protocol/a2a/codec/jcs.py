@@ -13,6 +13,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from internal.protocol.a2a.model import RequestError
+
 MAX_DEPTH = 128
 _SAFE_INTEGER = 2**53
 _ESCAPE = re.compile(r'[\x00-\x1f\\"]')
@@ -22,9 +24,12 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _ASTRAL = re.compile(r"[\U00010000-\U0010ffff]")  # where code point and UTF-16 orders part
 
 
-class NotCanonical(ValueError):
+class NotCanonical(RequestError, ValueError):
     """The value has no canonical form: a NaN, an infinity, a lone surrogate, a key that
     is not a string, an integer no double holds exactly, or nesting past ``MAX_DEPTH``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("invalid_params", message)
 
 
 def canonical(value: Any) -> bytes:

@@ -12,12 +12,11 @@ A Butler task maps onto an A2A task like this (docs/protocol.md):
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from internal.protocol.a2a.model._task import Artifact, Message, Part, PushConfig, Task, TaskState
-from internal.signing import IdentityKey
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 WELL_KNOWN_CARD_PATH = "/.well-known/agent-card.json"
@@ -87,7 +86,8 @@ class CardInfo:
     legacy_v03: bool = False
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
-    signing_key: IdentityKey | None = None  # the agent's identity key: the card is signed
+    # The encoded 1.0 card to the same card signed (``codec.card_signature.card_signer``).
+    sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def jsonrpc_url(self) -> str:

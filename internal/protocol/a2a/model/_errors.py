@@ -57,6 +57,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "invalid_request": ErrorSpec(400, -32600, "request", "INVALID_REQUEST", grpc=_ARG,
                                  for_http=(400,)),
     "invalid_params": ErrorSpec(400, -32602, "request", "INVALID_PARAMS", grpc=_ARG),
+    "invalid_signature": ErrorSpec(400, -32602, "request", grpc=_ARG),
     "invalid_envelope": ErrorSpec(400, -32602, "request", grpc=_ARG),
     "not_found": ErrorSpec(404, -32601, "request", "METHOD_NOT_FOUND", grpc="NOT_FOUND",
                            for_http=(404,)),
