@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from butler.identity.receipts import receipt_claims
 from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
 from tests.support import Instance, Swarm, config_dict, new_pair, post_task, start_instance
@@ -93,6 +94,8 @@ async def test_a_butler_over_a2a_keeps_its_refusals(swarm: Swarm, tmp_path: Path
     _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
     assert task["state"] == "completed" and task["output"] == "hi"
     assert task["cost"]["children"][0]["agent"] == "office"
+    # The office's signed receipt came back in the A2A task's metadata (docs/receipts.md).
+    assert [receipt_claims(r)["agent"] for r in task["receipts"]] == ["home", "office"]
     # With one hop already in the chain, office (max_depth 1) refuses: final, not retried.
     _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"],
                                      "caller_chain": ["origin"]})

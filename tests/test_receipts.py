@@ -19,7 +19,7 @@ from internal.protocol.a2a.client import A2APeerClient
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from internal.signing import BadSignature, b64url
 from tests.delegation_support import Mesh, skill
-from tests.support import run_cli
+from tests.support import Swarm, post_task, run_cli
 
 
 async def three_hops(mesh: Mesh) -> tuple[dict[str, Any], Any]:
@@ -106,3 +106,41 @@ async def test_an_edit_anywhere_fails(mesh: Mesh) -> None:
     for case in cases:
         with pytest.raises(BadSignature):
             await verify_receipts(case, card_of)
+
+
+async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
+    """An operator (or anyone with the disk) edits the stored result after the fact: the
+    receipt that travels with it no longer matches, and the CLI says so, exit 1."""
+    import sqlite3
+
+    from butler.config import load_config
+    from butler.daemon import Daemon
+
+    raw, agents = await three_hops(mesh)
+    a = agents["a"]
+    await a.daemon.stop()
+    db = sqlite3.connect(a.daemon.config.data_dir / "tasks.db")
+    with db:
+        (body,) = db.execute("SELECT body FROM tasks WHERE id = ?", (raw["id"],)).fetchone()
+        assert '"text":"deep"' in body
+        db.execute("UPDATE tasks SET body = ? WHERE id = ?",
+                   (body.replace('"text":"deep"', '"text":"deeq"'), raw["id"]))
+    db.close()
+    a.daemon = Daemon(load_config(a.config_path))
+    await a.daemon.start()
+    code, out, err = await run_cli("receipt", "verify", a.url, raw["id"],
+                                   token=a.tokens["operator"])
+    assert code == 1, out
+    assert err.startswith("butler: receipt_invalid: ") and "not the one signed" in err, err
+
+
+async def test_a_task_that_ends_before_it_runs_is_signed_too(swarm: Swarm) -> None:
+    home = await swarm.start("home")
+    status, task = await post_task(home, {"task": "x", "skill": "no-such-skill"})
+    assert task["state"] == "failed", task
+    (claims,) = [receipt_claims(r) for r in task["receipts"]]
+    assert claims["state"] == "failed" and claims["task_id"] == task["id"]
+    code, out, err = await run_cli("receipt", "verify", home.url, task["id"],
+                                   token=home.tokens["operator"])
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("home  failed")

@@ -98,7 +98,7 @@ class TaskEngine:
     async def start(self, records: FinalRecords | None = None) -> int:
         """Repair what the previous process left (``recovery``); returns how many tasks it
         cut off. ``records``: the audit log, to find final records it lost."""
-        stale = await recover(self.store, self._audit_final, records)
+        stale = await recover(self.store, self._audit_final, records, self.deps.seal)
         self._purger = asyncio.create_task(
             purge_loop(self.store, self._retention, self.purge_listeners))
         return stale
@@ -170,7 +170,7 @@ class TaskEngine:
         task = self._new_task(caller, request, admitted, trace_id, task_id)
         skill = plan.skill if isinstance(plan, RunSkill) else None
         if isinstance(plan, NoPlan):
-            task = interrupted(task, plan.code, plan.message, now_iso())
+            task = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
@@ -356,8 +356,7 @@ class TaskEngine:
                                        last_chunk=event.last_chunk))
             return task
         if task.state.terminal:
-            if self.deps.seal is not None:
-                task = self.deps.seal(task)
+            task = self.deps.seal(task)
             self._finalise(task)
         try:
             await self.store.put(task)

@@ -99,6 +99,10 @@ def _no_audit(kind: str, **fields: Any) -> None:
     return None
 
 
+def _unsealed(task: Task) -> Task:
+    return task
+
+
 async def _room_always() -> None:
     return None
 
@@ -115,7 +119,7 @@ class RunDeps:
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
     # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
-    seal: Callable[[Task], Task] | None = None
+    seal: Callable[[Task], Task] = _unsealed
 
     @property
     def recording(self) -> bool:

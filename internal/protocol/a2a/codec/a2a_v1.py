@@ -324,8 +324,11 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
         return {"artifactUpdate": {"taskId": task.wire_id, "contextId": task.context_id,
                                    "artifact": encode_artifact(event.artifact),
                                    "append": event.append, "lastChunk": event.last_chunk}}
-    return {"statusUpdate": {"taskId": task.wire_id, "contextId": task.context_id,
-                             "status": encode_status(task)}}
+    update: dict[str, Any] = {"taskId": task.wire_id, "contextId": task.context_id,
+                              "status": encode_status(task)}
+    if task.receipts:  # the end of a stream: the caller keeps the signed receipts
+        update["metadata"] = {SWARM_EXTENSION_URI: {"receipts": list(task.receipts)}}
+    return {"statusUpdate": update}
 
 
 def encode_page(page: TaskPage, query: ListQuery) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import (
     PROTOCOL_VERSION,
     DelegationFailed,
@@ -94,8 +95,17 @@ def decode_task(raw: Any, version: str, peer: str) -> Task:
     return Task(
         id=data["id"], context_id=str(data.get("contextId", "")), owner="", state=state,
         request=TaskRequest(), created_at="", updated_at=str(status.get("timestamp", "")),
-        parts=parts, error=error, status_message=note,
+        parts=parts, error=error, status_message=note, receipts=_receipts(data),
     )
+
+
+def _receipts(task: dict[str, Any]) -> tuple[str, ...]:
+    """A Butler peer's signed receipts, under its swarm extension in the task's metadata;
+    kept as they came (``butler receipt verify`` judges them)."""
+    found = _dict(_dict(task.get("metadata")).get(SWARM_EXTENSION_URI)).get("receipts")
+    if not isinstance(found, list):
+        return ()
+    return tuple(r for r in found[:1000] if isinstance(r, str))
 
 
 def message_task(raw: Any, peer: str) -> Task:
@@ -150,5 +160,6 @@ def apply_event(task: Task | None, result: Any, version: str, peer: str) -> Task
         parts = task.parts
         if not parts and state is TaskState.COMPLETED:
             parts = decode_parts(_dict(status.get("message")).get("parts"))
-        return replace(task, state=state, status_message=note, error=error, parts=parts)
+        return replace(task, state=state, status_message=note, error=error, parts=parts,
+                       receipts=_receipts(update) or task.receipts)
     raise bad_answer(peer, f"an unknown stream event {sorted(data)!r}")
