@@ -136,7 +136,7 @@ async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
 
 async def test_a_task_that_ends_before_it_runs_is_signed_too(swarm: Swarm) -> None:
     home = await swarm.start("home")
-    status, task = await post_task(home, {"task": "x", "skill": "no-such-skill"})
+    _, task = await post_task(home, {"task": "x", "skill": "no-such-skill"})
     assert task["state"] == "failed", task
     (claims,) = [receipt_claims(r) for r in task["receipts"]]
     assert claims["state"] == "failed" and claims["task_id"] == task["id"]

@@ -152,3 +152,30 @@ async def test_key_rotate_on_a_stopped_daemon(swarm: Swarm, http: aiohttp.Client
     from internal.protocol.a2a.codec.card_signature import key_rotations
 
     assert rotated_to(home.daemon.identity.key.public, new.kid, key_rotations(card_json))
+
+
+def test_the_fast_path_writes_the_same_bytes_as_the_careful_one() -> None:
+    from internal.protocol.a2a.codec.jcs import _write
+
+    def careful(value: Any) -> bytes:
+        out: list[str] = []
+        _write(value, out, 0)
+        return "".join(out).encode()
+
+    values: list[Any] = [
+        {"b": [1, "x", None, True, False], "a": {"\u00e9": "\u20ac\n\t\x01\x7f\"\\/"}},
+        {"\ufb33": 1, "\r": 2, "1": 3, "\u00f6": [], "z": {}}, [], "", 2**53 - 1,
+        {"k": ["\u2028\u2029", "\U0001f600"]},
+    ]
+    for value in values:
+        assert canonical(value) == careful(value), value
+    for bad in ({"k": "\ud83d"}, {"k": [2**53]}, {"\U0001f600": 1, "\ufb33": 2}):
+        try:
+            expected: Any = careful(bad)
+        except NotCanonical:
+            expected = NotCanonical
+        if expected is NotCanonical:
+            with pytest.raises(NotCanonical):
+                canonical(bad)
+        else:
+            assert canonical(bad) == expected

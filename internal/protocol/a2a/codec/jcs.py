@@ -8,6 +8,7 @@ written as the IEEE double it rounds to, as RFC 8785 section 3.2.2.3 requires.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from decimal import Decimal
@@ -34,9 +35,48 @@ class NotCanonical(RequestError, ValueError):
 
 def canonical(value: Any) -> bytes:
     """The canonical UTF-8 bytes of ``value``, a JSON value of Python types."""
+    if _plain(value):
+        # No number but small integers, no key past the BMP: here ``json.dumps`` writes
+        # exactly RFC 8785's bytes (the same escapes, code point order is UTF-16 order),
+        # several times faster than ``_write``, which every receipt would pay.
+        try:
+            return _DUMPS(value).encode()
+        except UnicodeEncodeError:
+            raise NotCanonical("a string holds a lone surrogate") from None
     out: list[str] = []
     _write(value, out, 0)
     return "".join(out).encode()
+
+
+_DUMPS = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=False,
+                          sort_keys=True, separators=(",", ":")).encode
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``json.dumps`` would write ``value`` canonically (see ``canonical``)."""
+    pending = [(value, 0)]
+    while pending:
+        node, depth = pending.pop()
+        kind = type(node)
+        if kind is str or node is None or kind is bool:
+            continue
+        if kind is int:
+            if abs(node) >= _SAFE_INTEGER:
+                return False
+        elif kind is dict:
+            if depth >= MAX_DEPTH:
+                return False
+            for key, item in node.items():
+                if type(key) is not str or _ASTRAL.search(key):
+                    return False
+                pending.append((item, depth + 1))
+        elif kind is list or kind is tuple:
+            if depth >= MAX_DEPTH:
+                return False
+            pending.extend((item, depth + 1) for item in node)
+        else:
+            return False  # floats, Decimals and anything else take the careful path
+    return True
 
 
 def number(value: float) -> str:
