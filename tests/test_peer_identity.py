@@ -4,11 +4,14 @@ its token only while the peer's card is signed by that key or one it rotated to.
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import aiohttp
 
 from butler.config import load_config
 from butler.daemon import Daemon
 from butler.delegation.wiring import make_delegator
-from butler.identity.key_file import KEY_FILE
+from butler.identity.key_file import KEY_FILE, load_identity
 from butler.identity.pins import PINS_FILE
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
@@ -80,3 +83,42 @@ async def test_a_rotated_key_is_followed_end_to_end(mesh: Mesh) -> None:
                                    token=home.tokens["operator"])
     assert code == 0, err
     assert f"key {daemon.identity.kid}" in out
+
+
+async def test_a_peer_found_in_a_registry_is_held_to_the_key_registered_for_it(
+        tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    """No earlier contact: the registry's key is the pin. An entry naming another key than
+    the one the agent at that URL signs with gets no token."""
+    from tests.registry.registry_support import TOKENS, sqlite_registry
+    from tests.test_registry_swarm import registry_files
+
+    async with sqlite_registry(tmp_path / "registry") as registry:
+        reg_conf, accept = registry_files(tmp_path, registry, ["alice"])
+        mesh = Mesh(tmp_path, http)
+        mesh.agent("home", skills=[], configurations=reg_conf("root", False), accept=accept)
+        mesh.agent("office", skills=[skill("x.work")], configurations=reg_conf("alice", False),
+                   accept=accept)
+        try:
+            agents = await mesh.start()
+            office = agents["office"]
+            async with http.get(office.url + "/v2/card", headers=office.headers()) as resp:
+                card = await resp.json()
+            stranger = load_identity(tmp_path / "stranger")
+
+            async def register(identity_key: dict[str, str]) -> None:
+                async with http.put(f"{registry.url}/v1/agents/office", headers={
+                        "Authorization": f"Bearer {TOKENS['alice']}"}, json={
+                        "card": {**card, "identity_key": identity_key}}) as resp:
+                    assert resp.status in (200, 201), await resp.text()
+
+            await register(stranger.key.public.jwk)
+            assert await delegate(agents["home"]) == (TaskState.FAILED, "peer_identity_changed")
+            assert not (agents["home"].daemon.config.data_dir / PINS_FILE).exists()
+            await http.delete(f"{registry.url}/v1/agents/office",
+                              headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+            await register(card["identity_key"])
+            assert await delegate(agents["home"]) == (TaskState.COMPLETED, "")
+            pins = json.loads((agents["home"].daemon.config.data_dir / PINS_FILE).read_text())
+            assert pins["office"]["kid"] == office.daemon.identity.kid
+        finally:
+            await mesh.close()
