@@ -23,7 +23,10 @@ from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
+from butler.dashboard import DAEMON_PAGE
+from butler.dashboard.overview import OverviewSources
 from butler.data_folder import hold_data_folder
+from butler.delegation.peers import PeerStatus
 from butler.delegation.registry_link import RegistryLink
 from butler.edges.mcp_http import mount_mcp
 from butler.engine.engine import TaskEngine
@@ -67,7 +70,7 @@ from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBindin
 log = logging.getLogger("butler.daemon")
 
 RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH)
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
 DelegatorFactory = Callable[["Daemon"], Delegator | None]
 
 
@@ -306,7 +309,13 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     async def healthz(request: web.Request) -> web.Response:
         return json_response({"status": "ok", "agent_id": cfg.agent.id})
 
-    app.add_routes([web.get("/healthz", healthz)])
+    async def peers() -> list[PeerStatus]:
+        delegator = engine.delegator
+        return [] if delegator is None else await delegator.peer_status()
+
+    overview = OverviewSources(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
+                               cfg.a2a.caller_limits, metrics)
+    app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
     return app
 
 

@@ -23,7 +23,7 @@ from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.util.types import Attributes
 
 from butler.delegation.peer_cards import PeerCards, from_card
-from butler.delegation.peers import Candidate, Discovery, PeerHealth, eligible
+from butler.delegation.peers import Candidate, Discovery, PeerHealth, PeerStatus, eligible
 from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
@@ -133,6 +133,14 @@ class PeerDelegator:
             self._routes = (static, agents,
                             self._routes[2] if routes == self._routes[2] else routes)
         return self._routes[2]
+
+    async def peer_status(self) -> list[PeerStatus]:
+        """The configured peers, then the registry's agents a token may go to (the cached
+        listing the intent router reads), each with its health."""
+        configured = {agent_key(c.name) for c in self.static}
+        found = [c for c, _ in await self._registry_agents()
+                 if agent_key(c.name) not in configured]
+        return [self.health.status(c) for c in (*self.static, *found)]
 
     async def _registry_agents(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
         if self.discover is None:

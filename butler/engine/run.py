@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from butler.delegation.peers import PeerStatus
 from butler.engine.transitions import (
     ArtifactAdded,
     Event,
@@ -65,6 +66,9 @@ class Delegator(Protocol):
     ) -> DelegationResult: ...
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
+
+    async def peer_status(self) -> list[PeerStatus]:
+        """Every peer known now with its health, for the operator's overview."""
 
     async def aclose(self) -> None: ...
 

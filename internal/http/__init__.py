@@ -1,6 +1,6 @@
 """HTTP plumbing shared by the daemon and the registry: the listener and its limits,
 the request gate (auth, rate limits, in-flight cap), JSON bodies and errors as JSON,
-the incident log, server-sent events and OpenAPI documents; on the way out, the one
+the incident log, server-sent events, OpenAPI documents and static pages; on the way out, the one
 outbound guard and the one place outbound sessions are built.
 """
 
@@ -31,6 +31,7 @@ from internal.http._outbound_guard import (
     embedded_ipv4,
     ip_literal,
 )
+from internal.http._pages import StaticPage
 from internal.http._rate_limits import TokenBuckets, limited
 from internal.http._sse import SseTiming, sse_frame, sse_stream
 from internal.http._streams import STREAM_SLOTS, StreamCaps, StreamSlots
@@ -49,6 +50,7 @@ __all__ = [
     "OutboundRules",
     "ResolverFactory",
     "SseTiming",
+    "StaticPage",
     "StreamCaps",
     "StreamSlots",
     "TokenBuckets",
