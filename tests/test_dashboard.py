@@ -11,11 +11,13 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from tests.delegation_support import Mesh, skill
 from tests.png_support import read_png
+from tests.registry.registry_support import TOKENS, auth, make_card, sqlite_registry
 from tests.support import ECHO, call, command_skill, post_task, wait_task
 
 CHROMIUM = shutil.which("chromium")
@@ -49,6 +51,31 @@ async def _sign_in(page: Page, token: str) -> None:
     await page.click("#login button[type=submit]")
 
 
+async def _wrong_token_is_refused(page: Page, problems: list[str]) -> None:
+    await _sign_in(page, "not-the-token")
+    await expect(page.locator("#login-error")).to_contain_text("unauthenticated")
+    assert await page.is_hidden("#board")
+    assert await page.evaluate("sessionStorage.length") == 0
+    assert all("401" in problem for problem in problems), problems  # the browser's note
+    problems.clear()
+
+
+async def _looks_right(page: Page, path: Path) -> None:
+    """The screenshot: the viewport's size, the header bar in its colour (the stylesheet
+    loaded), and text and tables rather than a blank page."""
+    shot = read_png(await page.screenshot(path=path))
+    assert (shot.width, shot.height) == (1200, 900)
+    assert shot.pixel(4, 4) == BAR
+    assert len(shot.colours()) > 20
+
+
+async def _token_kept_in_the_tab_only(page: Page, token: str) -> None:
+    assert token not in page.url and "token" not in page.url
+    assert await page.evaluate("document.cookie") == ""
+    assert await page.context.cookies() == []
+    assert await page.evaluate("sessionStorage.getItem('butler.token')") == token
+
+
 async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
                                                  tmp_path: Path) -> None:
     release = tmp_path / "go"
@@ -73,12 +100,7 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
         policy = response.headers["content-security-policy"]
         assert "default-src 'self'" in policy and "unsafe-inline" not in policy
 
-        await _sign_in(page, "not-the-token")
-        await expect(page.locator("#login-error")).to_contain_text("unauthenticated")
-        assert await page.is_hidden("#board")
-        assert await page.evaluate("sessionStorage.length") == 0
-        assert all("401" in problem for problem in problems), problems  # the browser's note
-        problems.clear()
+        await _wrong_token_is_refused(page, problems)
 
         await _sign_in(page, token)
         await expect(page.locator("#recent")).to_contain_text(done["id"])
@@ -104,15 +126,8 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
         assert "operator\t0.03 USD\t" in spend
         assert "5.03 of 10 USD, 2 tasks" in spend and "1 holding 5.00 USD" in spend
 
-        shot = read_png(await page.screenshot(path=tmp_path / "dashboard.png"))
-        assert (shot.width, shot.height) == (1200, 900)
-        assert shot.pixel(4, 4) == BAR  # the header bar, drawn with the stylesheet
-        assert len(shot.colours()) > 20  # text and tables, not a blank page
-
-        assert token not in page.url and "token" not in page.url
-        assert await page.evaluate("document.cookie") == ""
-        assert await page.context.cookies() == []
-        assert await page.evaluate("sessionStorage.getItem('butler.token')") == token
+        await _looks_right(page, tmp_path / "dashboard.png")
+        await _token_kept_in_the_tab_only(page, token)
         assert problems == []
 
         await page.click("#signout")
@@ -133,3 +148,25 @@ async def test_the_overview_is_for_admins_only(mesh: Mesh) -> None:
     async with home.session.get(f"{home.url}/dashboard/dashboard.js") as resp:
         assert resp.status == 200 and resp.content_type == "text/javascript"
         assert resp.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_the_registry_dashboard_in_a_browser(browser: Browser, tmp_path: Path,
+                                                   http: aiohttp.ClientSession) -> None:
+    async with sqlite_registry(tmp_path) as registry:
+        async with http.put(f"{registry.url}/v1/agents/office", headers=auth("alice"),
+                            json={"card": make_card(), "url": "http://127.0.0.1:8081"}) as resp:
+            assert resp.status == 201, await resp.text()
+        problems: list[str] = []
+        page = await _page(browser, problems)
+        response = await page.goto(f"{registry.url}/dashboard")
+        assert response is not None and response.status == 200
+        await _wrong_token_is_refused(page, problems)
+
+        await _sign_in(page, TOKENS["bob"])
+        await expect(page.locator("#agents")).to_contain_text("office")
+        row = await page.inner_text("#agents tbody tr")
+        assert row.startswith("office (Office)\thttp://127.0.0.1:8081\tmemory.search\t")
+        assert "\talice\t" in row
+        await _looks_right(page, tmp_path / "registry.png")
+        await _token_kept_in_the_tab_only(page, TOKENS["bob"])
+        assert problems == []

@@ -219,11 +219,20 @@
 
   // --- the registry's view --------------------------------------------------------------
 
+  const MAX_PAGES = 10;  // of the registry's page size each
+
   async function refreshRegistry(token) {
-    const data = await getJSON("v1/agents?limit=200", token);
+    const agents = [];
+    let cursor = null;
+    for (let page = 0; page < MAX_PAGES; page += 1) {
+      const data = await getJSON(cursor ? `v1/agents?cursor=${encodeURIComponent(cursor)}` : "v1/agents", token);
+      agents.push(...data.agents);
+      cursor = data.next_cursor;
+      if (!cursor) break;
+    }
     show("agents", table(
       ["Agent", "URL", "Capabilities", "Skills", "Registered by", "Expires in"],
-      data.agents.map((a) => row(
+      agents.map((a) => row(
         el("strong", "", a.display_name && a.display_name !== a.name ? `${a.name} (${a.display_name})` : a.name),
         el("span", "mono", a.url), a.capabilities.join(", ") || "-", a.skills.join(", ") || "-",
         a.owner, seconds(a.expires_in_seconds))),
