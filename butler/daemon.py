@@ -24,7 +24,7 @@ from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
 from butler.dashboard import DAEMON_PAGE
-from butler.dashboard.overview import OverviewSources
+from butler.dashboard.overview import Overview
 from butler.data_folder import hold_data_folder
 from butler.delegation.peers import PeerStatus
 from butler.delegation.registry_link import RegistryLink
@@ -313,7 +313,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
         delegator = engine.delegator
         return [] if delegator is None else await delegator.peer_status()
 
-    overview = OverviewSources(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
+    overview = Overview(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
                                cfg.a2a.caller_limits, metrics)
     app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
     return app

@@ -22,7 +22,7 @@ OVERVIEW_PATH = "/v2/overview"
 
 
 @dataclass(frozen=True)
-class OverviewSources:
+class Overview:
     agent_id: str
     url: Callable[[], str]
     peers: Callable[[], Awaitable[list[PeerStatus]]]
