@@ -57,7 +57,7 @@ def parse_config(
     confs = top["configurations"].mapping({"a2a", "swarm", "registry", "mcp_server"}) \
         if "configurations" in top else {}
     data_dir = Path(top["data_dir"].string()) if "data_dir" in top else Path("data") / agent.id
-    skills = tuple(parse_skill(n) for n in top["skills"].items()) if "skills" in top else ()
+    skills = tuple(parse_skill(n, base) for n in top["skills"].items()) if "skills" in top else ()
     _unique(top.get("skills"), [s.id for s in skills], "skill id")
     peers = tuple(parse_peer(n, base) for n in top["peers"].items()) if "peers" in top else ()
     _unique(top.get("peers"), [p.name for p in peers], "peer name")

@@ -140,6 +140,8 @@ class McpToolsConfig:
     command: tuple[str, ...] | None = None  # the server's argv, spoken to over stdio
     url: str | None = None  # or its streamable HTTP endpoint
     tools: tuple[str, ...] | None = None  # only these tools; None: every tool it lists
+    # A bearer token sent to ``url`` (and nowhere else); empty: none.
+    token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
