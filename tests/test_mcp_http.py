@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -13,10 +15,14 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
+from tests.a2a_support import WAIT
 from tests.support import ECHO, Instance, Swarm
 
 VIP = {"id": "vip", "builtin": "echo", "capabilities": ["vip"], "expose": True, "tier": "gold"}
 CALLERS = {"gold": {"tier": "gold"}, "plain": {}}
+OPENING = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw", "version": "1"}}}
 
 
 @asynccontextmanager
@@ -55,6 +61,63 @@ async def test_a_token_lists_the_tools_its_identity_sees_and_calls_one(swarm: Sw
         assert resp.status == 200
 
 
+async def test_progress_and_cancel_over_http_reach_the_task(swarm: Swarm) -> None:
+    """A call's answer is an SSE stream: its progress comes first; cancelling the call
+    posts notifications/cancelled in the session, which cancels the task."""
+    inst = await swarm.start("web", skills=[ECHO, WAIT])
+    async with mcp_http(inst, "operator") as session:
+        running = asyncio.Event()
+        said: list[str | None] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            said.append(message)
+            running.set()
+
+        call = asyncio.create_task(session.call_tool("wait", {"task": "take your time"},
+                                                     progress_callback=progress))
+        async with asyncio.timeout(30):
+            await running.wait()
+        assert said == ["waiting"]
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        async with asyncio.timeout(30):
+            while not (tasks := (await inst.client().list_tasks())["tasks"]) or \
+                    tasks[0]["state"] != "canceled":
+                await asyncio.sleep(0.05)
+        assert [t["skill"] for t in tasks] == ["wait"]
+        # The session goes on serving after a canceled call.
+        result = await session.call_tool("echo", {"task": "still here"})
+        assert [c.text for c in result.content if isinstance(c, TextContent)] == ["still here"]
+
+
+async def test_a_session_answers_only_the_identity_that_opened_it(swarm: Swarm) -> None:
+    inst = await swarm.start("web", callers=CALLERS, skills=[ECHO])
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with inst.session.post(f"{inst.url}/mcp", json=OPENING,
+                                 headers={**accept, **inst.headers("gold")}) as resp:
+        assert resp.status == 200
+        session_id = resp.headers["Mcp-Session-Id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    named = {**accept, "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-06-18"}
+    async with inst.session.post(f"{inst.url}/mcp", json=listing,
+                                 headers={**named, **inst.headers("plain")}) as resp:
+        assert resp.status == 404  # as if the session never was
+        assert (await resp.json())["error"]["message"] == "Session not found"
+    async with inst.session.post(f"{inst.url}/mcp", json=listing,
+                                 headers={**named, **inst.headers("gold")}) as resp:
+        assert resp.status == 200
+    async with inst.session.delete(f"{inst.url}/mcp",
+                                   headers={**named, **inst.headers("plain")}) as resp:
+        assert resp.status == 404  # nor can another identity end it
+    async with inst.session.delete(f"{inst.url}/mcp",
+                                   headers={**named, **inst.headers("gold")}) as resp:
+        assert resp.status == 200
+    async with inst.session.post(f"{inst.url}/mcp", json=listing,
+                                 headers={**named, **inst.headers("gold")}) as resp:
+        assert resp.status == 404  # ended
+
+
 async def test_without_a_valid_token_mcp_is_refused(swarm: Swarm) -> None:
     inst = await swarm.start("web")
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -74,11 +137,10 @@ async def test_without_a_valid_token_mcp_is_refused(swarm: Swarm) -> None:
             await session.initialize()
     assert statuses == [401]
     accept = {"Accept": "application/json, text/event-stream", **inst.headers()}
-    async with inst.session.post(f"{inst.url}/mcp", json=body, headers=accept) as resp:
-        assert resp.status == 200  # the same request with a token gets through
-        answer = await resp.json()
-    assert {t["name"] for t in answer["result"]["tools"]} == {"delegate", "echo"}
-    # No stream to open: a GET would otherwise hang until the daemon stops.
+    async with inst.session.post(f"{inst.url}/mcp", json=OPENING, headers=accept) as resp:
+        assert resp.status == 200  # an opening request with a token gets through
+        assert resp.headers["Mcp-Session-Id"]
+    # No stream to open outside a call: a GET would otherwise hang until the daemon stops.
     async with inst.session.get(f"{inst.url}/mcp", headers=accept) as resp:
         assert resp.status == 405
 

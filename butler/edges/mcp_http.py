@@ -3,8 +3,12 @@
 The SDK's session manager is an ASGI app; ``asgi_handler`` serves an aiohttp request
 through it, after the daemon's gate has authenticated the caller: the bearer token's
 identity rides in the ASGI scope and each call is a task of that caller, not of a fixed
-one. Stateless, with JSON answers: each POST is one request and its answer, no session
-to keep, no stream left open.
+one. Sessions are kept (``Mcp-Session-Id``), so a call's answer is an SSE stream that
+carries its progress notifications first, and a ``notifications/cancelled`` posted in the
+same session cancels the call's task. A session belongs to the identity that opened it:
+another token naming it gets 404, as for a session that never was (the SDK's check, fed
+the caller as its authenticated user).
+There is no GET stream (405, as the spec allows): nothing is sent outside a call's answer.
 
 The SDK is an optional extra: without it the daemon serves no ``/mcp`` and says so once.
 """
@@ -29,6 +33,8 @@ from internal.protocol.a2a.server import TaskService
 log = logging.getLogger("butler.mcp")
 
 MCP_PATH = "/mcp"
+MAX_SESSIONS = 1000  # past it a new session is refused (the SDK's 503) until one ends
+SESSION_IDLE_SECONDS = 30 * 60.0  # a session unused this long is ended
 # Where the authenticated caller rides in the ASGI scope, for the tools to read back.
 SCOPE_IDENTITY = "butler.identity"
 
@@ -54,12 +60,13 @@ async def mount_mcp(app: web.Application, stack: AsyncExitStack, cfg: Config,
     server = mcp_server(ButlerTools(service, catalog), cfg.agent.name, package_version(),
                         caller=caller_of)
     manager = StreamableHTTPSessionManager(
-        app=server, stateless=True, json_response=True,
-        max_request_body_size=cfg.limits.max_body_bytes)
+        app=server, stateless=False, json_response=False,
+        max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
+        session_idle_timeout=SESSION_IDLE_SECONDS)
     stack.push_async_callback(_stop, await _run(manager.run))
-    # POST alone: stateless with JSON answers, there is no stream to GET (the spec's
-    # answer to that is 405) and no session to DELETE.
-    app.router.add_post(MCP_PATH, asgi_handler(manager.handle_request))
+    handler = asgi_handler(manager.handle_request)
+    app.router.add_post(MCP_PATH, handler)
+    app.router.add_delete(MCP_PATH, handler)
     return True
 
 
@@ -125,6 +132,7 @@ def asgi_handler(asgi: AsgiApp) -> Callable[[web.Request], Awaitable[web.StreamR
 
 
 def _scope(request: web.Request) -> dict[str, Any]:
+    ident = request.get(IDENTITY)
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
@@ -133,8 +141,20 @@ def _scope(request: web.Request) -> dict[str, Any]:
         "query_string": request.query_string.encode("latin-1"), "root_path": "",
         "headers": [(k.lower(), v) for k, v in request.raw_headers],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
-        "server": None, SCOPE_IDENTITY: request.get(IDENTITY),
+        "server": None, SCOPE_IDENTITY: ident, "user": _session_owner(ident),
     }
+
+
+def _session_owner(ident: object) -> object:
+    """The caller as the SDK's authenticated user: the session manager binds a session to
+    the user that opened it and answers 404 to any other. It carries the identity's name,
+    never the token (the gate has checked that already)."""
+    if not isinstance(ident, Identity):
+        return None
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token="", client_id=ident.name, scopes=[]))
 
 
 def _receiver(body: bytes, over: asyncio.Event) -> Callable[[], Awaitable[Message]]:
