@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from tests.a2a_support import WAIT
+from tests.mcp_support import cancel_after_progress
 from tests.support import ECHO, Instance, Swarm
 
 VIP = {"id": "vip", "builtin": "echo", "capabilities": ["vip"], "expose": True, "tier": "gold"}
@@ -66,21 +66,7 @@ async def test_progress_and_cancel_over_http_reach_the_task(swarm: Swarm) -> Non
     posts notifications/cancelled in the session, which cancels the task."""
     inst = await swarm.start("web", skills=[ECHO, WAIT])
     async with mcp_http(inst, "operator") as session:
-        running = asyncio.Event()
-        said: list[str | None] = []
-
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            said.append(message)
-            running.set()
-
-        call = asyncio.create_task(session.call_tool("wait", {"task": "take your time"},
-                                                     progress_callback=progress))
-        async with asyncio.timeout(30):
-            await running.wait()
-        assert said == ["waiting"]
-        call.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await call
+        await cancel_after_progress(session)
         async with asyncio.timeout(30):
             while not (tasks := (await inst.client().list_tasks())["tasks"]) or \
                     tasks[0]["state"] != "canceled":
