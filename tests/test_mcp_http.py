@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -16,7 +18,7 @@ from mcp.types import TextContent
 
 from tests.a2a_support import WAIT
 from tests.mcp_support import cancel_after_progress
-from tests.support import ECHO, Instance, Swarm
+from tests.support import ECHO, REPO, Instance, Swarm
 
 VIP = {"id": "vip", "builtin": "echo", "capabilities": ["vip"], "expose": True, "tier": "gold"}
 CALLERS = {"gold": {"tier": "gold"}, "plain": {}}
@@ -131,10 +133,45 @@ async def test_without_a_valid_token_mcp_is_refused(swarm: Swarm) -> None:
         assert resp.status == 405
 
 
+_LAZY_SDK = """
+import asyncio, sys
+from pathlib import Path
+import aiohttp
+from butler.config import load_config
+from butler.daemon import Daemon
+from tests.support import ECHO, config_dict, write_config
+
+async def main(tmp):
+    cfg, tokens = config_dict(tmp, "lazy", skills=[ECHO])
+    daemon = Daemon(load_config(write_config(tmp, "lazy", cfg)))
+    await daemon.start()
+    try:
+        print("at start:", "mcp" in sys.modules)
+        headers = {"Authorization": "Bearer " + tokens["operator"],
+                   "Accept": "application/json, text/event-stream"}
+        async with aiohttp.ClientSession() as http, http.post(
+                daemon.url + "/mcp", json=OPENING, headers=headers) as resp:
+            print("first request:", resp.status, "mcp" in sys.modules)
+    finally:
+        await daemon.stop()
+
+OPENING = %r
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+def test_the_sdk_is_imported_by_the_first_mcp_request(tmp_path: Path) -> None:
+    """The MCP SDK costs a daemon about 35 MB resident: not paid until /mcp is used."""
+    run = subprocess.run([sys.executable, "-c", _LAZY_SDK % (OPENING,), str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["at start: False", "first request: 200 True"]
+
+
 async def test_without_the_sdk_the_daemon_serves_no_mcp_and_says_so(
     swarm: Swarm, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "mcp.server.streamable_http_manager", None)
+    monkeypatch.setitem(sys.modules, "mcp", None)
     caplog.set_level(logging.INFO, "butler.mcp")
     inst = await swarm.start("bare", configurations={"mcp_server": {
         "allowed_capabilities": ["echo"]}})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import AsyncExitStack
@@ -45,29 +46,56 @@ AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
 
 async def mount_mcp(app: web.Application, stack: AsyncExitStack, cfg: Config,
                     service: TaskService, catalog: SkillCatalog) -> bool:
-    """Add ``/mcp`` to ``app`` and run its session manager until ``stack`` closes.
-    False, and no route, when the MCP SDK is not installed."""
-    try:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    except ImportError:
+    """Add ``/mcp`` to ``app``; its session manager starts with the first request and
+    stops when ``stack`` closes. False, and no route, when the MCP SDK is not installed."""
+    if importlib.util.find_spec("mcp") is None:
         if cfg.mcp_server.allowed_capabilities is not None:
             log.info("no /mcp: the MCP SDK is not installed (pip install 'butler-a2a[mcp]')")
         return False
-    from butler.edges.mcp import ButlerTools, mcp_server
-
-    # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
-    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
-    server = mcp_server(ButlerTools(service, catalog), cfg.agent.name, package_version(),
-                        caller=caller_of)
-    manager = StreamableHTTPSessionManager(
-        app=server, stateless=False, json_response=False,
-        max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
-        session_idle_timeout=SESSION_IDLE_SECONDS)
-    stack.push_async_callback(_stop, await _run(manager.run))
-    handler = asgi_handler(manager.handle_request)
-    app.router.add_post(MCP_PATH, handler)
-    app.router.add_delete(MCP_PATH, handler)
+    edge = _McpEdge(cfg, service, catalog)
+    stack.push_async_callback(edge.aclose)
+    app.router.add_post(MCP_PATH, edge.handle)
+    app.router.add_delete(MCP_PATH, edge.handle)
     return True
+
+
+class _McpEdge:
+    """The SDK (pydantic, starlette, httpx: about 35 MB resident) is imported by the first
+    ``/mcp`` request, not at start: a daemon nobody reaches over MCP stays small."""
+
+    def __init__(self, cfg: Config, service: TaskService, catalog: SkillCatalog) -> None:
+        self._cfg, self._service, self._catalog = cfg, service, catalog
+        self._handler: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
+        self._running: Running | None = None
+        self._starting = asyncio.Lock()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self._handler is None:
+            async with self._starting:
+                if self._handler is None:
+                    self._handler = await self._start()
+        return await self._handler(request)
+
+    async def _start(self) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from butler.edges.mcp import ButlerTools, mcp_server
+
+        # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
+        logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
+        cfg = self._cfg
+        server = mcp_server(ButlerTools(self._service, self._catalog), cfg.agent.name,
+                            package_version(), caller=caller_of)
+        manager = StreamableHTTPSessionManager(
+            app=server, stateless=False, json_response=False,
+            max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
+            session_idle_timeout=SESSION_IDLE_SECONDS)
+        self._running = await _run(manager.run)
+        return asgi_handler(manager.handle_request)
+
+    async def aclose(self) -> None:
+        if self._running is not None:
+            await _stop(self._running)
 
 
 def package_version() -> str:
