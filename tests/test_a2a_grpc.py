@@ -1,0 +1,124 @@
+"""A2A 1.0 over gRPC: the official a2a-sdk gRPC client against a real Butler, on the same
+engine, auth and swarm envelope as the HTTP bindings."""
+
+from __future__ import annotations
+
+import pytest
+
+grpc = pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
+                                          "(pip install 'butler-a2a[grpc]')")
+
+from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules need grpcio
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    TaskNotFoundError,
+    TaskState,
+    a2a_pb2_grpc,
+)
+from google.rpc import error_details_pb2, status_pb2  # noqa: E402
+
+from tests.a2a_support import (  # noqa: E402
+    WAIT,
+    cancel_a_waiting_task,
+    send_request,
+    send_task,
+    text,
+    user_message,
+)
+from tests.grpc_support import card_of, channel, grpc_client  # noqa: E402
+from tests.support import ECHO, Swarm  # noqa: E402
+
+GRPC = {"a2a": {"grpc_port": 0}}
+SWARM_URI = "urn:butler:a2a:ext:swarm:v1"
+
+
+def error_info(err: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            info = error_details_pb2.ErrorInfo()
+            assert status.details[0].Unpack(info)
+            return info
+    raise AssertionError("no google.rpc.Status in the trailing metadata")
+
+
+async def test_the_card_lists_grpc_only_when_it_is_served(swarm: Swarm) -> None:
+    plain = await swarm.start("plain")
+    assert "GRPC" not in [i.protocol_binding for i in (await card_of(plain)).supported_interfaces]
+    home = await swarm.start("home", configurations=GRPC)
+    interfaces = {i.protocol_binding: i for i in (await card_of(home)).supported_interfaces}
+    assert interfaces["GRPC"].url == f"127.0.0.1:{home.daemon.grpc_port}"
+    assert interfaces["GRPC"].protocol_version == "1.0"
+
+
+async def test_send_get_list_with_the_sdk_grpc_client(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    async with grpc_client(home) as client:
+        task = await send_task(client, send_request(user_message(text("hello")),
+                                                    history_length=5))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert [p.text for a in task.artifacts for p in a.parts] == ["hello"]
+        assert [m.parts[0].text for m in task.history] == ["hello"]
+        assert dict(task.metadata)[SWARM_URI]["skill"] == "echo"
+
+        got = await client.get_task(GetTaskRequest(id=task.id, history_length=0))
+        assert got.id == task.id and not got.history
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+        page = await client.list_tasks(ListTasksRequest(page_size=10))
+        assert [t.id for t in page.tasks] == [task.id]
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="no-such-task"))
+
+
+async def test_stream_with_the_sdk_grpc_client(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    async with grpc_client(home, streaming=True) as client:
+        events = [e async for e in client.send_message(send_request(user_message(text("hi"))))]
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "task" and kinds[-1] == "status_update", kinds
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    artifacts = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    assert [p.text for a in artifacts for p in a.parts] == ["hi"]
+
+
+async def test_cancel_with_the_sdk_grpc_client(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, WAIT], configurations=GRPC)
+    async with grpc_client(home) as client:
+        await cancel_a_waiting_task(client, home)
+
+
+async def test_a_wrong_token_is_unauthenticated(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    async with channel(home.daemon.grpc_url, "not-the-token") as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetTask(GetTaskRequest(id="x"), metadata=[("a2a-version", "1.0")])
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error_info(caught.value).metadata["code"] == "unauthenticated"
+
+
+async def test_a_loop_in_the_metadata_chain_is_refused(swarm: Swarm) -> None:
+    """The envelope rides in message metadata and in x-swarm-* metadata, as on HTTP."""
+    home = await swarm.start("home", callers={"office": {}}, configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    request = SendMessageRequest(message=user_message(text("x"), metadata={
+        SWARM_URI: {"callerChain": ["home", "office"], "depth": 2}}))
+    async with channel(home.daemon.grpc_url, home.tokens["office"]) as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SendMessage(request, metadata=[("a2a-version", "1.0")])
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        info = error_info(caught.value)
+        assert (info.reason, info.domain, info.metadata["code"]) == (
+            "LOOP_DETECTED", "butler", "loop_detected")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # the same, in headers
+            await stub.SendMessage(SendMessageRequest(message=user_message(text("x"))),
+                                   metadata=[("a2a-version", "1.0"),
+                                             ("x-swarm-agent-chain", "home,office"),
+                                             ("x-swarm-depth", "2")])
+        assert error_info(caught.value).metadata["code"] == "loop_detected"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # no version: 0.3, not served
+            await stub.GetTask(GetTaskRequest(id="x"))
+        assert error_info(caught.value).reason == "VERSION_NOT_SUPPORTED"
