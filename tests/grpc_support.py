@@ -11,9 +11,11 @@ import grpc
 import httpx
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
-from a2a.types import AgentCard
+from a2a.server.request_handlers import GrpcHandler, RequestHandler
+from a2a.types import AgentCard, a2a_pb2_grpc
 from google.protobuf import json_format
 
+from tests.sdk_agent import Seen
 from tests.support import Instance
 
 Continuation = Callable[[grpc.aio.ClientCallDetails, Any], Any]
@@ -66,3 +68,34 @@ async def grpc_client(inst: Instance, who: str = "operator", *, streaming: bool 
         yield client
     finally:
         await client.close()
+
+
+class _CheckBearer(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """The sdk agent's auth: records each call's metadata, refuses a wrong token."""
+
+    def __init__(self, token: str, seen: Seen) -> None:
+        self.token = token
+        self.seen = seen
+
+    async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        metadata = {k: v for k, v in details.invocation_metadata if isinstance(v, str)}
+        self.seen.headers.append(metadata)
+        if metadata.get("authorization") != f"Bearer {self.token}":
+            async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong token")
+
+            return grpc.unary_unary_rpc_method_handler(deny)
+        return await continuation(details)
+
+
+def sdk_grpc_server(token: str, seen: Seen) -> tuple[grpc.aio.Server, str]:
+    """The a2a-sdk's gRPC service, bound to 127.0.0.1 port 0 (not yet started), and its
+    interface URL as the sdk's own samples write it (host:port)."""
+    server = grpc.aio.server(interceptors=[_CheckBearer(token, seen)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    return server, f"127.0.0.1:{port}"
+
+
+async def start_sdk_grpc_server(server: grpc.aio.Server, handler: RequestHandler) -> None:
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+    await server.start()

@@ -17,7 +17,10 @@ from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules 
     a2a_pb2_grpc,
 )
 from google.rpc import error_details_pb2, status_pb2  # noqa: E402
+from yarl import URL  # noqa: E402
 
+from internal.http import OutboundGuard  # noqa: E402
+from internal.protocol.a2a.model import DelegationFailed, OutboundRefused  # noqa: E402
 from tests.a2a_support import (  # noqa: E402
     WAIT,
     cancel_a_waiting_task,
@@ -26,8 +29,10 @@ from tests.a2a_support import (  # noqa: E402
     text,
     user_message,
 )
+from tests.delegation_support import butler_with_peer  # noqa: E402
 from tests.grpc_support import card_of, channel, grpc_client  # noqa: E402
-from tests.support import ECHO, Swarm  # noqa: E402
+from tests.sdk_agent import sdk_agent  # noqa: E402
+from tests.support import ECHO, Swarm, new_pair, post_task  # noqa: E402
 
 GRPC = {"a2a": {"grpc_port": 0}}
 SWARM_URI = "urn:butler:a2a:ext:swarm:v1"
@@ -122,3 +127,36 @@ async def test_a_loop_in_the_metadata_chain_is_refused(swarm: Swarm) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as caught:  # no version: 0.3, not served
             await stub.GetTask(GetTaskRequest(id="x"))
         assert error_info(caught.value).reason == "VERSION_NOT_SUPPORTED"
+
+
+async def test_a_wrong_token_to_a_grpc_agent_fails_cleanly(swarm: Swarm) -> None:
+    token, _ = new_pair()
+    async with sdk_agent(token, binding="GRPC") as agent:
+        home = await butler_with_peer(swarm, agent.url, "not-the-token")
+        _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+    assert task["state"] == "failed" and task["error"]["code"] == "peer_error", task
+    assert "UNAUTHENTICATED" in task["error"]["message"]
+
+
+def test_the_token_goes_only_to_the_peers_own_host() -> None:
+    from internal.protocol.a2a.client._grpc import grpc_target
+
+    assert grpc_target("127.0.0.1:5000", "http://127.0.0.1:8081", "p") == (
+        URL("http://127.0.0.1:5000"), False)
+    assert grpc_target("peer.lan:443", "https://peer.lan", "p")[1] is True
+    assert grpc_target("grpcs://peer.lan:443", "http://peer.lan:80", "p")[1] is True
+    for elsewhere in ("evil.example:443", "169.254.169.254:80", "grpc://localhost:1"):
+        with pytest.raises(DelegationFailed, match="the token is not sent there"):
+            grpc_target(elsewhere, "http://127.0.0.1:8081", "p")
+    with pytest.raises(DelegationFailed, match="scheme"):
+        grpc_target("unix:///tmp/sock", "http://127.0.0.1:8081", "p")
+
+
+async def test_the_grpc_channel_goes_through_the_outbound_guard() -> None:
+    """Loopback is refused under the default rules, as for an HTTP call."""
+    from internal.protocol.a2a.client._grpc import GrpcPeer
+
+    with pytest.raises(OutboundRefused, match="loopback"):
+        await GrpcPeer.connect("127.0.0.1:1", "t", peer_url="http://127.0.0.1:2", name="p",
+                               guard=OutboundGuard(), ca_file=None, max_response_bytes=1024,
+                               connect_timeout=1)
