@@ -3,6 +3,8 @@ engine, auth and swarm envelope as the HTTP bindings."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 grpc = pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
@@ -33,6 +35,7 @@ from tests.delegation_support import butler_with_peer  # noqa: E402
 from tests.grpc_support import card_of, channel, grpc_client  # noqa: E402
 from tests.sdk_agent import sdk_agent  # noqa: E402
 from tests.support import ECHO, Swarm, new_pair, post_task  # noqa: E402
+from tests.test_tls import OPENSSL, make_ca_and_cert  # noqa: E402
 
 GRPC = {"a2a": {"grpc_port": 0}}
 SWARM_URI = "urn:butler:a2a:ext:swarm:v1"
@@ -160,3 +163,34 @@ async def test_the_grpc_channel_goes_through_the_outbound_guard() -> None:
         await GrpcPeer.connect("127.0.0.1:1", "t", peer_url="http://127.0.0.1:2", name="p",
                                guard=OutboundGuard(), ca_file=None, max_response_bytes=1024,
                                connect_timeout=1)
+
+
+async def test_the_trace_arrives_in_grpc_metadata(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
+        reply = await a2a_pb2_grpc.A2AServiceStub(chan).SendMessage(
+            send_request(user_message(text("hi"))),
+            metadata=[("a2a-version", "1.0"), ("a2a-extensions", SWARM_URI),
+                      ("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01")])
+    assert dict(reply.task.metadata)[SWARM_URI]["traceId"] == trace_id
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl makes the test certificates")
+async def test_grpc_over_tls_when_the_http_port_has_it(swarm: Swarm, tmp_path: Path) -> None:
+    ca, cert, key = make_ca_and_cert(tmp_path, "home")
+    tls = {"tls": {"cert_file": str(cert), "key_file": str(key)}}
+    home = await swarm.start("home", configurations={"a2a": {"grpc_port": 0, **tls}})
+    assert home.daemon.grpc_url is not None
+    metadata = [("a2a-version", "1.0"), ("authorization", f"Bearer {home.tokens['operator']}")]
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    async with grpc.aio.secure_channel(home.daemon.grpc_url, credentials) as chan:
+        reply = await a2a_pb2_grpc.A2AServiceStub(chan).SendMessage(
+            send_request(user_message(text("secure"))), metadata=metadata)
+    assert reply.task.status.state == TaskState.TASK_STATE_COMPLETED
+    async with grpc.aio.insecure_channel(home.daemon.grpc_url) as chan:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await a2a_pb2_grpc.A2AServiceStub(chan).GetTask(GetTaskRequest(id="x"),
+                                                            metadata=metadata, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
