@@ -11,9 +11,12 @@ grpc = pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra
                                           "(pip install 'butler-a2a[grpc]')")
 
 from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules need grpcio
+    GetExtendedAgentCardRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskNotFoundError,
     TaskState,
     a2a_pb2_grpc,
@@ -194,3 +197,28 @@ async def test_grpc_over_tls_when_the_http_port_has_it(swarm: Swarm, tmp_path: P
             await a2a_pb2_grpc.A2AServiceStub(chan).GetTask(GetTaskRequest(id="x"),
                                                             metadata=metadata, timeout=5)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_card_push_configs_and_subscribe_over_grpc(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    v1 = [("a2a-version", "1.0")]
+    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        card = await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
+        assert card.name == "home butler" and "GRPC" in [
+            i.protocol_binding for i in card.supported_interfaces]
+        task = (await stub.SendMessage(send_request(user_message(text("x"))),
+                                       metadata=v1)).task
+        configs = await stub.ListTaskPushNotificationConfigs(
+            ListTaskPushNotificationConfigsRequest(task_id=task.id), metadata=v1)
+        assert list(configs.configs) == []
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in stub.SubscribeToTask(SubscribeToTaskRequest(id=task.id),
+                                                metadata=v1):
+                pass
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert error_info(caught.value).reason == "UNSUPPORTED_OPERATION"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # bad input: a clear error
+            await stub.SendMessage(SendMessageRequest(), metadata=v1)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
