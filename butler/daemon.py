@@ -70,6 +70,7 @@ log = logging.getLogger("butler.daemon")
 RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
 PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH)
 DelegatorFactory = Callable[["Daemon"], Delegator | None]
+PER_CALLER: web.AppKey[TokenBuckets | None] = web.AppKey("butler.per_caller")
 
 
 @dataclass
@@ -233,10 +234,8 @@ class Daemon:
         cfg = self.config
         ops = a2a_operations(cfg, self.engine, catalog, lambda: self.url, self.push,
                              lambda: self.grpc_url)
-        rl = cfg.rate_limits
-        server, self.grpc_port = await serve_grpc(
-            cfg, ops, token_verifier(cfg), app[STREAM_SLOTS],
-            _buckets(rl.per_caller_per_second, rl.per_caller_burst))
+        server, self.grpc_port = await serve_grpc(cfg, ops, token_verifier(cfg),
+                                                  app[STREAM_SLOTS], app[PER_CALLER])
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
         log.info("butler %s serving A2A gRPC on %s", cfg.agent.id, self.grpc_url)
 
@@ -310,6 +309,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     address, cap in-flight requests, authenticate, limit per caller."""
     verifier = token_verifier(cfg)
     rl = cfg.rate_limits
+    per_caller = _buckets(rl.per_caller_per_second, rl.per_caller_burst)
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[
@@ -319,10 +319,11 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                 verifier=verifier, public_paths=PUBLIC_PATHS,
                 max_inflight=cfg.limits.max_inflight,
                 per_address=_buckets(rl.per_address_per_second, rl.per_address_burst),
-                per_caller=_buckets(rl.per_caller_per_second, rl.per_caller_burst),
+                per_caller=per_caller,
                 never_limited=("/healthz",)),
         ],
     )
+    app[PER_CALLER] = per_caller  # the gRPC port takes from the same buckets
     app[STREAM_SLOTS] = StreamSlots(StreamCaps(cfg.limits.max_streams,
                                                cfg.limits.max_streams_per_caller))
     if cfg.metrics.enabled and not cfg.metrics.listen:

@@ -13,11 +13,11 @@ this module only when gRPC is in use.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any, TypeVar
 
 import grpc
-from a2a.types import a2a_pb2
 from google.protobuf import any_pb2, json_format
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
@@ -29,20 +29,6 @@ from internal.protocol.a2a.model import ButlerError, RequestError
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 SERVICE = "lf.a2a.v1.A2AService"
 M = TypeVar("M", bound=ProtoMessage)
-
-# The message each method answers with (the request types are the stub's).
-RESPONSES: dict[str, type[ProtoMessage]] = {
-    "SendMessage": a2a_pb2.SendMessageResponse,
-    "SendStreamingMessage": a2a_pb2.StreamResponse,
-    "SubscribeToTask": a2a_pb2.StreamResponse,
-    "GetTask": a2a_pb2.Task,
-    "ListTasks": a2a_pb2.ListTasksResponse,
-    "CancelTask": a2a_pb2.Task,
-    "GetExtendedAgentCard": a2a_pb2.AgentCard,
-    "CreateTaskPushNotificationConfig": a2a_pb2.TaskPushNotificationConfig,
-    "GetTaskPushNotificationConfig": a2a_pb2.TaskPushNotificationConfig,
-    "ListTaskPushNotificationConfigs": a2a_pb2.ListTaskPushNotificationConfigsResponse,
-}
 
 
 def _exact(value: Any) -> Any:
@@ -79,9 +65,10 @@ def status_code(err: ButlerError) -> grpc.StatusCode:
     return grpc.StatusCode[err.spec.grpc or "UNKNOWN"]
 
 
-def error_status(err: ButlerError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, bytes], ...]]:
-    """Code, message and the trailing metadata carrying the ``google.rpc.Status`` with the
-    error's ``ErrorInfo`` (reason, domain, and Butler's own code in its metadata)."""
+def error_status(err: ButlerError) -> tuple[grpc.StatusCode, str, list[tuple[str, str | bytes]]]:
+    """Code, message and the trailing metadata: the ``google.rpc.Status`` with the error's
+    ``ErrorInfo`` (reason, domain, and Butler's own code in its metadata), and
+    ``retry-after`` (seconds) when the caller should wait."""
     code = status_code(err)
     reason, domain = err.spec.error_info(err.code)
     info = error_details_pb2.ErrorInfo(reason=reason, domain=domain)
@@ -91,7 +78,10 @@ def error_status(err: ButlerError) -> tuple[grpc.StatusCode, str, tuple[tuple[st
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(code=code.value[0], message=err.message, details=[detail])
-    return code, err.message, ((STATUS_DETAILS_KEY, status.SerializeToString()),)
+    trailing: list[tuple[str, str | bytes]] = [(STATUS_DETAILS_KEY, status.SerializeToString())]
+    if err.retry_after is not None:
+        trailing.append(("retry-after", str(max(1, math.ceil(err.retry_after)))))
+    return code, err.message, trailing
 
 
 def error_infos(trailing: Any) -> list[dict[str, Any]]:

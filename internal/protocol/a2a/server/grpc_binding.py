@@ -141,9 +141,7 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], name: str,
         log.error("gRPC %s failed", name, exc_info=exc)
         err = Unavailable("internal_error", "internal error")
     code, message, trailing = a2a_grpc.error_status(err)
-    if err.retry_after is not None:
-        trailing += (("retry-after", str(max(1, round(err.retry_after)))),)  # type: ignore[operator]
-    context.set_trailing_metadata(trailing)
+    context.set_trailing_metadata(tuple(trailing))
     await context.abort(code, message)
 
 
