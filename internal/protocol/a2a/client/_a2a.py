@@ -1,7 +1,8 @@
 """Outbound client for standard A2A agents (``a2a.delegate`` to a non-Butler peer).
 
-Reads the agent's card, picks its A2A 1.0 JSON-RPC or HTTP+JSON interface (JSON-RPC
-0.3 when that is all the card offers), sends the task with the swarm envelope, and
+Reads the agent's card, picks its A2A 1.0 JSON-RPC, HTTP+JSON or gRPC interface (gRPC
+over ``_grpc.py``, with the ``grpc`` extra; JSON-RPC 0.3 when that is all the card
+offers), sends the task with the swarm envelope, and
 follows it until it ends or waits on its caller: over a stream when the agent offers
 one, else by polling. Transport problems become ``DelegationFailed`` (the delegator
 tries another peer); a Butler's refusal keeps its class (never retried).
