@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.support import ECHO, Instance, config_dict, start_instance
+from tests.support import ECHO, Instance, Swarm, config_dict, start_instance
 
 
 def free_port() -> int:
@@ -87,3 +87,14 @@ class Mesh:
         for inst in reversed(list(self.instances.values())):
             await inst.daemon.stop()
         self.instances.clear()
+
+
+async def butler_with_peer(swarm: Swarm, url: str, token: str, **peer: Any) -> Instance:
+    token_file = swarm.tmp / "peer.token"
+    token_file.write_text(token)
+    cfg, tokens = config_dict(swarm.tmp, "home", peers=[{
+        "name": "shouter", "url": url, "token_file": str(token_file), "protocol": "a2a",
+        "capabilities": ["shout"], **peer}])
+    inst = await start_instance(swarm.tmp, swarm.session, cfg, tokens)
+    swarm.instances.append(inst)
+    return inst

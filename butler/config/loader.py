@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import re
 import ssl
@@ -125,7 +126,7 @@ def _a2a(node: Node | None) -> m.A2AConfig:
     d = m.A2AConfig()
     if node is None:
         return d
-    k = node.mapping({"enabled", "port", "bind_address", "token_hashes", "tls",
+    k = node.mapping({"enabled", "port", "bind_address", "grpc_port", "token_hashes", "tls",
                       "legacy_v03_card", "push_notifications", "anonymous"})
     bind = k["bind_address"].string() if "bind_address" in k else d.bind_address
     if "bind_address" in k:
@@ -141,6 +142,7 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
         port=k["port"].integer(minimum=0, maximum=65535) if "port" in k else d.port,
         bind_address=bind,
+        grpc_port=_grpc_port(k.get("grpc_port")),
         tokens=tokens,
         caller_limits=limits_by_identity(token_nodes, tokens),
         tls=_tls(k.get("tls")),
@@ -149,6 +151,17 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         push_notifications=push_notifications(k.get("push_notifications")),
         anonymous_tier=_anonymous(k.get("anonymous"), bind),
     )
+
+
+def _grpc_port(node: Node | None) -> int | None:
+    """The A2A gRPC binding, beside the HTTP port on the same address (docs/protocol.md)."""
+    if node is None or node.value is None:
+        return None
+    port = node.integer(minimum=0, maximum=65535)
+    # An optional extra: only a config that serves gRPC needs it installed.
+    if any(importlib.util.find_spec(name) is None for name in ("grpc", "a2a")):
+        node.fail("the gRPC binding needs the grpc extra: pip install 'butler-a2a[grpc]'")
+    return port
 
 
 def _anonymous(node: Node | None, bind: str) -> str | None:

@@ -75,6 +75,7 @@ class A2AConfig:
     enabled: bool = False
     port: int = DEFAULT_PORT
     bind_address: str = DEFAULT_BIND
+    grpc_port: int | None = None  # the A2A gRPC binding's port (0: any free); None: not served
     tokens: tuple[TokenEntry, ...] = ()
     # By identity name: the ``limits`` of its token entries (one set per identity).
     caller_limits: Mapping[str, CallerLimits] = field(default_factory=dict)
