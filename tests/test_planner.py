@@ -1,0 +1,219 @@
+"""The LLM planner against a scripted OpenAI-compatible server on port 0 (tests/llm_server):
+plans across peers through the one delegation path, the budget reserved before each model
+call, and every way the endpoint can fail ending the task with a clear code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from butler.audit import AuditLog
+from tests.delegation_support import Mesh, skill
+from tests.llm_server import ChatServer, Reply, call, chat_server
+from tests.support import Instance
+
+PLAN = {"id": "plan", "builtin": "planner", "expose": True, "name": "Planner",
+        "tags": ["plan", "several steps"]}
+ACTION_ITEMS = skill("office.action_items", "0.03", description="Pending action items")
+DOORS = skill("garage.doors", "0.02", description="Whether the garage doors are closed")
+TOKEN = "sk-test-planner-token-1234567890"
+# usage (100 in, 20 out) at these prices: 0.0001 + 0.00004
+PRICES = {"price_per_1k_input_usd": "0.001", "price_per_1k_output_usd": "0.002"}
+CALL_COST = Decimal("0.00014")
+
+
+def _planner(tmp: Path, url: str, **extra: Any) -> dict[str, Any]:
+    token_file = tmp / "llm.token"
+    token_file.write_text(TOKEN)
+    return {"url": url, "model": "test-model", "token_file": str(token_file), **PRICES,
+            **extra}
+
+
+def _home_office_garage(mesh: Mesh, tmp: Path, server: ChatServer, **planner: Any) -> None:
+    mesh.agent("home", skills=[PLAN], extra={"planner": _planner(tmp, server.url, **planner)})
+    mesh.agent("office", skills=[ACTION_ITEMS])
+    mesh.agent("garage", skills=[DOORS])
+    mesh.link("home", "office", ["office.action_items"])
+    mesh.link("home", "garage", ["garage.doors"])
+
+
+async def _plan(http: aiohttp.ClientSession, home: Instance, text: str,
+                budget: str = "0.50") -> dict[str, Any]:
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": text, "skill": "plan", "budget": budget}) as resp:
+        body: dict[str, Any] = await resp.json()
+        assert resp.status == 200, body
+        return body
+
+
+async def _audit(inst: Instance) -> list[dict[str, Any]]:
+    """The records of a stopped instance (a blocking read, so on a thread)."""
+    def read() -> list[dict[str, Any]]:
+        with AuditLog(inst.daemon.config.data_dir / "audit.db") as log:
+            return [r.to_json() for r in log.iter_all()]
+    return await asyncio.to_thread(read)
+
+
+def _answer(body: dict[str, Any]) -> str:
+    [answer] = [a for a in body["result"]["artifacts"] if a["name"] == "answer"]
+    return "".join(p["text"] for p in answer["parts"])
+
+
+async def test_a_two_step_plan_across_two_peers(mesh: Mesh, http: aiohttp.ClientSession,
+                                                tmp_path: Path) -> None:
+    async with chat_server(
+        Reply(tool_calls=(call("a2a_delegate", {"peer": "office", "skill":
+                                                "office.action_items",
+                                                "task": "pending action items"}),)),
+        Reply(stream=True, tool_calls=(call("a2a_delegate", {
+            "peer": "garage", "skill": "garage.doors", "task": "is the door closed"}),)),
+        Reply(stream=True, content="Two action items are pending, and the door is closed."),
+    ) as server:
+        _home_office_garage(mesh, tmp_path, server)
+        agents = await mesh.start()
+        home = agents["home"]
+        body = await _plan(http, home, "any action items, and is the garage closed?")
+        await mesh.close()
+
+    assert body["state"] == "completed", body
+    assert _answer(body) == "Two action items are pending, and the door is closed."
+    spent = Decimal("0.03") + Decimal("0.02") + 3 * CALL_COST
+    assert Decimal(body["budget"]["spent_usd"]) == spent
+    hops = [(c["agent"], c["skill"], Decimal(c["cost_usd"])) for c in body["cost"]["children"]]
+    model = ("home", "planner:test-model", CALL_COST)
+    assert hops == [model, ("office", "office.action_items", Decimal("0.03")), model,
+                    ("garage", "garage.doors", Decimal("0.02")), model]
+
+    # What the model was offered and told, on the real wire.
+    first, second, third = server.requests
+    [tool] = first["tools"]
+    assert tool["function"]["name"] == "a2a_delegate"
+    assert tool["function"]["parameters"]["properties"]["peer"]["enum"] == ["office", "garage"]
+    assert first["model"] == "test-model" and first["stream"] is True
+    assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_a2a_delegate",
+                                      "content": "pending action items"}
+    assert third["messages"][-1]["content"] == "is the door closed"
+    assert {h["Authorization"] for h in server.headers} == {f"Bearer {TOKEN}"}
+
+    records = await _audit(home)
+    kinds = [r["kind"] for r in records]
+    assert kinds.count("planner_call") == 3 and kinds.count("planner_tool") == 2
+    assert kinds.count("delegation_sent") == 2
+    tools = [r for r in records if r["kind"] == "planner_tool"]
+    assert [(r["detail"]["peer"], r["decision"]) for r in tools] == [
+        ("office", "completed"), ("garage", "completed")]
+    assert all(r["task_id"] == body["id"] for r in tools)
+    assert TOKEN not in json.dumps(records)
+
+
+async def test_a_model_call_that_could_overspend_is_never_made(
+        mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """The first call fits the budget; after the office's 0.03 the second call's worst case
+    (its request's size plus max_tokens, priced) does not: refused before it is sent."""
+    async with chat_server(
+        Reply(tool_calls=(call("a2a_delegate", {"peer": "office", "task": "items"}),)),
+        Reply(content="never sent"),
+    ) as server:
+        # A call's worst case: about 1k tokens in (0.001) and 1k out (0.02); it costs
+        # 0.0005. After the first call and the office, 0.0145 is left: not enough.
+        _home_office_garage(mesh, tmp_path, server, max_tokens=1000,
+                            price_per_1k_output_usd="0.02")
+        agents = await mesh.start()
+        body = await _plan(http, agents["home"], "items please", budget="0.045")
+
+    assert body["state"] == "failed"
+    assert body["error"]["code"] == "budget_exhausted", body["error"]
+    assert "model call 2" in body["error"]["message"]
+    assert len(server.requests) == 1
+    assert Decimal(body["budget"]["spent_usd"]) == Decimal("0.0305")
+
+
+async def test_a_malformed_tool_call_fails_the_task_before_any_tool_runs(
+        mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    async with chat_server(
+        Reply(tool_calls=(call("a2a_delegate", {"peer": "office", "task": "x"}),
+                          call("a2a_delegate", '{"peer": "garage", "task": '))),
+    ) as server:
+        _home_office_garage(mesh, tmp_path, server)
+        agents = await mesh.start()
+        body = await _plan(http, agents["home"], "two things")
+        office = agents["office"].daemon.engine.store
+        page = await office.list_tasks(owner=None, state=None, context_id=None, cursor=None,
+                                       limit=10)
+
+    assert body["state"] == "failed"
+    assert body["error"]["code"] == "planner_bad_response"
+    assert "not JSON" in body["error"]["message"]
+    assert page.tasks == ()  # the well-formed first call did not run either
+    assert Decimal(body["budget"]["spent_usd"]) == CALL_COST
+
+
+async def test_a_hanging_endpoint_fails_the_task_within_its_deadline(
+        mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    async with chat_server(Reply(hang=True)) as server:
+        _home_office_garage(mesh, tmp_path, server, timeout_seconds=0.3)
+        agents = await mesh.start()
+        body = await _plan(http, agents["home"], "anything")
+    assert body["state"] == "failed"
+    assert body["error"]["code"] == "planner_unavailable", body["error"]
+    assert len(server.requests) == 1
+    assert body["budget"]["spent_usd"] == "0"
+
+
+async def test_an_endpoint_that_is_down_or_answers_garbage(
+        mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    async with chat_server(Reply(raw=b"{not json"), Reply(status=500)) as server:
+        _home_office_garage(mesh, tmp_path, server)
+        agents = await mesh.start()
+        home = agents["home"]
+        garbage = await _plan(http, home, "anything")
+        failing = await _plan(http, home, "anything")
+    down = await _plan(http, home, "anything")  # the server has stopped: refused
+    assert (garbage["error"]["code"], failing["error"]["code"], down["error"]["code"]) == (
+        "planner_bad_response", "planner_unavailable", "planner_unavailable")
+    assert "HTTP 500: scripted failure" in failing["error"]["message"]
+    assert "cannot connect to the planner endpoint" in down["error"]["message"]
+
+
+async def test_a_loop_attempt_is_refused(mesh: Mesh, http: aiohttp.ClientSession,
+                                         tmp_path: Path) -> None:
+    """home asks office's planner; office's model tries to hand the task back to home,
+    which is in the chain: refused as a loop, home is never called back. A model that
+    repeats a call is stopped too."""
+    async with chat_server(
+        Reply(tool_calls=(call("a2a_delegate", {"peer": "home", "task": "you do it"}),)),
+        Reply(tool_calls=(call("office_action_items", {"text": "items"}),)),
+        Reply(tool_calls=(call("office_action_items", {"text": "items"}),)),
+    ) as server:
+        mesh.agent("home", skills=[])
+        mesh.agent("office", skills=[PLAN, ACTION_ITEMS],
+                   extra={"planner": _planner(tmp_path, server.url)})
+        mesh.agent("garage", skills=[DOORS])
+        mesh.link("home", "office", ["planner"])
+        mesh.link("office", "home", ["echo"])
+        mesh.link("office", "garage", ["garage.doors"])
+        agents = await mesh.start()
+        home, office = agents["home"], agents["office"]
+        async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                             json={"task": "plan it", "capabilities_needed": ["planner"]}) as r:
+            looped = await r.json()
+        repeated = await _plan(http, office, "items, twice")
+        await mesh.close()
+        inbound = [r for r in await _audit(home) if r["kind"] == "inbound"]
+
+    assert looped["state"] == "failed"
+    assert looped["error"]["code"] == "loop_detected", looped["error"]
+    assert len(inbound) == 1  # only the task the operator sent
+    [offered] = [t["function"] for t in server.requests[0]["tools"]
+                 if t["function"]["name"] == "a2a_delegate"]
+    assert offered["parameters"]["properties"]["peer"]["enum"] == ["garage"]  # not home
+    assert repeated["state"] == "failed"
+    assert repeated["error"]["code"] == "planner_loop"
+    # The first call ran once; the repeat did not.
+    assert [c["skill"] for c in repeated["cost"]["children"]] == [
+        "planner:test-model", "office.action_items", "planner:test-model"]
