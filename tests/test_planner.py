@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from butler.audit import AuditLog
+from butler.config import ConfigError, parse_config
 from tests.delegation_support import Mesh, skill
 from tests.llm_server import ChatServer, Reply, call, chat_server
 from tests.support import Instance
@@ -217,3 +219,27 @@ async def test_a_loop_attempt_is_refused(mesh: Mesh, http: aiohttp.ClientSession
     # The first call ran once; the repeat did not.
     assert [c["skill"] for c in repeated["cost"]["children"]] == [
         "planner:test-model", "office.action_items", "planner:test-model"]
+
+
+def test_the_planner_section_is_checked_and_its_token_never_shown(tmp_path: Path) -> None:
+    def load(planner: dict[str, Any] | None, env: dict[str, str] | None = None) -> Any:
+        doc: dict[str, Any] = {"skills": [PLAN]}
+        if planner is not None:
+            doc["planner"] = planner
+        return parse_config(json.dumps(doc), file="p.yaml", env=env or {}, base_dir=tmp_path)
+
+    with pytest.raises(ConfigError, match=r"p.yaml: skills\[0\]: the planner skill needs a "
+                                          "planner: section"):
+        load(None)
+    with pytest.raises(ConfigError, match="planner: the planner needs model"):
+        load({"url": "http://127.0.0.1:11434/v1/chat/completions"})
+    with pytest.raises(ConfigError, match=r"planner\.token_env: environment variable LLM_KEY"):
+        load({"url": "https://api.example.com/v1/chat/completions", "model": "m",
+              "token_env": "LLM_KEY"})
+    cfg = load({"url": "https://api.example.com/v1/chat/completions", "model": "m",
+                "token_env": "LLM_KEY", "price_per_1k_input_usd": "0.00015"},
+               {"LLM_KEY": TOKEN})
+    assert cfg.planner is not None
+    assert cfg.planner.token == TOKEN and TOKEN not in repr(cfg)
+    assert cfg.planner.price_per_1k_input_usd == Decimal("0.00015")
+    assert "LLM_KEY" in cfg.secret_env  # never in a command skill's environment

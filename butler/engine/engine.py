@@ -37,8 +37,7 @@ from butler.engine.transitions import (
 )
 from butler.ids import IDS
 from butler.logs import TRACE_ID
-from butler.planner import Toolbox
-from butler.routing import Ranking
+from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy
@@ -395,6 +394,7 @@ class TaskEngine:
     async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
         return await self.swarm.rank(caller, text, chain, self.delegator)
 
-    async def toolbox(self, caller: Identity, chain: tuple[str, ...], peers: bool) -> Toolbox:
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
         return await self.swarm.tools(caller, chain, self.delegator if peers else None)
 

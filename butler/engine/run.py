@@ -84,7 +84,8 @@ class RunEngine(Protocol):
     async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
         """The intent router's ranking for ``text`` as ``caller`` sees the candidates."""
 
-    async def toolbox(self, caller: Identity, chain: tuple[str, ...], peers: bool) -> Toolbox:
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
         """The planner's tools: the skills and peers ``caller`` may use (the router's
         candidates), without the peers in ``chain``; no peers when ``peers`` is false
         (the next hop would exceed the depth)."""
@@ -314,8 +315,11 @@ class TaskRun:
         return await self.engine.route(self.caller, text, (*self.chain, self.deps.agent_id))
 
     async def toolbox(self) -> Toolbox:
-        return await self.engine.toolbox(self.caller, (*self.chain, self.deps.agent_id),
-                                         self.may_delegate and self.delegator is not None)
+        skills, peers = await self.engine.tools(
+            self.caller, (*self.chain, self.deps.agent_id),
+            self.may_delegate and self.delegator is not None)
+        # Not the skill that is planning: it would plan again.
+        return Toolbox([s for s in skills if s is not self.skill], peers)
 
     async def plan(self, text: str, *, stream: bool = False) -> PlanResult:
         planner = self.deps.planner

@@ -16,7 +16,6 @@ from decimal import Decimal
 from typing import Protocol
 
 from butler.config.model import CallerLimits
-from butler.planner import Toolbox
 from butler.routing import Ranking, RouteCandidate
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
@@ -132,7 +131,7 @@ class SwarmDecision:
                                       routable(limits, DELEGATE_SKILL))
 
     async def tools(self, caller: Identity, chain: tuple[str, ...], peers: PeerPrices | None
-                    ) -> Toolbox:
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
         """What a plan for ``caller`` may call: the router's candidates (visibility and
         grants alike), less the planner skills themselves and the peers in ``chain``."""
         limits = self.spend.limits.get(caller.name)
@@ -141,8 +140,8 @@ class SwarmDecision:
                   and allow(local_candidate(s.config))]
         passed = {agent_key(a) for a in chain}
         found = await self.intent.candidates(peers)
-        return Toolbox(skills, [c for c in found
-                                if c.peer and agent_key(c.peer) not in passed and allow(c)])
+        return skills, [c for c in found
+                        if c.peer and agent_key(c.peer) not in passed and allow(c)]
 
     def settle(self, task: Task) -> None:
         """``task`` has ended: what it spent counts against its caller's caps."""
