@@ -15,9 +15,12 @@ import pytest
 
 from butler.audit import AuditLog
 from butler.config import ConfigError, parse_config
+from butler.planner.plan import price, worst_case_tokens
+from butler.planner.wire import StreamedAnswer, ToolCall, Usage
+from butler.skills.base import SkillFailed
 from tests.delegation_support import Mesh, skill
 from tests.llm_server import ChatServer, Reply, call, chat_server
-from tests.support import Instance
+from tests.support import Instance, Swarm, post_task
 
 PLAN = {"id": "plan", "builtin": "planner", "expose": True, "name": "Planner",
         "tags": ["plan", "several steps"]}
@@ -110,6 +113,8 @@ async def test_a_two_step_plan_across_two_peers(mesh: Mesh, http: aiohttp.Client
     assert [(r["detail"]["peer"], r["decision"]) for r in tools] == [
         ("office", "completed"), ("garage", "completed")]
     assert all(r["task_id"] == body["id"] for r in tools)
+    [finished] = [r for r in records if r["kind"] == "task_finished"]
+    assert finished["detail"]["peer"] == "office,garage"  # not home's own model calls
     assert TOKEN not in json.dumps(records)
 
 
@@ -243,3 +248,38 @@ def test_the_planner_section_is_checked_and_its_token_never_shown(tmp_path: Path
     assert cfg.planner.token == TOKEN and TOKEN not in repr(cfg)
     assert cfg.planner.price_per_1k_input_usd == Decimal("0.00015")
     assert "LLM_KEY" in cfg.secret_env  # never in a command skill's environment
+
+
+async def test_an_answer_without_usage_is_charged_its_whole_reservation(
+        swarm: Swarm, tmp_path: Path) -> None:
+    async with chat_server(Reply(content="done", usage=None)) as server:
+        home = await swarm.start("home", skills=[PLAN],
+                                 extra={"planner": _planner(tmp_path, server.url)})
+        status, body = await post_task(home, {"task": "x", "skill": "plan", "budget": "1"})
+    assert status == 200 and body["state"] == "completed", body
+    [sent] = server.requests
+    cfg = home.daemon.config.planner
+    assert cfg is not None
+    reserved = price(cfg, worst_case_tokens(sent["messages"], sent.get("tools", [])), 1024)
+    assert Decimal(body["budget"]["spent_usd"]) == reserved > 0
+
+
+def test_streamed_chunks_add_up_as_servers_send_them() -> None:
+    """A whole tool call in one delta with its arguments as an object (as some servers
+    send it), text in pieces, usage in a last chunk without choices."""
+    answer = StreamedAnswer()
+    chunks = [
+        {"choices": [{"delta": {"role": "assistant", "content": "Let me "}}]},
+        {"choices": [{"delta": {"content": "check."}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {
+            "name": "memory_search", "arguments": {"text": "keys"}}}]}}]},
+        {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 5}},
+    ]
+    assert [answer.feed(json.dumps(c)) for c in chunks] == ["Let me ", "check.", "", ""]
+    answer.feed("[DONE]")
+    assert answer.done
+    done = answer.completion()
+    assert done.content == "Let me check." and done.usage == Usage(12, 5)
+    assert done.tool_calls == (ToolCall("c1", "memory_search", '{"text": "keys"}'),)
+    with pytest.raises(SkillFailed, match="not JSON"):
+        StreamedAnswer().feed("{nope")
