@@ -56,8 +56,9 @@ class ChatServer:
             return web.Response(body=reply.raw, status=reply.status,
                                 content_type="application/json")
         if reply.status != 200:
-            return web.json_response({"error": {"message": "scripted failure"}},
-                                     status=reply.status)
+            # As careless servers do: the credential it refused, quoted back.
+            said = f"scripted failure for {request.headers.get('Authorization', '')}"
+            return web.json_response({"error": {"message": said}}, status=reply.status)
         if not reply.stream:
             return web.json_response(_whole(reply))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

@@ -172,6 +172,17 @@ async def test_a_hanging_endpoint_fails_the_task_within_its_deadline(
     assert body["budget"]["spent_usd"] == "0"
 
 
+async def test_a_hanging_endpoint_never_outlives_the_task(swarm: Swarm, tmp_path: Path) -> None:
+    """The planner may wait 30 s for a call, but this task has 0.3 s: its deadline wins."""
+    async with chat_server(Reply(hang=True)) as server:
+        home = await swarm.start("home", skills=[PLAN], extra={
+            "planner": _planner(tmp_path, server.url, timeout_seconds=30)})
+        status, body = await post_task(home, {"task": "x", "skill": "plan",
+                                              "timeout_seconds": 0.3})
+    assert status == 200 and body["state"] == "failed", body
+    assert body["error"]["code"] in ("planner_unavailable", "task_timeout")
+
+
 async def test_an_endpoint_that_is_down_or_answers_garbage(
         mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
     async with chat_server(Reply(raw=b"{not json"), Reply(status=500)) as server:
@@ -183,7 +194,7 @@ async def test_an_endpoint_that_is_down_or_answers_garbage(
     down = await _plan(http, home, "anything")  # the server has stopped: refused
     assert (garbage["error"]["code"], failing["error"]["code"], down["error"]["code"]) == (
         "planner_bad_response", "planner_unavailable", "planner_unavailable")
-    assert "HTTP 500: scripted failure" in failing["error"]["message"]
+    assert "HTTP 500: scripted failure for Bearer [token]" in failing["error"]["message"]
     assert "cannot connect to the planner endpoint" in down["error"]["message"]
 
 

@@ -73,7 +73,10 @@ class ChatClient:
                                              allow_redirects=False,
                                              timeout=client_timeout) as resp:
                     if resp.status != 200:
-                        raise SkillFailed(UNAVAILABLE, await _http_error(resp))
+                        said = await _http_error(resp)
+                        if cfg.token:  # an endpoint that quotes the token back
+                            said = said.replace(cfg.token, "[token]")
+                        raise SkillFailed(UNAVAILABLE, said)
                     if resp.content_type == "text/event-stream":
                         return await self._streamed(resp, on_text)
                     answer = read_answer(await self._capped(resp))
