@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -71,12 +71,12 @@ class PlanningRun(Protocol):
 
 @dataclass
 class PlanSteps:
-    """``PlanHost`` over a task's run; ``stream_to``: where streamed text goes (None: the
-    plan's text is not relayed, the skill that asked composes its own answer)."""
+    """``PlanHost`` over a task's run; ``stream``: relay the model's text to the task's
+    ``answer`` artifact (otherwise the skill that asked composes its own answer)."""
 
     task_run: PlanningRun
     model: str
-    stream_to: Callable[[Artifact, bool, bool], Awaitable[None]] | None = None
+    stream: bool = False
     _pending: str = ""
     _relayed: bool = False
 
@@ -175,7 +175,7 @@ class PlanSteps:
     async def relay(self, text: str, *, last: bool = False) -> None:
         """Streamed text goes to the task's ``answer`` artifact in pieces (each one is a
         commit and an event); ``last`` closes it."""
-        if self.stream_to is None:
+        if not self.stream:
             return
         self._pending += text
         if not last and len(self._pending) < RELAY_CHARS and "\n" not in self._pending:
@@ -185,7 +185,7 @@ class PlanSteps:
         piece, self._pending = self._pending, ""
         artifact = Artifact(artifact_id=f"{self.task_run.task_id}-answer", name="answer",
                             parts=(Part(text=piece),))
-        await self.stream_to(artifact, self._relayed, last)
+        await self.task_run.artifact(artifact, append=self._relayed, last_chunk=last)
         self._relayed = True
 
 

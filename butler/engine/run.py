@@ -328,16 +328,12 @@ class TaskRun:
                               "this instance has no planner (the config's planner: section)")
         if self._planning:
             raise SkillFailed("planner_loop", "a plan's tool cannot start another plan")
-        steps = PlanSteps(self, planner.cfg.model,
-                          self._stream_answer if stream else None)
+        steps = PlanSteps(self, planner.cfg.model, stream)
         self._planning = True
         try:
             return await planner.plan(steps, text)
         finally:
             self._planning = False
-
-    async def _stream_answer(self, artifact: Artifact, append: bool, last: bool) -> None:
-        await self.artifact(artifact, append=append, last_chunk=last)
 
     async def delegate(self, *, capabilities: Sequence[str], task: str,
                        input: dict[str, Any] | None, peer: str | None,
