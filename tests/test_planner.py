@@ -294,3 +294,25 @@ def test_streamed_chunks_add_up_as_servers_send_them() -> None:
     assert done.tool_calls == (ToolCall("c1", "memory_search", '{"text": "keys"}'),)
     with pytest.raises(SkillFailed, match="not JSON"):
         StreamedAnswer().feed("{nope")
+
+
+async def test_the_tools_are_what_the_caller_may_reach(mesh: Mesh, http: aiohttp.ClientSession,
+                                                       tmp_path: Path) -> None:
+    """A skill of another tier is never offered; a caller whose grants lack a2a.delegate
+    gets no peers, and only the skills its grants name."""
+    secret = {**skill("vault.open"), "tier": "family"}
+    async with chat_server(Reply(content="ok"), Reply(content="ok")) as server:
+        mesh.agent("home", skills=[PLAN, skill("echo.more"), skill("lights"), secret],
+                   extra={"planner": _planner(tmp_path, server.url)},
+                   callers={"guest": {"limits": {"skills": ["plan", "lights"]}}})
+        mesh.agent("office", skills=[ACTION_ITEMS])
+        mesh.link("home", "office", ["office.action_items"])
+        agents = await mesh.start()
+        home = agents["home"]
+        for who in ("operator", "guest"):
+            async with http.post(f"{home.url}/v2/tasks", headers=home.headers(who),
+                                 json={"task": "x", "skill": "plan"}) as resp:
+                assert (await resp.json())["state"] == "completed"
+    operator, guest = ([t["function"]["name"] for t in r["tools"]] for r in server.requests)
+    assert operator == ["echo_more", "lights", "a2a_delegate"]
+    assert guest == ["lights"]
