@@ -19,6 +19,11 @@ from butler.routing import RouteCandidate
 from butler.skills.catalog import Skill
 
 DELEGATE_TOOL = "a2a_delegate"
+# OpenAI's limit of tools per request: the skills beyond it are not offered.
+MAX_TOOLS = 128
+# Peers named in a2a_delegate (configured peers come first, then a registry's agents):
+# each costs prompt tokens, and so reserved budget, on every model call.
+MAX_PEERS = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _TEXT = {"type": "string", "description": "what to ask, in plain words"}
 
@@ -55,11 +60,12 @@ class Toolbox:
     def __init__(self, skills: list[Skill], peers: list[RouteCandidate]) -> None:
         self._tools: dict[str, LocalTool | DelegateTool] = {}
         self.specs: list[dict[str, Any]] = []
-        for skill in skills:
+        for skill in skills[:MAX_TOOLS - 1]:
             name = self._name(skill.id)
             self._tools[name] = LocalTool(skill)
             self.specs.append(_function(name, _describe_skill(skill), _skill_parameters(skill)))
-        names = tuple(dict.fromkeys(c.peer for c in peers))
+        names = tuple(dict.fromkeys(c.peer for c in peers))[:MAX_PEERS]
+        peers = [c for c in peers if c.peer in names]
         if names:
             self._tools[DELEGATE_TOOL] = DelegateTool(names)
             self.specs.append(_function(DELEGATE_TOOL, _describe_peers(peers), {
@@ -122,7 +128,7 @@ def _skill_parameters(skill: Skill) -> dict[str, Any]:
 
 def _describe_peers(peers: list[RouteCandidate]) -> str:
     lines = ["Delegate a task to another agent. Agents and what they offer:"]
-    for cand in peers[:200]:
+    for cand in peers[:4 * MAX_PEERS]:
         what = cand.skill_id or ", ".join(cand.capabilities) or "anything"
         said = f": {cand.description[:160]}" if cand.description else ""
         lines.append(f"- {cand.peer} / {what}{said}")
