@@ -83,6 +83,8 @@ async def test_a_two_step_plan_across_two_peers(mesh: Mesh, http: aiohttp.Client
         agents = await mesh.start()
         home = agents["home"]
         body = await _plan(http, home, "any action items, and is the garage closed?")
+        async with http.get(f"{home.url}/metrics", headers=home.headers()) as resp:
+            metrics = await resp.text()
         await mesh.close()
 
     assert body["state"] == "completed", body
@@ -104,6 +106,10 @@ async def test_a_two_step_plan_across_two_peers(mesh: Mesh, http: aiohttp.Client
                                       "content": "pending action items"}
     assert third["messages"][-1]["content"] == "is the door closed"
     assert {h["Authorization"] for h in server.headers} == {f"Bearer {TOKEN}"}
+
+    assert 'butler_planner_calls_total{outcome="ok"} 3' in metrics
+    assert 'butler_planner_tokens_total{direction="input"} 300' in metrics
+    assert 'butler_planner_tokens_total{direction="output"} 60' in metrics
 
     records = await _audit(home)
     kinds = [r["kind"] for r in records]
