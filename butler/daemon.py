@@ -40,6 +40,7 @@ from butler.metrics import (
     serve_metrics,
 )
 from butler.oplog import log_audit
+from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
@@ -169,6 +170,9 @@ class Daemon:
         workspace = await SqliteWorkspace.open(cfg.data_dir / "workspace.db",
                                                cfg.swarm.workspace_ttl_hours)
         stack.push_async_callback(workspace.close)
+        planner = Planner(cfg.planner) if cfg.planner is not None else None
+        if planner is not None:
+            stack.push_async_callback(planner.aclose)
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer,
@@ -177,6 +181,7 @@ class Daemon:
             max_children=cfg.swarm.max_children_per_task,
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
+            planner=planner,
         )
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,

@@ -36,14 +36,15 @@ class Mesh:
               swarm: dict[str, Any] | None = None, daemon_kwargs: dict[str, Any] | None = None,
               configurations: dict[str, dict[str, Any]] | None = None,
               callers: dict[str, dict[str, Any]] | None = None,
-              accept: list[str] | None = None) -> None:
-        """``accept``: extra token hashes (unbound) this agent accepts."""
+              accept: list[str] | None = None, extra: dict[str, Any] | None = None) -> None:
+        """``accept``: extra token hashes (unbound) this agent accepts; ``extra``: more
+        top-level config sections (``planner``)."""
         self.specs[agent_id] = {"skills": skills if skills is not None else [ECHO],
                                 "swarm": swarm or {}, "peers": [], "port": free_port(),
                                 "callers": {"operator": {"bound": False}, **(callers or {})},
                                 "daemon_kwargs": daemon_kwargs or {},
                                 "configurations": configurations or {},
-                                "accept": accept or []}
+                                "accept": accept or [], "extra": extra or {}}
 
     def url(self, agent_id: str) -> str:
         return f"http://127.0.0.1:{self.specs[agent_id]['port']}"
@@ -64,7 +65,8 @@ class Mesh:
         for agent_id, spec in self.specs.items():
             cfg, tokens = config_dict(self.tmp, agent_id, callers=spec["callers"],
                                       skills=spec["skills"], swarm=spec["swarm"],
-                                      configurations=spec["configurations"])
+                                      configurations=spec["configurations"],
+                                      extra=spec["extra"])
             cfg["configurations"]["a2a"]["port"] = spec["port"]
             cfg["configurations"]["a2a"]["token_hashes"] += spec["accept"]
             built[agent_id] = (cfg, tokens)

@@ -22,6 +22,7 @@ from butler.config.operations import (
     parse_tasks,
     parse_telemetry,
 )
+from butler.config.planner import parse_planner
 from butler.config.skills_peers import parse_peer, parse_skill
 from internal.http import TokenEntry
 from internal.protocol.a2a.model import Identity
@@ -51,7 +52,7 @@ def parse_config(
     root = yaml_root(text, file, env, secrets)
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
-        "telemetry", "logging", "rate_limits", "metrics",
+        "telemetry", "logging", "rate_limits", "metrics", "planner",
     })
     base = base_dir or Path.cwd()
     agent = _agent(top.get("agent"))
@@ -63,6 +64,12 @@ def parse_config(
     peers = tuple(parse_peer(n, base) for n in top["peers"].items()) if "peers" in top else ()
     _unique(top.get("peers"), [p.name for p in peers], "peer name")
     registry = _registry(confs.get("registry"), base)
+    planner = parse_planner(top.get("planner"), base)
+    if planner is None:
+        for node, cfg in zip(top["skills"].items() if "skills" in top else (), skills,
+                             strict=True):
+            if cfg.builtin == "planner":
+                node.fail("the planner skill needs a planner: section (its endpoint)")
     if registry.self_register and registry.url:
         _check_registrable(top.get("agent"), confs.get("registry"), agent.id, registry)
     return m.Config(
@@ -81,6 +88,7 @@ def parse_config(
         metrics=parse_metrics(top.get("metrics")),
         skills=skills,
         peers=peers,
+        planner=planner,
         secret_env=frozenset(root.secret_vars),
     )
 

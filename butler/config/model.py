@@ -186,6 +186,24 @@ class PeerConfig:
 
 
 @dataclass(frozen=True)
+class PlannerConfig:
+    """The LLM planner's endpoint (``planner:``): any OpenAI-compatible chat completions
+    URL. Its token goes only to ``url``. docs/intent.md#the-llm-planner"""
+
+    url: str
+    model: str
+    token: str = field(repr=False, default="")
+    price_per_1k_input_usd: Decimal = Decimal("0")
+    price_per_1k_output_usd: Decimal = Decimal("0")
+    max_steps: int = 8  # model calls per plan
+    max_tokens: int = 1024  # the most one model call may answer with (and is reserved for)
+    timeout_seconds: float = 60.0  # one model call, within the task's own deadline
+    connect_timeout_seconds: float = 3.0
+    stream: bool = True  # SSE from the endpoint; text is relayed to the task's streams
+    max_response_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class TasksConfig:
     retention_hours: float = 168.0
     default_timeout_seconds: float = 300.0
@@ -231,6 +249,7 @@ class Config:
     peers: tuple[PeerConfig, ...] = ()
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    planner: PlannerConfig | None = None
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
 

@@ -8,7 +8,7 @@ from internal.protocol.a2a.client._a2a import (
     choose_interface,
     offered_interfaces,
 )
-from internal.protocol.a2a.client._butler import PeerClient
+from internal.protocol.a2a.client._butler import PeerClient, transport_errors
 
 __all__ = [
     "A2APeerClient",
@@ -16,4 +16,5 @@ __all__ = [
     "PeerClient",
     "choose_interface",
     "offered_interfaces",
+    "transport_errors",
 ]
