@@ -53,7 +53,7 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
 
 
 def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
-                   url: str) -> CardInfo:
+                   url: str, grpc_url: str | None = None) -> CardInfo:
     """The A2A card: anonymous callers see untiered skills, others their tier's too.
 
     A skill's tags are its configured tags plus the capabilities it advertises. Its input
@@ -81,4 +81,5 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
         push_notifications=config.a2a.push_notifications.enabled,
         extensions=(extension_info(),),
         legacy_v03=config.a2a.legacy_v03_card,
+        grpc_url=grpc_url,
     )

@@ -277,7 +277,7 @@ class PeerDelegator:
                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                                max_response_bytes=cand.max_response_bytes,
                                tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
-                               guard=guard)
+                               guard=guard, ca_file=cand.ca_file)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")

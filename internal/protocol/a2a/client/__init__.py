@@ -20,11 +20,12 @@ if TYPE_CHECKING:
         offered_interfaces as offered_interfaces,
     )
     from internal.protocol.a2a.client._butler import PeerClient as PeerClient
+    from internal.protocol.a2a.client._butler import transport_errors as transport_errors
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
     "_a2a": ("A2APeerClient", "Interface", "choose_interface", "offered_interfaces",),
-    "_butler": ("PeerClient",),
+    "_butler": ("PeerClient", "transport_errors"),
 })
 if not TYPE_CHECKING:
     __getattr__ = _getattr

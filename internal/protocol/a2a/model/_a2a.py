@@ -86,6 +86,7 @@ class CardInfo:
     legacy_v03: bool = False
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
+    grpc_url: str | None = None  # host:port of the gRPC binding, when it is served
 
     @property
     def jsonrpc_url(self) -> str:
