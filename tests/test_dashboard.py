@@ -82,7 +82,8 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
     wait = command_skill("home.wait", ["sh", "-c", f"while [ ! -e {release} ]; do "
                                                    "sleep 0.05; done; echo released"])
     mesh.agent("home", skills=[ECHO, wait],
-               callers={"operator": {"tier": "admin", "limits": {"max_usd_per_day": "10"}}})
+               callers={"operator": {"tier": "admin", "limits": {"max_usd_per_day": "10"}},
+                        "viewer": {}})
     mesh.agent("office", skills=[skill("office.echo", "0.03")])
     mesh.link("home", "office", ["office.echo"])
     home = (await mesh.start())["home"]
@@ -133,6 +134,13 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
         await page.click("#signout")
         await expect(page.locator("#login")).to_be_visible()
         assert await page.evaluate("sessionStorage.length") == 0
+
+        # A caller that is not admin: its own tasks (none), and no peers or spend.
+        await _sign_in(page, home.tokens["viewer"])
+        await expect(page.locator("#peers")).to_contain_text("need a token of tier admin")
+        assert "No task is running." in await page.inner_text("#running")
+        assert done["id"] not in await page.inner_text("#recent")
+        assert "operator" not in await page.inner_text("#spend")
     finally:
         release.write_text("")
     await wait_task(home, running["id"])
