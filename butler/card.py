@@ -58,7 +58,8 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
 
 
 def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
-                   url: str, agent: AgentIdentity | None = None) -> CardInfo:
+                   url: str, grpc_url: str | None = None,
+                   agent: AgentIdentity | None = None) -> CardInfo:
     """The A2A card: anonymous callers see untiered skills, others their tier's too.
 
     A skill's tags are its configured tags plus the capabilities it advertises. Its input
@@ -87,5 +88,6 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
         push_notifications=config.a2a.push_notifications.enabled,
         extensions=(extension_info(agent.card_params() if agent is not None else None),),
         legacy_v03=config.a2a.legacy_v03_card,
+        grpc_url=grpc_url,
         sign=card_signer(agent.key) if agent is not None else None,
     )

@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mcp": ("butler.cli.edges", "add_parsers",
             "serve the skills and the swarm as MCP tools on stdin/stdout"),
     "registry": ("butler.registry.cli", "add_registry_parser", "run or query an agent registry"),
+    "completion": ("butler.cli.completion", "add_parsers",
+                   "print a shell completion script (bash or zsh)"),
 }
 
 

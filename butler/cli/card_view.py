@@ -81,8 +81,8 @@ def _interfaces(card: Mapping[str, Any]) -> list[str]:
         lines.append(f"    {_clean(iface.binding) or '?'} {_clean(iface.version) or '?'}  "
                      f"{_clean(iface.url)}{mark}")
     if chosen is None:
-        lines.append("    Butler cannot delegate to it: no A2A 1.0 JSON-RPC or HTTP+JSON "
-                     "interface, nor JSON-RPC 0.3")
+        lines.append("    Butler cannot delegate to it: no A2A 1.0 JSON-RPC, HTTP+JSON or gRPC "
+                     "interface (gRPC needs the grpc extra), nor JSON-RPC 0.3")
     return lines
 
 

@@ -24,7 +24,7 @@ from opentelemetry.util.types import Attributes
 
 from butler.delegation.peer_cards import PeerCards, from_card
 from butler.delegation.peer_identity import PeerIdentities
-from butler.delegation.peers import Candidate, Discovery, PeerHealth, eligible
+from butler.delegation.peers import Candidate, Discovery, PeerHealth, PeerStatus, eligible
 from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
@@ -135,6 +135,14 @@ class PeerDelegator:
             self._routes = (static, agents,
                             self._routes[2] if routes == self._routes[2] else routes)
         return self._routes[2]
+
+    async def peer_status(self) -> list[PeerStatus]:
+        """The configured peers, then the registry's agents a token may go to (the cached
+        listing the intent router reads), each with its health."""
+        configured = {agent_key(c.name) for c in self.static}
+        found = [c for c, _ in await self._registry_agents()
+                 if agent_key(c.name) not in configured]
+        return [self.health.status(c) for c in (*self.static, *found)]
 
     async def _registry_agents(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
         if self.discover is None:
@@ -285,7 +293,7 @@ class PeerDelegator:
                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                                max_response_bytes=cand.max_response_bytes,
                                tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
-                               guard=guard)
+                               guard=guard, ca_file=cand.ca_file)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")

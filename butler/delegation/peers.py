@@ -63,6 +63,20 @@ class Discovery(Protocol):
         """Every agent a token may go to, with its card (for the intent router)."""
 
 
+@dataclass(frozen=True)
+class PeerStatus:
+    """A peer as the operator sees it: ``health`` is ``unknown`` until it is first called,
+    then ``ok`` or ``failing`` (its last call failed); ``latency_seconds`` a moving average."""
+
+    name: str
+    url: str
+    source: str
+    capabilities: tuple[str, ...]
+    health: str
+    failures: int
+    latency_seconds: float | None
+
+
 class PeerHealth:
     """Consecutive failures and a moving average of latency, per peer name."""
 
@@ -79,6 +93,12 @@ class PeerHealth:
     def failed(self, name: str) -> None:
         self._failures[name] = self._failures.get(name, 0) + 1
         self._last_failure[name] = time.monotonic()
+
+    def status(self, cand: Candidate) -> PeerStatus:
+        failures = self._failures.get(cand.name)
+        health = "unknown" if failures is None else "failing" if failures else "ok"
+        return PeerStatus(cand.name, cand.url, cand.source, cand.capabilities, health,
+                          failures or 0, self._latency.get(cand.name))
 
     def rank_key(self, cand: Candidate) -> tuple[int, Decimal, float]:
         """Healthy first, then cheaper, then faster. A failing peer is retried after 30s."""

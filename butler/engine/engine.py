@@ -37,7 +37,7 @@ from butler.engine.transitions import (
 )
 from butler.ids import IDS
 from butler.logs import TRACE_ID
-from butler.routing import Ranking
+from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy
@@ -356,8 +356,7 @@ class TaskEngine:
                                        last_chunk=event.last_chunk))
             return task
         if task.state.terminal:
-            task = self.deps.seal(task)
-            self._finalise(task)
+            self._finalise(task := self.deps.seal(task))  # with its signed receipt
         try:
             await self.store.put(task)
         except Exception as exc:
@@ -383,8 +382,7 @@ class TaskEngine:
         budget = task.budget
         when = {} if at is None else {"at": at}
         self.deps.audit("task_finished", **when, caller=task.owner, task_id=task.id,
-                        chain=task.chain,
-                        budget_before=budget.start_usd if budget else None,
+                        chain=task.chain, budget_before=budget.start_usd if budget else None,
                         budget_after=budget.left_usd if budget else None,
                         decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=task.trace_id,
@@ -395,4 +393,8 @@ class TaskEngine:
 
     async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
         return await self.swarm.rank(caller, text, chain, self.delegator)
+
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
+        return await self.swarm.tools(caller, chain, self.delegator if peers else None)
 

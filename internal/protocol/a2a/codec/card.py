@@ -10,11 +10,14 @@ BEARER = "bearer"
 
 
 def _interfaces(info: CardInfo) -> list[dict[str, str]]:
+    grpc = [] if info.grpc_url is None else [
+        {"url": info.grpc_url, "protocolBinding": "GRPC", "protocolVersion": PROTOCOL_VERSION}]
     return [
         {"url": info.jsonrpc_url, "protocolBinding": "JSONRPC",
          "protocolVersion": PROTOCOL_VERSION},
         {"url": info.rest_url, "protocolBinding": "HTTP+JSON",
          "protocolVersion": PROTOCOL_VERSION},
+        *grpc,
         {"url": info.jsonrpc_url, "protocolBinding": "JSONRPC",
          "protocolVersion": LEGACY_VERSION},
     ]

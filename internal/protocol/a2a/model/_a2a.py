@@ -86,6 +86,7 @@ class CardInfo:
     legacy_v03: bool = False
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
+    grpc_url: str | None = None  # host:port of the gRPC binding, when it is served
     # The encoded 1.0 card to the same card signed (``codec.card_signature.card_signer``).
     sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
