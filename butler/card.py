@@ -8,13 +8,17 @@ from typing import Any
 
 from butler.config.model import Config
 from butler.engine.clock import now_iso
+from butler.identity.key_file import AgentIdentity
 from butler.skills.catalog import SkillCatalog, is_reserved
+from internal.protocol.a2a.codec.card_signature import card_signer
 from internal.protocol.a2a.codec.swarm_extension import extension_info
 from internal.protocol.a2a.model import CardInfo, Identity, SkillInfo
 
 
 def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
-               url: str) -> dict[str, Any]:
+               url: str, agent: AgentIdentity | None = None) -> dict[str, Any]:
+    """``agent``: this agent's identity key, whose public half the card names (the
+    registry keeps it with the name: key continuity)."""
     skills = catalog.visible(identity)
     allowed = config.mcp_server.allowed_capabilities
 
@@ -49,16 +53,19 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
         "swarm": {"max_depth": config.swarm.max_depth,
                   "budget_cap_usd": str(config.swarm.budget_usd)},
         "updated_at": now_iso(),
+        **(agent.v2_card_fields() if agent is not None else {}),
     }
 
 
 def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
-                   url: str) -> CardInfo:
+                   url: str, grpc_url: str | None = None,
+                   agent: AgentIdentity | None = None) -> CardInfo:
     """The A2A card: anonymous callers see untiered skills, others their tier's too.
 
     A skill's tags are its configured tags plus the capabilities it advertises. Its input
     schema and bridge fidelity stay on the /v2 card: A2A's AgentSkill has no field for
     them, and the card stays one any strict A2A reader accepts (docs/protocol.md).
+    With ``agent``, the card names its identity key and is signed (docs/receipts.md).
     """
     allowed = config.mcp_server.allowed_capabilities
     skills = []
@@ -79,6 +86,8 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
         base_url=url,
         skills=tuple(skills),
         push_notifications=config.a2a.push_notifications.enabled,
-        extensions=(extension_info(),),
+        extensions=(extension_info(agent.card_params() if agent is not None else None),),
         legacy_v03=config.a2a.legacy_v03_card,
+        grpc_url=grpc_url,
+        sign=card_signer(agent.key) if agent is not None else None,
     )

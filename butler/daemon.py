@@ -16,21 +16,27 @@ from aiohttp import web
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer
+from yarl import URL
 
-from butler.a2a_wiring import standard_a2a
+from butler.a2a_wiring import a2a_operations, serve_grpc, standard_a2a
 from butler.audit import AuditLog
 from butler.audit.retention import ARCHIVE, retention_loop
 from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
+from butler.dashboard import DAEMON_PAGE
+from butler.dashboard.overview import Overview
 from butler.data_folder import hold_data_folder
+from butler.delegation.peers import PeerStatus
 from butler.delegation.registry_link import RegistryLink
 from butler.edges.mcp_http import mount_mcp
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
+from butler.identity.key_file import AgentIdentity, load_identity
+from butler.identity.receipts import seal
 from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
@@ -40,6 +46,7 @@ from butler.metrics import (
     serve_metrics,
 )
 from butler.oplog import log_audit
+from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
@@ -68,8 +75,9 @@ from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBindin
 log = logging.getLogger("butler.daemon")
 
 RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH)
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
 DelegatorFactory = Callable[["Daemon"], Delegator | None]
+PER_CALLER: web.AppKey[TokenBuckets | None] = web.AppKey("butler.per_caller")
 
 
 @dataclass
@@ -83,6 +91,7 @@ class Daemon:
     # False: the engine alone, for a carrier that is not a port (``butler stdio``): no
     # listener, no metrics port, no registry announcement (there is no URL to announce).
     listen: bool = True
+    grpc_port: int | None = field(default=None, init=False)  # bound, when gRPC is served
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
     catalog: SkillCatalog = field(init=False)
@@ -91,6 +100,7 @@ class Daemon:
     registry_link: RegistryLink = field(init=False)
     metrics: ButlerMetrics = field(default_factory=ButlerMetrics, init=False)
     incidents: IncidentLog = field(init=False)
+    identity: AgentIdentity = field(init=False)  # the key that signs its card and receipts
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
 
@@ -105,6 +115,15 @@ class Daemon:
         a2a = self.config.a2a
         return self.config.agent.url or http_url(a2a.bind_address, self.port,
                                                  tls=a2a.tls is not None)
+
+    @property
+    def grpc_url(self) -> str | None:
+        """``host:port`` of the gRPC binding (the form gRPC channels take), on the host
+        peers reach the HTTP port at."""
+        if self.grpc_port is None:
+            return None
+        host = URL(self.url).raw_host or self.config.a2a.bind_address
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
 
     async def start(self) -> None:
         """Start every part, or, when one fails, stop the ones already started (in
@@ -126,6 +145,7 @@ class Daemon:
         cfg = self.config
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
+        agent = self.identity = load_identity(cfg.data_dir)
         # Then, before any skill can run: what command skills of a crashed daemon left.
         runs = RunLedger(cfg.data_dir / RUNS_FOLDER)
         runs.end_leftovers()
@@ -163,6 +183,9 @@ class Daemon:
         workspace = await SqliteWorkspace.open(cfg.data_dir / "workspace.db",
                                                cfg.swarm.workspace_ttl_hours)
         stack.push_async_callback(workspace.close)
+        planner = Planner(cfg.planner) if cfg.planner is not None else None
+        if planner is not None:
+            stack.push_async_callback(planner.aclose)
         deps = RunDeps(
             agent_id=cfg.agent.id,
             tracer=self.tracer,
@@ -171,6 +194,8 @@ class Daemon:
             max_children=cfg.swarm.max_children_per_task,
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
+            planner=planner,
+            seal=lambda task: seal(task, agent, cfg.agent.id, self.url),
         )
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,
@@ -178,9 +203,10 @@ class Daemon:
                                cfg.swarm.routing_threshold),
             delegator=None, retention_hours=cfg.tasks.retention_hours,
             default_timeout=cfg.tasks.default_timeout_seconds,
-            card=lambda ident: build_card(cfg, catalog, ident, self.url), spend=spend,
+            card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
         )
-        self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url),
+        self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url,
+                                                                  agent),
                                           lambda: self.url)
         stack.push_async_callback(self.registry_link.close)
         # swarm.enabled: false keeps every admission check but never delegates.
@@ -214,11 +240,24 @@ class Daemon:
             log.warning("listening on %s: put TLS in front (a reverse proxy) before exposing "
                         "it beyond this machine", cfg.a2a.bind_address)
         log.info("butler %s listening on %s", cfg.agent.id, self.url)
+        if cfg.a2a.grpc_port is not None:
+            await self._serve_grpc(stack, runner.app, catalog)
         if cfg.metrics.enabled and cfg.metrics.listen:
             stack.push_async_callback((await serve_metrics(self.metrics, cfg.metrics.listen))
                                       .cleanup)
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
+
+    async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application,
+                          catalog: SkillCatalog) -> None:
+        """After the HTTP listener (the card names its URL), stopped before it."""
+        cfg = self.config
+        ops = a2a_operations(cfg, self.engine, catalog, lambda: self.url, self.push,
+                             lambda: self.grpc_url, self.identity)
+        server, self.grpc_port = await serve_grpc(cfg, ops, token_verifier(cfg),
+                                                  app[STREAM_SLOTS], app[PER_CALLER])
+        stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
+        log.info("butler %s serving A2A gRPC on %s", cfg.agent.id, self.grpc_url)
 
     def _listen_settings(self) -> ListenSettings:
         cfg = self.config
@@ -231,7 +270,8 @@ class Daemon:
     async def _http_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> web.AppRunner:
         """The app, set up but not yet listening; its cleanup comes after the engine's."""
         cfg = self.config
-        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push)
+        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push,
+                        lambda: self.grpc_url, self.identity)
         self.incidents = IncidentLog(logging.getLogger("butler.http"))
         stack.callback(self.incidents.close)
         app[INCIDENTS] = self.incidents
@@ -275,15 +315,22 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
                 log.info("purged %d expired workspace entries", purged)
 
 
-def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
-              metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
-              push: PushService | None = None) -> web.Application:
-    """The middleware stack, outermost first: count, map errors to JSON, limit per
-    address, cap in-flight requests, authenticate, limit per caller."""
+def token_verifier(cfg: Config) -> TokenVerifier:
     anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
         name="anonymous", tier=cfg.a2a.anonymous_tier)
-    verifier = TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
+    return TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
+
+
+def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
+              metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
+              push: PushService | None = None,
+              grpc_url: Callable[[], str | None] | None = None,
+              agent: AgentIdentity | None = None) -> web.Application:
+    """The middleware stack, outermost first: count, map errors to JSON, limit per
+    address, cap in-flight requests, authenticate, limit per caller."""
+    verifier = token_verifier(cfg)
     rl = cfg.rate_limits
+    per_caller = _buckets(rl.per_caller_per_second, rl.per_caller_burst)
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[
@@ -293,10 +340,11 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                 verifier=verifier, public_paths=PUBLIC_PATHS,
                 max_inflight=cfg.limits.max_inflight,
                 per_address=_buckets(rl.per_address_per_second, rl.per_address_burst),
-                per_caller=_buckets(rl.per_caller_per_second, rl.per_caller_burst),
+                per_caller=per_caller,
                 never_limited=("/healthz",)),
         ],
     )
+    app[PER_CALLER] = per_caller  # the gRPC port takes from the same buckets
     app[STREAM_SLOTS] = StreamSlots(StreamCaps(cfg.limits.max_streams,
                                                cfg.limits.max_streams_per_caller))
     if cfg.metrics.enabled and not cfg.metrics.listen:
@@ -306,13 +354,20 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                                           cfg.tasks.max_page_size))
     app.add_routes(rest.routes())
     a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
-        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push)
+        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
+        grpc_url or (lambda: None), agent)
     app.add_routes(a2a_routes)
 
     async def healthz(request: web.Request) -> web.Response:
         return json_response({"status": "ok", "agent_id": cfg.agent.id})
 
-    app.add_routes([web.get("/healthz", healthz)])
+    async def peers() -> list[PeerStatus]:
+        delegator = engine.delegator
+        return [] if delegator is None else await delegator.peer_status()
+
+    overview = Overview(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
+                               cfg.a2a.caller_limits, metrics)
+    app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
     return app
 
 

@@ -198,6 +198,12 @@ class ButlerMetrics:
         self.delegation_seconds = r.histogram("butler_delegation_duration_seconds",
                                               "Time for a delegation's answer, by peer",
                                               ("peer",))
+        # One model per config: the labels stay bounded.
+        self.planner_calls = r.counter("butler_planner_calls_total",
+                                       "The LLM planner's model calls, by outcome", ("outcome",))
+        self.planner_tokens = r.counter("butler_planner_tokens_total",
+                                        "Tokens the planner's endpoint reported, by direction",
+                                        ("direction",))
         self.rate_limited = r.counter("butler_rate_limited_total",
                                       "Requests answered 429, by limit", ("limit",))
         # Per caller identity: bounded, as identities are the configured tokens.
@@ -254,6 +260,11 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
         metrics.delegations.inc(peer, str(code or fields.get("decision", "")))
         if "seconds" in detail:
             metrics.delegation_seconds.observe(peer, value=float(detail["seconds"]))
+    elif kind == "planner_call":
+        metrics.planner_calls.inc(str(code or "ok"))
+        for direction in ("input", "output"):
+            if f"{direction}_tokens" in detail:
+                metrics.planner_tokens.inc(direction, amount=detail[f"{direction}_tokens"])
 
 
 def metrics_middleware(metrics: ButlerMetrics) -> Any:

@@ -8,18 +8,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import (
+    CancelTaskRequest,
     Message,
     Part,
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
+    TaskNotCancelableError,
+    TaskState,
 )
 
-from tests.support import Instance
+from tests.support import Instance, wait_task
 
 JSONRPC = "/a2a/jsonrpc"
 V1 = {"A2A-Version": "1.0"}
@@ -100,3 +104,14 @@ async def send_task(client: Client, request: SendMessageRequest) -> Task:
     events = [event async for event in client.send_message(request)]
     assert len(events) == 1 and events[0].HasField("task"), events
     return events[0].task
+
+
+async def cancel_a_waiting_task(client: Client, inst: Instance) -> None:
+    """A running ``wait`` task is canceled once; a second cancel is refused."""
+    waiting = await send_task(client, send_request(
+        user_message(text("x"), metadata={"skill": "wait"}), return_immediately=True))
+    await wait_task(inst, waiting.id, {"working"}, message="waiting")
+    canceled = await client.cancel_task(CancelTaskRequest(id=waiting.id))
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    with pytest.raises(TaskNotCancelableError):
+        await client.cancel_task(CancelTaskRequest(id=waiting.id))

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.support import ECHO, Instance, config_dict, start_instance
+from tests.support import ECHO, Instance, Swarm, config_dict, start_instance
 
 
 def free_port() -> int:
@@ -36,14 +36,15 @@ class Mesh:
               swarm: dict[str, Any] | None = None, daemon_kwargs: dict[str, Any] | None = None,
               configurations: dict[str, dict[str, Any]] | None = None,
               callers: dict[str, dict[str, Any]] | None = None,
-              accept: list[str] | None = None) -> None:
-        """``accept``: extra token hashes (unbound) this agent accepts."""
+              accept: list[str] | None = None, extra: dict[str, Any] | None = None) -> None:
+        """``accept``: extra token hashes (unbound) this agent accepts; ``extra``: more
+        top-level config sections (``planner``)."""
         self.specs[agent_id] = {"skills": skills if skills is not None else [ECHO],
                                 "swarm": swarm or {}, "peers": [], "port": free_port(),
                                 "callers": {"operator": {"bound": False}, **(callers or {})},
                                 "daemon_kwargs": daemon_kwargs or {},
                                 "configurations": configurations or {},
-                                "accept": accept or []}
+                                "accept": accept or [], "extra": extra or {}}
 
     def url(self, agent_id: str) -> str:
         return f"http://127.0.0.1:{self.specs[agent_id]['port']}"
@@ -64,7 +65,8 @@ class Mesh:
         for agent_id, spec in self.specs.items():
             cfg, tokens = config_dict(self.tmp, agent_id, callers=spec["callers"],
                                       skills=spec["skills"], swarm=spec["swarm"],
-                                      configurations=spec["configurations"])
+                                      configurations=spec["configurations"],
+                                      extra=spec["extra"])
             cfg["configurations"]["a2a"]["port"] = spec["port"]
             cfg["configurations"]["a2a"]["token_hashes"] += spec["accept"]
             built[agent_id] = (cfg, tokens)
@@ -87,3 +89,14 @@ class Mesh:
         for inst in reversed(list(self.instances.values())):
             await inst.daemon.stop()
         self.instances.clear()
+
+
+async def butler_with_peer(swarm: Swarm, url: str, token: str, **peer: Any) -> Instance:
+    token_file = swarm.tmp / "peer.token"
+    token_file.write_text(token)
+    cfg, tokens = config_dict(swarm.tmp, "home", peers=[{
+        "name": "shouter", "url": url, "token_file": str(token_file), "protocol": "a2a",
+        "capabilities": ["shout"], **peer}])
+    inst = await start_instance(swarm.tmp, swarm.session, cfg, tokens)
+    swarm.instances.append(inst)
+    return inst

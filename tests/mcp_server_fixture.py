@@ -3,7 +3,8 @@
 ``python tests/mcp_server_fixture.py PIDFILE`` appends its pid to PIDFILE at start, so a
 test can tell each (re)started process and check that none is left; ``hang`` writes
 PIDFILE.hanging when called and PIDFILE.cancelled when its call is cancelled.
-``... PIDFILE --http PORT`` serves streamable HTTP at http://127.0.0.1:PORT/mcp instead.
+``... PIDFILE --http PORT`` serves streamable HTTP at http://127.0.0.1:PORT/mcp instead;
+with ``FIXTURE_TOKEN`` set it answers 401 to a request without that bearer token.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -62,6 +64,20 @@ if __name__ == "__main__":
         with Path(sys.argv[1]).open("a") as pids:
             pids.write(f"{os.getpid()}\n")
     if len(sys.argv) > 3 and sys.argv[2] == "--http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+        import uvicorn
+
+        app = server.streamable_http_app(host="127.0.0.1")
+        token = os.environ.get("FIXTURE_TOKEN", "")
+
+        async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            sent = dict(scope.get("headers", ())).get(b"authorization", b"")
+            if scope["type"] == "http" and token and sent != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            await app(scope, receive, send)
+
+        uvicorn.run(guarded, host="127.0.0.1", port=int(sys.argv[3]), log_level="warning",
+                    lifespan="on")
     else:
         server.run("stdio")

@@ -90,16 +90,21 @@ class SdkAgent:
 @contextlib.asynccontextmanager
 async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0",
                     streaming: bool = True, reply: str = "task") -> AsyncIterator[SdkAgent]:
+    """``binding`` GRPC: the sdk's gRPC server (tests/grpc_support.py), its card on HTTP."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    rpc_url = url + "/a2a/jsonrpc"
     seen = Seen()
+    interface_url = {"JSONRPC": url + "/a2a/jsonrpc", "HTTP+JSON": url}.get(binding, "")
+    grpc_server: Any = None
+    if binding == "GRPC":  # imported here: only these tests need the grpc extra
+        from tests.grpc_support import sdk_grpc_server
+
+        grpc_server, interface_url = sdk_grpc_server(token, seen)
     card = AgentCard(
         name="shouter", description="shouts", version="1.0",
         supported_interfaces=[AgentInterface(
-            url=rpc_url if binding == "JSONRPC" else url, protocol_binding=binding,
-            protocol_version=version)],
+            url=interface_url, protocol_binding=binding, protocol_version=version)],
         capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=[AgentSkill(id="shout", name="Shout", description="upper-cases", tags=["x"])])
@@ -113,6 +118,10 @@ async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
                                            ws="none"))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
+    if grpc_server is not None:
+        from tests.grpc_support import start_sdk_grpc_server
+
+        await start_sdk_grpc_server(grpc_server, handler)
     try:
         async with asyncio.timeout(10):
             while not server.started:
@@ -122,3 +131,5 @@ async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0
         server.should_exit = True
         await serving
         sock.close()
+        if grpc_server is not None:
+            await grpc_server.stop(None)

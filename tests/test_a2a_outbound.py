@@ -3,34 +3,31 @@ pick, streaming or polling, task or message replies) and a Butler reached over A
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from butler.identity.receipts import receipt_claims
+from tests.delegation_support import butler_with_peer
 from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
-from tests.support import Instance, Swarm, config_dict, new_pair, post_task, start_instance
+from tests.support import Swarm, config_dict, new_pair, post_task, start_instance
 
 URI = "urn:butler:a2a:ext:swarm:v1"
 
 
-async def butler_with_peer(swarm: Swarm, url: str, token: str, **peer: Any) -> Instance:
-    token_file = swarm.tmp / "peer.token"
-    token_file.write_text(token)
-    cfg, tokens = config_dict(swarm.tmp, "home", peers=[{
-        "name": "shouter", "url": url, "token_file": str(token_file), "protocol": "a2a",
-        "capabilities": ["shout"], **peer}])
-    inst = await start_instance(swarm.tmp, swarm.session, cfg, tokens)
-    swarm.instances.append(inst)
-    return inst
+NEEDS_GRPC = pytest.mark.skipif(importlib.util.find_spec("grpc") is None,
+                                reason="gRPC needs the grpc extra (pip install 'butler-a2a[grpc]')")
 
 
 @pytest.mark.parametrize(("binding", "version", "streaming"), [
     ("JSONRPC", "1.0", True), ("JSONRPC", "1.0", False), ("HTTP+JSON", "1.0", True),
     ("HTTP+JSON", "1.0", False), ("JSONRPC", "0.3", True), ("JSONRPC", "0.3", False),
+    pytest.param("GRPC", "1.0", True, marks=NEEDS_GRPC),
+    pytest.param("GRPC", "1.0", False, marks=NEEDS_GRPC),
 ])
 async def test_delegate_to_an_sdk_agent(swarm: Swarm, binding: str, version: str,
                                         streaming: bool) -> None:
@@ -47,9 +44,12 @@ async def test_delegate_to_an_sdk_agent(swarm: Swarm, binding: str, version: str
         envelope = dict(message.metadata)[URI]
         assert list(envelope["callerChain"]) == ["operator", "home"]
         assert envelope["budgetUsd"] == "5.00" and envelope["depth"] == 2
+        assert envelope["traceId"] == task["swarm"]["trace_id"]
         sent = [h for h in agent.seen.headers if h.get("x-swarm-agent-chain")]
         assert sent and sent[0]["x-swarm-agent-chain"] == "operator,home"
         assert sent[0]["a2a-version"] == version and sent[0]["a2a-extensions"] == URI
+        assert sent[0]["authorization"] == f"Bearer {token}"
+        assert task["swarm"]["trace_id"] in sent[0]["traceparent"]
 
 
 async def test_message_only_reply_and_a_failing_agent(swarm: Swarm) -> None:
@@ -93,6 +93,8 @@ async def test_a_butler_over_a2a_keeps_its_refusals(swarm: Swarm, tmp_path: Path
     _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
     assert task["state"] == "completed" and task["output"] == "hi"
     assert task["cost"]["children"][0]["agent"] == "office"
+    # The office's signed receipt came back in the A2A task's metadata (docs/receipts.md).
+    assert [receipt_claims(r)["agent"] for r in task["receipts"]] == ["home", "office"]
     # With one hop already in the chain, office (max_depth 1) refuses: final, not retried.
     _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"],
                                      "caller_chain": ["origin"]})

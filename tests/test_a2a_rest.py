@@ -6,11 +6,9 @@ from typing import Any
 
 import pytest
 from a2a.types import (
-    CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
     ListTasksRequest,
-    TaskNotCancelableError,
     TaskNotFoundError,
     TaskState,
 )
@@ -18,6 +16,7 @@ from a2a.types import (
 from tests.a2a_support import (
     ASK,
     WAIT,
+    cancel_a_waiting_task,
     plain_message,
     rpc,
     sdk_client,
@@ -26,7 +25,7 @@ from tests.a2a_support import (
     text,
     user_message,
 )
-from tests.support import ECHO, Instance, Swarm, wait_task
+from tests.support import ECHO, Instance, Swarm
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -55,13 +54,7 @@ async def test_sdk_rest_client_send_get_list_cancel(swarm: Swarm) -> None:
         assert got.id == task.id and len(got.history) == 1
         page = await client.list_tasks(ListTasksRequest(page_size=10))
         assert [t.id for t in page.tasks] == [task.id] and page.next_page_token == ""
-        waiting = await send_task(client, send_request(
-            user_message(text("x"), metadata={"skill": "wait"}), return_immediately=True))
-        await wait_task(home, waiting.id, {"working"}, message="waiting")
-        canceled = await client.cancel_task(CancelTaskRequest(id=waiting.id))
-        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-        with pytest.raises(TaskNotCancelableError):
-            await client.cancel_task(CancelTaskRequest(id=waiting.id))
+        await cancel_a_waiting_task(client, home)
         with pytest.raises(TaskNotFoundError):
             await client.get_task(GetTaskRequest(id="nope"))
     async with sdk_client(home, "vip", binding="HTTP+JSON") as client:

@@ -5,9 +5,12 @@ is measured in bench/cli_startup.py, not here."""
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +49,36 @@ def test_a_command_imports_its_module_only() -> None:
     loaded = modules_after("send", "--help")
     assert "butler.cli.remote" in loaded
     assert "butler.daemon" not in loaded and "butler.cli.serve" not in loaded
+
+
+# What a client command never needs: the server side, YAML, tracing, the other wires.
+SERVER_SIDE = ("aiohttp.web", "yaml", "opentelemetry", "butler.config", "butler.daemon",
+               "internal.protocol.a2a.server", "internal.protocol.a2a.codec.a2a_v1",
+               "internal.protocol.a2a.codec.a2a_v03", "internal.http._documents")
+
+
+def test_send_loads_the_client_side_only() -> None:
+    loaded = modules_after("send", "--help")
+    assert "internal.protocol.a2a.client._butler" in loaded
+    assert "internal.http._outbound_guard" in loaded
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in SERVER_SIDE))
+    assert heavy == [], heavy
+
+
+@pytest.mark.parametrize("package", ["internal.http", "internal.protocol.a2a.client",
+                                     "internal.protocol.a2a.model"])
+def test_lazy_packages_export_what_they_declare(package: str) -> None:
+    """``internal/lazy_exports.py``: the names type checkers see (imports under
+    TYPE_CHECKING) are the names ``__all__`` lists, each from the module it names."""
+    module = importlib.import_module(package)
+    source = Path(module.__file__ or "").read_text(encoding="utf-8")
+    declared: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package):
+            declared.update({alias.name: node.module for alias in node.names})
+    assert sorted(declared) == list(module.__all__)
+    for name, origin in declared.items():
+        assert getattr(module, name) is getattr(importlib.import_module(origin), name)
 
 
 def _help_lines(parser: argparse.ArgumentParser) -> dict[str, str | None]:

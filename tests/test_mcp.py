@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +15,7 @@ from mcp.types import TextContent
 
 from tests.a2a_support import ASK, WAIT
 from tests.delegation_support import skill
+from tests.mcp_support import cancel_after_progress
 from tests.support import (
     ECHO,
     REPO,
@@ -122,21 +121,7 @@ async def test_delegate_goes_to_a_peer_through_the_swarm(swarm: Swarm, tmp_path:
 async def test_progress_and_cancel_reach_the_task(tmp_path: Path) -> None:
     cfg, _ = config_dict(tmp_path, "desk", skills=[ECHO, WAIT])
     async with mcp_butler(tmp_path, cfg) as session:
-        running = asyncio.Event()
-        said: list[str | None] = []
-
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            said.append(message)
-            running.set()
-
-        call = asyncio.create_task(session.call_tool("wait", {"task": "take your time"},
-                                                     progress_callback=progress))
-        async with asyncio.timeout(30):
-            await running.wait()
-        assert said == ["waiting"]
-        call.cancel()  # the SDK sends notifications/cancelled for the abandoned request
-        with contextlib.suppress(asyncio.CancelledError):
-            await call
+        await cancel_after_progress(session)
         # The server goes on serving after a canceled call.
         assert _texts(await session.call_tool("echo", {"task": "still here"})) == ["still here"]
     # Canceled, not cut off by the stop that follows: the operator's log says which.

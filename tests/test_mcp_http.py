@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -13,10 +16,15 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
-from tests.support import ECHO, Instance, Swarm
+from tests.a2a_support import WAIT
+from tests.mcp_support import cancel_after_progress
+from tests.support import ECHO, REPO, Instance, Swarm
 
 VIP = {"id": "vip", "builtin": "echo", "capabilities": ["vip"], "expose": True, "tier": "gold"}
 CALLERS = {"gold": {"tier": "gold"}, "plain": {}}
+OPENING = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw", "version": "1"}}}
 
 
 @asynccontextmanager
@@ -55,6 +63,49 @@ async def test_a_token_lists_the_tools_its_identity_sees_and_calls_one(swarm: Sw
         assert resp.status == 200
 
 
+async def test_progress_and_cancel_over_http_reach_the_task(swarm: Swarm) -> None:
+    """A call's answer is an SSE stream: its progress comes first; cancelling the call
+    posts notifications/cancelled in the session, which cancels the task."""
+    inst = await swarm.start("web", skills=[ECHO, WAIT])
+    async with mcp_http(inst, "operator") as session:
+        await cancel_after_progress(session)
+        async with asyncio.timeout(30):
+            while not (tasks := (await inst.client().list_tasks())["tasks"]) or \
+                    tasks[0]["state"] != "canceled":
+                await asyncio.sleep(0.05)
+        assert [t["skill"] for t in tasks] == ["wait"]
+        # The session goes on serving after a canceled call.
+        result = await session.call_tool("echo", {"task": "still here"})
+        assert [c.text for c in result.content if isinstance(c, TextContent)] == ["still here"]
+
+
+async def test_a_session_answers_only_the_identity_that_opened_it(swarm: Swarm) -> None:
+    inst = await swarm.start("web", callers=CALLERS, skills=[ECHO])
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with inst.session.post(f"{inst.url}/mcp", json=OPENING,
+                                 headers={**accept, **inst.headers("gold")}) as resp:
+        assert resp.status == 200
+        session_id = resp.headers["Mcp-Session-Id"]
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    named = {**accept, "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-06-18"}
+    async with inst.session.post(f"{inst.url}/mcp", json=listing,
+                                 headers={**named, **inst.headers("plain")}) as resp:
+        assert resp.status == 404  # as if the session never was
+        assert (await resp.json())["error"]["message"] == "Session not found"
+    async with inst.session.post(f"{inst.url}/mcp", json=listing,
+                                 headers={**named, **inst.headers("gold")}) as resp:
+        assert resp.status == 200
+    async with inst.session.delete(f"{inst.url}/mcp",
+                                   headers={**named, **inst.headers("plain")}) as resp:
+        assert resp.status == 404  # nor can another identity end it
+    async with inst.session.delete(f"{inst.url}/mcp",
+                                   headers={**named, **inst.headers("gold")}) as resp:
+        assert resp.status == 200
+    async with inst.session.post(f"{inst.url}/mcp", json=listing,
+                                 headers={**named, **inst.headers("gold")}) as resp:
+        assert resp.status == 404  # ended
+
+
 async def test_without_a_valid_token_mcp_is_refused(swarm: Swarm) -> None:
     inst = await swarm.start("web")
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -74,19 +125,53 @@ async def test_without_a_valid_token_mcp_is_refused(swarm: Swarm) -> None:
             await session.initialize()
     assert statuses == [401]
     accept = {"Accept": "application/json, text/event-stream", **inst.headers()}
-    async with inst.session.post(f"{inst.url}/mcp", json=body, headers=accept) as resp:
-        assert resp.status == 200  # the same request with a token gets through
-        answer = await resp.json()
-    assert {t["name"] for t in answer["result"]["tools"]} == {"delegate", "echo"}
-    # No stream to open: a GET would otherwise hang until the daemon stops.
+    async with inst.session.post(f"{inst.url}/mcp", json=OPENING, headers=accept) as resp:
+        assert resp.status == 200  # an opening request with a token gets through
+        assert resp.headers["Mcp-Session-Id"]
+    # No stream to open outside a call: a GET would otherwise hang until the daemon stops.
     async with inst.session.get(f"{inst.url}/mcp", headers=accept) as resp:
         assert resp.status == 405
+
+
+_LAZY_SDK = """
+import asyncio, sys
+from pathlib import Path
+import aiohttp
+from butler.config import load_config
+from butler.daemon import Daemon
+from tests.support import ECHO, config_dict, write_config
+
+async def main(tmp):
+    cfg, tokens = config_dict(tmp, "lazy", skills=[ECHO])
+    daemon = Daemon(load_config(write_config(tmp, "lazy", cfg)))
+    await daemon.start()
+    try:
+        print("at start:", "mcp" in sys.modules)
+        headers = {"Authorization": "Bearer " + tokens["operator"],
+                   "Accept": "application/json, text/event-stream"}
+        async with aiohttp.ClientSession() as http, http.post(
+                daemon.url + "/mcp", json=OPENING, headers=headers) as resp:
+            print("first request:", resp.status, "mcp" in sys.modules)
+    finally:
+        await daemon.stop()
+
+OPENING = %r
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+def test_the_sdk_is_imported_by_the_first_mcp_request(tmp_path: Path) -> None:
+    """The MCP SDK costs a daemon about 35 MB resident: not paid until /mcp is used."""
+    run = subprocess.run([sys.executable, "-c", _LAZY_SDK % (OPENING,), str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["at start: False", "first request: 200 True"]
 
 
 async def test_without_the_sdk_the_daemon_serves_no_mcp_and_says_so(
     swarm: Swarm, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "mcp.server.streamable_http_manager", None)
+    monkeypatch.setitem(sys.modules, "mcp", None)
     caplog.set_level(logging.INFO, "butler.mcp")
     inst = await swarm.start("bare", configurations={"mcp_server": {
         "allowed_capabilities": ["echo"]}})

@@ -19,6 +19,7 @@ from tests.support import (
     Instance,
     Swarm,
     call,
+    child_env,
     config_dict,
     kill_quietly,
     post_task,
@@ -195,6 +196,8 @@ async def test_a_server_that_does_not_start_leaves_the_daemon_up(
     ({"tools": ["add"]}, "exactly one of command"),
     ({"url": "ftp://example.org/mcp"}, "expected an http"),
     ({"command": []}, "at least the program"),
+    ({"command": ["x"], "token_env": "HOME"}, "a command gets no token"),
+    ({"url": "http://127.0.0.1:9/mcp", "token_env": "NO_SUCH_VARIABLE_HERE"}, "is not set"),
 ])
 def test_mcp_entry_errors_name_the_key(tmp_path: Path, entry: dict[str, Any],
                                        problem: str) -> None:
@@ -219,20 +222,25 @@ async def test_a_tool_whose_id_is_taken_is_left_out(swarm: Swarm, tmp_path: Path
 async def test_a_server_over_streamable_http(swarm: Swarm, tmp_path: Path,
                                             caplog: pytest.LogCaptureFixture) -> None:
     """Its URL goes through the outbound guard: loopback passes (an operator's config),
-    a metadata address never does."""
+    a metadata address never does. The configured token is sent; without it the server
+    answers 401 and publishes no tools."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     pids = tmp_path / "pids"
+    (tmp_path / "mcp-token").write_text("s3cret-mcp\n")
     server = await asyncio.create_subprocess_exec(
         sys.executable, str(FIXTURE), str(pids), "--http", str(port),
+        env=child_env(FIXTURE_TOKEN="s3cret-mcp"),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
-        remote = {"id": "remote", "mcp": {"url": f"http://127.0.0.1:{port}/mcp"},
+        url = f"http://127.0.0.1:{port}/mcp"
+        remote = {"id": "remote", "mcp": {"url": url, "token_file": str(tmp_path / "mcp-token")},
                   "expose": True}
+        anonymous = {"id": "anon", "mcp": {"url": url}, "expose": True}
         metadata = {"id": "meta", "mcp": {"url": "http://169.254.169.254/mcp"}, "expose": True}
         with caplog.at_level(logging.WARNING, "butler.skills.mcp_servers"):
-            home = await swarm.start("home", skills=[remote, metadata])
+            home = await swarm.start("home", skills=[remote, anonymous, metadata])
             # The server may not listen yet at the first try: the retry finds it.
             async with asyncio.timeout(20):
                 while "remote.add" not in await card_skills(home):
@@ -241,13 +249,53 @@ async def test_a_server_over_streamable_http(swarm: Swarm, tmp_path: Path,
         assert added["result"]["parts"] == [{"kind": "data", "data": {"sum": 42}}], added
         failed = await run(home, "remote.fail")
         assert failed["error"]["code"] == "tool_error"
-        assert not any(s.startswith("meta.") for s in await card_skills(home))
+        assert not any(s.startswith(("meta.", "anon.")) for s in await card_skills(home))
+        assert any("MCP server anon" in r.getMessage() for r in caplog.records)
+        assert not any("s3cret-mcp" in r.getMessage() for r in caplog.records)
         assert any("MCP server meta" in r.getMessage() and "outbound guard" in r.getMessage()
                    for r in caplog.records), [r.getMessage() for r in caplog.records]
         await swarm.stop(home)
     finally:
         kill_quietly(server.pid)
         await server.wait()
+
+
+async def test_the_token_goes_only_to_the_configured_origin() -> None:
+    """The SDK could be told of another URL (a redirect is an answer, but a server can
+    name another endpoint): the bearer token is for the configured one alone."""
+    import httpx2
+    from aiohttp import web
+
+    from butler.skills.mcp_servers.http_bridge import GuardedTransport
+
+    seen: list[str | None] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.Response(text="{}")
+
+    app = web.Application()
+    app.router.add_post("/mcp", record)
+    runners = []
+    ports = []
+    for _ in range(2):
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        ports.append(runner.addresses[0][1])
+    transport = GuardedTransport(f"http://127.0.0.1:{ports[0]}/mcp", "tok-1")
+    try:
+        async with httpx2.AsyncClient(transport=transport) as client:
+            await client.post(f"http://127.0.0.1:{ports[0]}/mcp", content=b"{}",
+                              headers={"Authorization": "Bearer forged"})
+            await client.post(f"http://127.0.0.1:{ports[1]}/mcp", content=b"{}",
+                              headers={"Authorization": "Bearer forged"})
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+    assert seen == ["Bearer tok-1", None]
 
 
 def test_answers_become_parts() -> None:

@@ -82,7 +82,7 @@ def sse_payloads(text: str) -> list[tuple[str, Any]]:
 async def test_every_operation_answers_as_documented(swarm: Swarm,
                                                      http: aiohttp.ClientSession) -> None:
     home = await swarm.start(
-        "home", callers={"operator": {}, "other": {}}, skills=SKILLS,
+        "home", callers={"operator": {}, "other": {}, "boss": {"tier": "admin"}}, skills=SKILLS,
         extra={"server": {"max_body_bytes": 64 * 1024, "body_timeout_seconds": 0.3},
                "rate_limits": {"per_caller_per_second": 0, "per_address_per_second": 0}})
     w = Walker(home, http)
@@ -97,6 +97,9 @@ async def test_every_operation_answers_as_documented(swarm: Swarm,
 
     assert "# TYPE" in await w.call("GET", "/metrics", 200)
     card = await w.call("GET", "/v2/card", 200)
+    overview = await w.call("GET", "/v2/overview", 200, who="boss")
+    assert overview["agent"]["id"] == "home" and overview["peers"] == []
+    await w.error("GET", "/v2/overview", 403, "forbidden")
     assert {s["id"] for s in card["skills"]} == {"echo", "ask", "slow", "pricey"}
 
     # POST /v2/tasks

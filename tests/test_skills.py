@@ -28,9 +28,9 @@ PARTS = ("import json; print(json.dumps({'parts': [{'text': 'two parts'}, "
 CHATTY = ("import json, sys; sys.stdout.write('y' * 300000); sys.stdout.flush(); "
           "print('read %d characters' % len(json.load(sys.stdin)['task']))")
 FLOOD = "import sys\nwhile True: sys.stdout.write('x' * 65536)\n"
-HANG = ("import os, sys, time\n"
-        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
-        "time.sleep(30)\n")
+# A shell (it starts in about a millisecond, where Python under load may take longer than
+# the timeout) that writes its pid, then becomes the sleep under the same pid.
+HANG = ["sh", "-c", 'echo $$ > "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 30']
 
 
 async def fails(inst: Instance, body: dict[str, Any], code: str, who: str = "operator") -> str:
@@ -117,10 +117,9 @@ async def test_command_contract(swarm: Swarm) -> None:
 
 
 async def test_command_timeout_kills_it(swarm: Swarm, tmp_path: Path) -> None:
-    (tmp_path / "hang.py").write_text(HANG)
     pid_file = tmp_path / "hang.pid"
     home = await swarm.start("home", skills=[
-        ECHO, command_skill("hang", [PY, str(tmp_path / "hang.py"), str(pid_file)],
+        ECHO, command_skill("hang", [*HANG, str(pid_file)],
                             timeout_seconds=0.5)])
     try:
         message = await fails(home, {"task": "x", "skill": "hang"}, "task_timeout")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
+from butler.identity.receipts import receipt_claims
 from tests.support import (
     ECHO,
     TERMINAL,
@@ -91,6 +92,8 @@ async def test_kill_9_then_restart(tmp_path: Path, http: aiohttp.ClientSession) 
                 assert task["state"] == "failed"
                 assert task["error"]["code"] == "interrupted_by_restart"
                 assert task["history"][-1]["state"] == "failed"
+            # Every task ends with a signed receipt, those the restart ended too.
+            assert receipt_claims(task["receipts"][0])["state"] == task["state"]
         async with http.get(f"{daemon.url}/v2/tasks/{done['id']}", headers=headers) as r:
             assert (await r.json())["state"] == "completed"
         async with http.get(f"{daemon.url}/v2/tasks?limit=200", headers=headers) as r:

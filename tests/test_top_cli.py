@@ -17,7 +17,7 @@ from tests.delegation_support import Mesh
 from tests.support import REPO, command_skill, post_task, run_cli
 
 TMUX = shutil.which("tmux")
-pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
+needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
 
 
 async def _tmux(socket: str, *args: str) -> str:
@@ -65,6 +65,7 @@ async def pane(tmp_path: Path) -> AsyncIterator[Pane]:
         await _tmux(socket, "kill-server")
 
 
+@needs_tmux
 async def test_top_shows_a_delegated_task_working_then_completed(
         mesh: Mesh, pane: Pane, tmp_path: Path) -> None:
     release = tmp_path / "go"
@@ -120,3 +121,16 @@ async def test_top_once_and_a_wrong_token(mesh: Mesh) -> None:
     code, out, err = await run_cli("top", home.url, token="wrong")
     assert code == 1 and out == ""
     assert err.startswith("butler: unauthenticated")
+
+
+async def test_top_reads_the_url_from_a_config(mesh: Mesh, tmp_path: Path) -> None:
+    mesh.agent("home")
+    home = (await mesh.start())["home"]
+    code, out, err = await run_cli("top", "-c", str(home.config_path), "--once",
+                                   token=home.tokens["operator"])
+    assert code == 0, err
+    assert out.splitlines()[0].startswith(f"butler top  {home.url}  ")
+    missing = tmp_path / "nowhere.yaml"
+    code, out, err = await run_cli("top", "-c", str(missing), "--once", token="x")
+    assert code == 2 and out == ""
+    assert err.startswith("butler: ") and str(missing) in err

@@ -32,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "top": ("butler.cli.top", "add_parsers",
             "a live view of running and recent tasks and their delegation trees"),
     "audit": ("butler.cli.audit_cmd", "add_parsers", "show or verify the audit trail"),
+    "receipt": ("butler.cli.receipt_cmd", "add_parsers",
+                "verify a task's signed receipts and show its cost tree"),
+    "key": ("butler.cli.key_cmd", "add_parsers", "show or rotate this agent's identity key"),
     "spend": ("butler.cli.spend_cmd", "add_parsers",
               "show each limited caller's spending (last hour, last day) and its limits"),
     "delegate": ("butler.cli.delegate_cmd", "add_parsers",
@@ -45,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "mcp": ("butler.cli.edges", "add_parsers",
             "serve the skills and the swarm as MCP tools on stdin/stdout"),
     "registry": ("butler.registry.cli", "add_registry_parser", "run or query an agent registry"),
+    "completion": ("butler.cli.completion", "add_parsers",
+                   "print a shell completion script (bash or zsh)"),
 }
 
 

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from internal.protocol.a2a.client import Interface, choose_interface, offered_interfaces
+from internal.protocol.a2a.codec.card_signature import verify_card
 from internal.protocol.a2a.model import ButlerError, version_matches
+from internal.signing import BadSignature
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # The 1.0 security scheme wrappers (proto3 JSON oneof), and what each is called.
@@ -79,8 +81,8 @@ def _interfaces(card: Mapping[str, Any]) -> list[str]:
         lines.append(f"    {_clean(iface.binding) or '?'} {_clean(iface.version) or '?'}  "
                      f"{_clean(iface.url)}{mark}")
     if chosen is None:
-        lines.append("    Butler cannot delegate to it: no A2A 1.0 JSON-RPC or HTTP+JSON "
-                     "interface, nor JSON-RPC 0.3")
+        lines.append("    Butler cannot delegate to it: no A2A 1.0 JSON-RPC, HTTP+JSON or gRPC "
+                     "interface (gRPC needs the grpc extra), nor JSON-RPC 0.3")
     return lines
 
 
@@ -144,8 +146,14 @@ def _security(card: Mapping[str, Any]) -> list[str]:
 
 
 def _signature(card: Mapping[str, Any]) -> str:
+    """Whether the card's JWS checks with the key it names (docs/receipts.md). A valid
+    signature proves the card is whole and which key signed it; whether that key is the
+    one expected is a pin's job (``peer_identity_changed`` when delegating)."""
     signatures = _list(card.get("signatures"))
     if not signatures:
         return "  signature: none (the card is unsigned)"
-    return (f"  signature: {len(signatures)} present, not verified (butler card does not "
-            "check card signatures)")
+    try:
+        key = verify_card(card)
+    except BadSignature as exc:
+        return f"  signature: INVALID ({_clean(exc)})"
+    return f"  signature: valid, Ed25519 key {key.kid}"

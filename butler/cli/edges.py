@@ -71,7 +71,8 @@ async def run_stdio(config: Config) -> int:
     if (failed := await start_or_explain(daemon)) is not None:
         return failed
     log.info("butler %s serving A2A JSON-RPC on stdio", config.agent.id)
-    ops = a2a_operations(config, daemon.engine, daemon.catalog, lambda: daemon.url, daemon.push)
+    ops = a2a_operations(config, daemon.engine, daemon.catalog, lambda: daemon.url, daemon.push,
+                         agent=daemon.identity)
     limits = config.limits
     server = StdioServer(jsonrpc_dispatcher(config, ops), LineLimits(
         limits.max_body_bytes, limits.max_inflight, limits.shutdown_grace_seconds))

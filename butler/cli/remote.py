@@ -88,6 +88,23 @@ def read_token(args: argparse.Namespace) -> str:
     return token
 
 
+def config_url(path: str | None) -> str | None:
+    """The URL of the daemon a config describes, for a command run beside it: its
+    ``agent.url``, else its listener, with a wildcard bind reached on loopback. None (and
+    the reason printed) when there is no config or it does not load."""
+    from butler.cli.serve import load_or_exit  # only when asked: the config loader's imports
+    from butler.config.model import http_url
+
+    config = load_or_exit(path, secrets=False)  # the address only: no secret is read
+    if config is None:
+        return None
+    if config.agent.url:
+        return config.agent.url
+    a2a = config.a2a
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(a2a.bind_address, a2a.bind_address)  # noqa: S104 -- a lookup, not a bind
+    return http_url(host, a2a.port, tls=a2a.tls is not None)
+
+
 Action = Callable[[argparse.Namespace, PeerClient], Awaitable[int]]
 
 

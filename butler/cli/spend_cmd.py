@@ -9,11 +9,9 @@ import json
 import os
 import time
 from decimal import Decimal
-from typing import Any
 
 from butler.cli.serve import load_or_exit
-from butler.config.model import CallerLimits
-from butler.swarm.spend import CallerUsage, SpendBook
+from butler.swarm.spend import SpendBook, caller_json
 from butler.swarm.spend_store import FILE_NAME, MinuteRow, OpenRow, SpendStore
 from butler.swarm.spend_windows import DAY, SECONDS, Usage
 
@@ -41,7 +39,7 @@ def _spend(args: argparse.Namespace) -> int:
             store.db.close_blocking()
     usage = {u.caller: u for u in SpendBook(limits, rows=rows).usage(open_rows)}
     if args.json:
-        print(json.dumps([_as_json(name, lim, usage.get(name))
+        print(json.dumps([caller_json(name, lim, usage.get(name))
                           for name, lim in sorted(limits.items())], indent=2))
         return 0
     if not limits:
@@ -68,20 +66,3 @@ def _window(use: Usage, usd_cap: Decimal | None, task_cap: int | None) -> str:
 
 def _grant(names: tuple[str, ...] | None) -> str:
     return "any" if names is None else ", ".join(names) or "none"
-
-
-def _as_json(name: str, lim: CallerLimits, use: CallerUsage | None) -> dict[str, Any]:
-    def cap(value: Decimal | int | None) -> str | int | None:
-        return str(value) if isinstance(value, Decimal) else value
-
-    out: dict[str, Any] = {
-        "caller": name, "skills": lim.skills, "capabilities": lim.capabilities,
-        "limits": {key: cap(getattr(lim, key)) for key in (
-            "max_tasks_per_hour", "max_tasks_per_day", "max_usd_per_task",
-            "max_usd_per_hour", "max_usd_per_day")},
-    }
-    if use is not None:
-        out["last_hour"] = {"usd": str(use.hour.usd), "tasks": use.hour.tasks}
-        out["last_day"] = {"usd": str(use.day.usd), "tasks": use.day.tasks}
-        out["running"] = {"tasks": use.running, "reserved_usd": str(use.reserved_usd)}
-    return out

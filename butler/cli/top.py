@@ -21,7 +21,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from butler.cli.remote import run_remote, token_args
+from butler.cli.remote import config_url, run_remote, token_args
 from butler.cli.render import cost_lines
 from internal.protocol.a2a.client import PeerClient
 from internal.protocol.a2a.codec import butler_v2
@@ -36,7 +36,11 @@ CLEAR = "\x1b[H\x1b[2J"
 def add_parsers(sub: SubParsers) -> None:
     top = sub.add_parser("top", help="a live view of running and recent tasks and their "
                                      "delegation trees")
-    top.add_argument("url", help="the Butler's base URL")
+    top.add_argument("url", nargs="?",
+                     help="the Butler's base URL (default: the one the config names)")
+    top.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"), metavar="FILE",
+                     help="read the URL from this daemon config when no URL is given "
+                          "(default $BUTLER_CONFIG)")
     top.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                      help="seconds between refreshes (default 1)")
     top.add_argument("--limit", type=int, default=50,
@@ -48,6 +52,11 @@ def add_parsers(sub: SubParsers) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    if args.url is None:
+        url = config_url(args.config)
+        if url is None:
+            return 2
+        args.url = url
     try:
         return run_remote(args, _top)
     except KeyboardInterrupt:  # the way to leave a live view: not an error

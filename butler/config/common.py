@@ -8,7 +8,7 @@ from pathlib import Path
 from butler.config.node import Node
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-BUILTIN_SKILLS = ("echo", "memory.write", "memory.read", "memory.search")
+BUILTIN_SKILLS = ("echo", "memory.write", "memory.read", "memory.search", "planner")
 
 
 def ident(node: Node) -> str:

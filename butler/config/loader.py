@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import re
 import ssl
@@ -22,6 +23,7 @@ from butler.config.operations import (
     parse_tasks,
     parse_telemetry,
 )
+from butler.config.planner import parse_planner
 from butler.config.skills_peers import parse_peer, parse_skill
 from internal.http import TokenEntry
 from internal.protocol.a2a.model import Identity
@@ -51,18 +53,24 @@ def parse_config(
     root = yaml_root(text, file, env, secrets)
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
-        "audit", "telemetry", "logging", "rate_limits", "metrics",
+        "audit", "telemetry", "logging", "rate_limits", "metrics", "planner",
     })
     base = base_dir or Path.cwd()
     agent = _agent(top.get("agent"))
     confs = top["configurations"].mapping({"a2a", "swarm", "registry", "mcp_server"}) \
         if "configurations" in top else {}
     data_dir = Path(top["data_dir"].string()) if "data_dir" in top else Path("data") / agent.id
-    skills = tuple(parse_skill(n) for n in top["skills"].items()) if "skills" in top else ()
+    skills = tuple(parse_skill(n, base) for n in top["skills"].items()) if "skills" in top else ()
     _unique(top.get("skills"), [s.id for s in skills], "skill id")
     peers = tuple(parse_peer(n, base) for n in top["peers"].items()) if "peers" in top else ()
     _unique(top.get("peers"), [p.name for p in peers], "peer name")
     registry = _registry(confs.get("registry"), base)
+    planner = parse_planner(top.get("planner"), base)
+    if planner is None:
+        for node, cfg in zip(top["skills"].items() if "skills" in top else (), skills,
+                             strict=True):
+            if cfg.builtin == "planner":
+                node.fail("the planner skill needs a planner: section (its endpoint)")
     if registry.self_register and registry.url:
         _check_registrable(top.get("agent"), confs.get("registry"), agent.id, registry)
     return m.Config(
@@ -82,6 +90,7 @@ def parse_config(
         metrics=parse_metrics(top.get("metrics")),
         skills=skills,
         peers=peers,
+        planner=planner,
         secret_env=frozenset(root.secret_vars),
     )
 
@@ -127,7 +136,7 @@ def _a2a(node: Node | None) -> m.A2AConfig:
     d = m.A2AConfig()
     if node is None:
         return d
-    k = node.mapping({"enabled", "port", "bind_address", "token_hashes", "tls",
+    k = node.mapping({"enabled", "port", "bind_address", "grpc_port", "token_hashes", "tls",
                       "legacy_v03_card", "push_notifications", "anonymous"})
     bind = k["bind_address"].string() if "bind_address" in k else d.bind_address
     if "bind_address" in k:
@@ -143,6 +152,7 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
         port=k["port"].integer(minimum=0, maximum=65535) if "port" in k else d.port,
         bind_address=bind,
+        grpc_port=_grpc_port(k.get("grpc_port")),
         tokens=tokens,
         caller_limits=limits_by_identity(token_nodes, tokens),
         tls=_tls(k.get("tls")),
@@ -151,6 +161,17 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         push_notifications=push_notifications(k.get("push_notifications")),
         anonymous_tier=_anonymous(k.get("anonymous"), bind),
     )
+
+
+def _grpc_port(node: Node | None) -> int | None:
+    """The A2A gRPC binding, beside the HTTP port on the same address (docs/protocol.md)."""
+    if node is None or node.value is None:
+        return None
+    port = node.integer(minimum=0, maximum=65535)
+    # An optional extra: only a config that serves gRPC needs it installed.
+    if any(importlib.util.find_spec(name) is None for name in ("grpc", "a2a")):
+        node.fail("the gRPC binding needs the grpc extra: pip install 'butler-a2a[grpc]'")
+    return port
 
 
 def _anonymous(node: Node | None, bind: str) -> str | None:

@@ -75,6 +75,7 @@ class A2AConfig:
     enabled: bool = False
     port: int = DEFAULT_PORT
     bind_address: str = DEFAULT_BIND
+    grpc_port: int | None = None  # the A2A gRPC binding's port (0: any free); None: not served
     tokens: tuple[TokenEntry, ...] = ()
     # By identity name: the ``limits`` of its token entries (one set per identity).
     caller_limits: Mapping[str, CallerLimits] = field(default_factory=dict)
@@ -140,6 +141,8 @@ class McpToolsConfig:
     command: tuple[str, ...] | None = None  # the server's argv, spoken to over stdio
     url: str | None = None  # or its streamable HTTP endpoint
     tools: tuple[str, ...] | None = None  # only these tools; None: every tool it lists
+    # A bearer token sent to ``url`` (and nowhere else); empty: none.
+    token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,24 @@ class PeerConfig:
     max_response_bytes: int = 4 * 1024 * 1024
     ca_file: Path | None = None
     protocol: str = "butler"  # "butler": Butler's /v2 API; "a2a": a standard A2A agent
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """The LLM planner's endpoint (``planner:``): any OpenAI-compatible chat completions
+    URL. Its token goes only to ``url``. docs/intent.md#the-llm-planner"""
+
+    url: str
+    model: str
+    token: str = field(repr=False, default="")
+    price_per_1k_input_usd: Decimal = Decimal("0")
+    price_per_1k_output_usd: Decimal = Decimal("0")
+    max_steps: int = 8  # model calls per plan
+    max_tokens: int = 1024  # the most one model call may answer with (and is reserved for)
+    timeout_seconds: float = 60.0  # one model call, within the task's own deadline
+    connect_timeout_seconds: float = 3.0
+    stream: bool = True  # SSE from the endpoint; text is relayed to the task's streams
+    max_response_bytes: int = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -235,6 +256,7 @@ class Config:
     peers: tuple[PeerConfig, ...] = ()
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    planner: PlannerConfig | None = None
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
 

@@ -30,7 +30,7 @@ def _media_types(node: Node) -> tuple[str, ...]:
     return tuple(v.lower() for v in types)
 
 
-def parse_skill(node: Node) -> m.SkillConfig:
+def parse_skill(node: Node, base: Path) -> m.SkillConfig:
     k = node.mapping({
         "id", "name", "description", "capabilities", "tags", "examples", "cost_usd",
         "timeout_seconds", "expose", "tier", "builtin", "command", "python", "mcp",
@@ -66,7 +66,7 @@ def parse_skill(node: Node) -> m.SkillConfig:
         builtin=builtin,
         command=command,
         python=python,
-        mcp=_mcp_tools(k["mcp"]) if "mcp" in k else None,
+        mcp=_mcp_tools(k["mcp"], base) if "mcp" in k else None,
         max_output_bytes=k["max_output_bytes"].integer(minimum=1)
         if "max_output_bytes" in k else 1024 * 1024,
         input_modes=_media_types(k["input_modes"]) if "input_modes" in k
@@ -101,11 +101,13 @@ def _input_schema(node: Node) -> dict[str, Any]:
     return schema
 
 
-def _mcp_tools(node: Node) -> m.McpToolsConfig:
-    k = node.mapping({"command", "tools", "url"})
+def _mcp_tools(node: Node, base: Path) -> m.McpToolsConfig:
+    k = node.mapping({"command", "tools", "url", "token_env", "token_file"})
     if ("command" in k) == ("url" in k):
         node.fail("mcp needs exactly one of command (the MCP server's argv, run over stdio) "
                   "and url (its streamable HTTP endpoint)")
+    if "url" not in k and ("token_env" in k or "token_file" in k):
+        node.fail("token_env and token_file are for an mcp url: a command gets no token")
     command = k["command"].strings() if "command" in k else None
     if command is not None and not command:
         k["command"].fail("command needs at least the program to run")
@@ -113,7 +115,8 @@ def _mcp_tools(node: Node) -> m.McpToolsConfig:
     if importlib.util.find_spec("mcp") is None:
         node.fail("mcp skills need the MCP SDK: pip install 'butler-a2a[mcp]'")
     return m.McpToolsConfig(command=command, url=url(k["url"]) if "url" in k else None,
-                            tools=k["tools"].strings() if "tools" in k else None)
+                            tools=k["tools"].strings() if "tools" in k else None,
+                            token=secret(k, base))
 
 
 def _capability(node: Node) -> str:

@@ -23,7 +23,8 @@ from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.util.types import Attributes
 
 from butler.delegation.peer_cards import PeerCards, from_card
-from butler.delegation.peers import Candidate, Discovery, PeerHealth, eligible
+from butler.delegation.peer_identity import PeerIdentities
+from butler.delegation.peers import Candidate, Discovery, PeerHealth, PeerStatus, eligible
 from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
@@ -54,10 +55,11 @@ class PeerDelegator:
     def __init__(self, *, agent_id: str, static: Sequence[Candidate], tracer: Tracer,
                  audit: Callable[..., None], max_concurrency: int,
                  discover: Discovery | None = None, names: ResolverFactory | None = None,
-                 ) -> None:
+                 identities: PeerIdentities | None = None) -> None:
         """``names``: the resolver peers' host names go through (tests map names with it)."""
         self.agent_id = agent_id
         self.static = list(static)
+        self.identities = identities  # key continuity: None checks no peer's key
         self.discover = discover
         self.health = PeerHealth()
         self._tracer = tracer
@@ -134,6 +136,14 @@ class PeerDelegator:
                             self._routes[2] if routes == self._routes[2] else routes)
         return self._routes[2]
 
+    async def peer_status(self) -> list[PeerStatus]:
+        """The configured peers, then the registry's agents a token may go to (the cached
+        listing the intent router reads), each with its health."""
+        configured = {agent_key(c.name) for c in self.static}
+        found = [c for c, _ in await self._registry_agents()
+                 if agent_key(c.name) not in configured]
+        return [self.health.status(c) for c in (*self.static, *found)]
+
     async def _registry_agents(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
         if self.discover is None:
             return ()
@@ -154,6 +164,16 @@ class PeerDelegator:
                 max_response_bytes=cand.max_response_bytes, tls=tls,
                 poll_seconds=POLL_SECONDS, guard=guard).card(time.monotonic() + cand.timeout)
         return await self._client(cand).card()
+
+    async def _public_card(self, cand: Candidate, deadline: float) -> dict[str, Any]:
+        """The peer's A2A card, read without its token: whether the token may go there
+        is what the card is read to decide."""
+        guard, session = self._http(cand.rules)
+        return await A2APeerClient(
+            cand.url, "", session=session, name=cand.name,
+            connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+            max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
+            guard=guard).card(min(deadline, time.monotonic() + cand.timeout))
 
     async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
                        deadline: float, peer: str | None,
@@ -224,6 +244,9 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 try:
+                    if self.identities is not None:
+                        await self.identities.check(
+                            cand, lambda: self._public_card(cand, deadline))
                     if cand.protocol == "a2a":
                         task = await self._standard(cand, request, chain, grant, headers,
                                                     deadline)
@@ -258,6 +281,7 @@ class PeerDelegator:
             artifacts=task.artifacts, spent_usd=spent, cost=cost,
             error_code=task.error.code if task.error else "",
             error_message=task.error.message if task.error else "",
+            receipts=task.receipts,
         )
 
     async def _standard(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
@@ -269,7 +293,7 @@ class PeerDelegator:
                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                                max_response_bytes=cand.max_response_bytes,
                                tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
-                               guard=guard)
+                               guard=guard, ca_file=cand.ca_file)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")

@@ -107,7 +107,15 @@ class RegistryDiscovery:
             spend_cap_usd=static.spend_cap_usd if static else None,
             timeout=static.timeout_seconds if static else 60.0, source="registry",
             ca_file=static.ca_file if static else None, rules=self._guard.rules,
+            identity_key=_identity_key(entry.card),
         )
+
+
+def _identity_key(card: Any) -> dict[str, Any] | None:
+    """The key the registry holds with the name (it refused changes the old key did not
+    sign: butler/registry/keys.py)."""
+    key = card.get("identity_key") if isinstance(card, dict) else None
+    return key if isinstance(key, dict) else None
 
 
 def _price(card: Any, caps: tuple[str, ...]) -> Decimal:

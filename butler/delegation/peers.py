@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +31,9 @@ class Candidate:
     # What the outbound guard lets this peer's URL reach: an operator's config may name a
     # peer on this host or the LAN; a registry entry gets the registry's rules.
     rules: OutboundRules = CONFIGURED
+    # The identity key (a JWK) the registry holds for it; a config peer's is pinned on
+    # first contact (``peer_identity``).
+    identity_key: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     def __repr__(self) -> str:  # never show the token
         return f"Candidate({self.name!r}, {self.url!r}, source={self.source!r})"
@@ -60,6 +63,20 @@ class Discovery(Protocol):
         """Every agent a token may go to, with its card (for the intent router)."""
 
 
+@dataclass(frozen=True)
+class PeerStatus:
+    """A peer as the operator sees it: ``health`` is ``unknown`` until it is first called,
+    then ``ok`` or ``failing`` (its last call failed); ``latency_seconds`` a moving average."""
+
+    name: str
+    url: str
+    source: str
+    capabilities: tuple[str, ...]
+    health: str
+    failures: int
+    latency_seconds: float | None
+
+
 class PeerHealth:
     """Consecutive failures and a moving average of latency, per peer name."""
 
@@ -76,6 +93,12 @@ class PeerHealth:
     def failed(self, name: str) -> None:
         self._failures[name] = self._failures.get(name, 0) + 1
         self._last_failure[name] = time.monotonic()
+
+    def status(self, cand: Candidate) -> PeerStatus:
+        failures = self._failures.get(cand.name)
+        health = "unknown" if failures is None else "failing" if failures else "ok"
+        return PeerStatus(cand.name, cand.url, cand.source, cand.capabilities, health,
+                          failures or 0, self._latency.get(cand.name))
 
     def rank_key(self, cand: Candidate) -> tuple[int, Decimal, float]:
         """Healthy first, then cheaper, then faster. A failing peer is retried after 30s."""

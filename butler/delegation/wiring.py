@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from butler.delegation.delegator import PeerDelegator
+from butler.delegation.peer_identity import PeerIdentities
 from butler.delegation.peers import from_config
+from butler.identity.pins import PINS_FILE, PinStore
 from internal.http import ResolverFactory
 
 if TYPE_CHECKING:
@@ -23,4 +25,5 @@ def make_delegator(daemon: Daemon, *, names: ResolverFactory | None = None) -> P
         max_concurrency=cfg.swarm.max_outbound_concurrency,
         discover=daemon.registry_link.discovery,
         names=names,
+        identities=PeerIdentities(PinStore(cfg.data_dir / PINS_FILE)),
     )

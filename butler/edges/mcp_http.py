@@ -3,8 +3,12 @@
 The SDK's session manager is an ASGI app; ``asgi_handler`` serves an aiohttp request
 through it, after the daemon's gate has authenticated the caller: the bearer token's
 identity rides in the ASGI scope and each call is a task of that caller, not of a fixed
-one. Stateless, with JSON answers: each POST is one request and its answer, no session
-to keep, no stream left open.
+one. Sessions are kept (``Mcp-Session-Id``), so a call's answer is an SSE stream that
+carries its progress notifications first, and a ``notifications/cancelled`` posted in the
+same session cancels the call's task. A session belongs to the identity that opened it:
+another token naming it gets 404, as for a session that never was (the SDK's check, fed
+the caller as its authenticated user).
+There is no GET stream (405, as the spec allows): nothing is sent outside a call's answer.
 
 The SDK is an optional extra: without it the daemon serves no ``/mcp`` and says so once.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import AsyncExitStack
@@ -29,6 +34,8 @@ from internal.protocol.a2a.server import TaskService
 log = logging.getLogger("butler.mcp")
 
 MCP_PATH = "/mcp"
+MAX_SESSIONS = 1000  # past it a new session is refused (the SDK's 503) until one ends
+SESSION_IDLE_SECONDS = 30 * 60.0  # a session unused this long is ended
 # Where the authenticated caller rides in the ASGI scope, for the tools to read back.
 SCOPE_IDENTITY = "butler.identity"
 
@@ -39,28 +46,56 @@ AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
 
 async def mount_mcp(app: web.Application, stack: AsyncExitStack, cfg: Config,
                     service: TaskService, catalog: SkillCatalog) -> bool:
-    """Add ``/mcp`` to ``app`` and run its session manager until ``stack`` closes.
-    False, and no route, when the MCP SDK is not installed."""
-    try:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    except ImportError:
+    """Add ``/mcp`` to ``app``; its session manager starts with the first request and
+    stops when ``stack`` closes. False, and no route, when the MCP SDK is not installed."""
+    if importlib.util.find_spec("mcp") is None:
         if cfg.mcp_server.allowed_capabilities is not None:
             log.info("no /mcp: the MCP SDK is not installed (pip install 'butler-a2a[mcp]')")
         return False
-    from butler.edges.mcp import ButlerTools, mcp_server
-
-    # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
-    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
-    server = mcp_server(ButlerTools(service, catalog), cfg.agent.name, package_version(),
-                        caller=caller_of)
-    manager = StreamableHTTPSessionManager(
-        app=server, stateless=True, json_response=True,
-        max_request_body_size=cfg.limits.max_body_bytes)
-    stack.push_async_callback(_stop, await _run(manager.run))
-    # POST alone: stateless with JSON answers, there is no stream to GET (the spec's
-    # answer to that is 405) and no session to DELETE.
-    app.router.add_post(MCP_PATH, asgi_handler(manager.handle_request))
+    edge = _McpEdge(cfg, service, catalog)
+    stack.push_async_callback(edge.aclose)
+    app.router.add_post(MCP_PATH, edge.handle)
+    app.router.add_delete(MCP_PATH, edge.handle)
     return True
+
+
+class _McpEdge:
+    """The SDK (pydantic, starlette, httpx: about 35 MB resident) is imported by the first
+    ``/mcp`` request, not at start: a daemon nobody reaches over MCP stays small."""
+
+    def __init__(self, cfg: Config, service: TaskService, catalog: SkillCatalog) -> None:
+        self._cfg, self._service, self._catalog = cfg, service, catalog
+        self._handler: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
+        self._running: Running | None = None
+        self._starting = asyncio.Lock()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self._handler is None:
+            async with self._starting:
+                if self._handler is None:
+                    self._handler = await self._start()
+        return await self._handler(request)
+
+    async def _start(self) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from butler.edges.mcp import ButlerTools, mcp_server
+
+        # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
+        logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
+        cfg = self._cfg
+        server = mcp_server(ButlerTools(self._service, self._catalog), cfg.agent.name,
+                            package_version(), caller=caller_of)
+        manager = StreamableHTTPSessionManager(
+            app=server, stateless=False, json_response=False,
+            max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
+            session_idle_timeout=SESSION_IDLE_SECONDS)
+        self._running = await _run(manager.run)
+        return asgi_handler(manager.handle_request)
+
+    async def aclose(self) -> None:
+        if self._running is not None:
+            await _stop(self._running)
 
 
 def package_version() -> str:
@@ -125,6 +160,7 @@ def asgi_handler(asgi: AsgiApp) -> Callable[[web.Request], Awaitable[web.StreamR
 
 
 def _scope(request: web.Request) -> dict[str, Any]:
+    ident = request.get(IDENTITY)
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
@@ -133,8 +169,20 @@ def _scope(request: web.Request) -> dict[str, Any]:
         "query_string": request.query_string.encode("latin-1"), "root_path": "",
         "headers": [(k.lower(), v) for k, v in request.raw_headers],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
-        "server": None, SCOPE_IDENTITY: request.get(IDENTITY),
+        "server": None, SCOPE_IDENTITY: ident, "user": _session_owner(ident),
     }
+
+
+def _session_owner(ident: object) -> object:
+    """The caller as the SDK's authenticated user: the session manager binds a session to
+    the user that opened it and answers 404 to any other. It carries the identity's name,
+    never the token (the gate has checked that already)."""
+    if not isinstance(ident, Identity):
+        return None
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token="", client_id=ident.name, scopes=[]))
 
 
 def _receiver(body: bytes, over: asyncio.Event) -> Callable[[], Awaitable[Message]]:

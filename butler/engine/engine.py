@@ -37,7 +37,7 @@ from butler.engine.transitions import (
 )
 from butler.ids import IDS
 from butler.logs import TRACE_ID
-from butler.routing import Ranking
+from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy
@@ -98,7 +98,7 @@ class TaskEngine:
     async def start(self, records: FinalRecords | None = None) -> int:
         """Repair what the previous process left (``recovery``); returns how many tasks it
         cut off. ``records``: the audit log, to find final records it lost."""
-        stale = await recover(self.store, self._audit_final, records)
+        stale = await recover(self.store, self._audit_final, records, self.deps.seal)
         self._purger = asyncio.create_task(
             purge_loop(self.store, self._retention, self.purge_listeners))
         return stale
@@ -170,7 +170,7 @@ class TaskEngine:
         task = self._new_task(caller, request, admitted, trace_id, task_id)
         skill = plan.skill if isinstance(plan, RunSkill) else None
         if isinstance(plan, NoPlan):
-            task = interrupted(task, plan.code, plan.message, now_iso())
+            task = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
@@ -356,7 +356,7 @@ class TaskEngine:
                                        last_chunk=event.last_chunk))
             return task
         if task.state.terminal:
-            self._finalise(task)
+            self._finalise(task := self.deps.seal(task))  # with its signed receipt
         try:
             await self.store.put(task)
         except Exception as exc:
@@ -382,8 +382,7 @@ class TaskEngine:
         budget = task.budget
         when = {} if at is None else {"at": at}
         self.deps.audit("task_finished", **when, caller=task.owner, task_id=task.id,
-                        chain=task.chain,
-                        budget_before=budget.start_usd if budget else None,
+                        chain=task.chain, budget_before=budget.start_usd if budget else None,
                         budget_after=budget.left_usd if budget else None,
                         decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=task.trace_id,
@@ -394,4 +393,8 @@ class TaskEngine:
 
     async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
         return await self.swarm.rank(caller, text, chain, self.delegator)
+
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
+        return await self.swarm.tools(caller, chain, self.delegator if peers else None)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from butler.identity.receipts import receipt_id
 from internal.protocol.a2a.model import Task
 
 
@@ -14,8 +15,13 @@ def final_detail(task: Task) -> dict[str, str]:
     detail = {"seconds": f"{_seconds(task.created_at, task.updated_at):.6f}"}
     if task.skill:
         detail["skill"] = task.skill
-    if task.cost is not None and task.cost.children:
-        detail["peer"] = ",".join(dict.fromkeys(child.agent for child in task.cost.children))
+    if task.cost is not None:
+        # A plan's model calls and local tools are children too, of this agent itself.
+        peers = dict.fromkeys(c.agent for c in task.cost.children if c.agent != task.cost.agent)
+        if peers:
+            detail["peer"] = ",".join(peers)
+    if task.receipts:  # the audit trail names the signed receipt stored with the task
+        detail["receipt"] = receipt_id(task.receipts[0])
     return detail
 
 

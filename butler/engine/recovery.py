@@ -42,14 +42,16 @@ AuditFinal = Callable[[Task, datetime | None], None]  # (task, when it ended; No
 
 
 async def recover(store: TaskStore, audit_final: AuditFinal,
-                  records: FinalRecords | None) -> int:
-    """Repairs both; returns how many tasks were found cut off by the restart."""
+                  records: FinalRecords | None,
+                  seal: Callable[[Task], Task] = lambda task: task) -> int:
+    """Repairs both; returns how many tasks were found cut off by the restart. ``seal``
+    adds its signed receipt to a task it ends."""
     if records is not None:
         await _record_missing_finals(store, audit_final, records)
     stale = await store.open_tasks()
     why = "the daemon restarted while this task was running"
     for task in stale:
-        ended = interrupted(task, "interrupted_by_restart", why, now_iso())
+        ended = seal(interrupted(task, "interrupted_by_restart", why, now_iso()))
         await store.put(ended)
         audit_final(ended, None)
     if stale:

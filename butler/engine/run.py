@@ -16,6 +16,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from butler.delegation.peers import PeerStatus
+from butler.engine.plan_run import PlanSteps
 from butler.engine.transitions import (
     ArtifactAdded,
     Event,
@@ -25,11 +27,13 @@ from butler.engine.transitions import (
     failed,
 )
 from butler.logs import TRACE_ID
+from butler.planner import Planner, Toolbox
 from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import (
     DelegationError,
     DelegationResult,
     FollowUp,
+    PlanResult,
     SkillContext,
     SkillFailed,
     SkillRejected,
@@ -66,6 +70,9 @@ class Delegator(Protocol):
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
 
+    async def peer_status(self) -> list[PeerStatus]:
+        """Every peer known now with its health, for the operator's overview."""
+
     async def aclose(self) -> None: ...
 
 
@@ -80,6 +87,12 @@ class RunEngine(Protocol):
 
     async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
         """The intent router's ranking for ``text`` as ``caller`` sees the candidates."""
+
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
+        """The planner's tools: the skills and peers ``caller`` may use (the router's
+        candidates), without the peers in ``chain``; no peers when ``peers`` is false
+        (the next hop would exceed the depth)."""
 
 
 class Workspace(Protocol):
@@ -99,6 +112,10 @@ def _no_audit(kind: str, **fields: Any) -> None:
     return None
 
 
+def _unsealed(task: Task) -> Task:
+    return task
+
+
 async def _room_always() -> None:
     return None
 
@@ -114,6 +131,9 @@ class RunDeps:
     workspace: Workspace = field(default_factory=_NoWorkspace)
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
+    planner: Planner | None = None  # the config's ``planner:``
+    # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
+    seal: Callable[[Task], Task] = _unsealed
 
     @property
     def recording(self) -> bool:
@@ -145,6 +165,10 @@ class TaskRun:
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
         self.children: list[CostNode] = []
+        self.child_receipts: list[str] = []  # each child's receipts, its own first
+        self.audit = deps.audit
+        self._delegations = 0
+        self._planning = False
         self.handle: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[FollowUp] | None = None
         self._charged = Decimal("0")
@@ -196,7 +220,8 @@ class TaskRun:
         )
         try:
             await self.engine.apply(self.task_id, replace(
-                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node))
+                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node,
+                receipts=tuple(self.child_receipts)))
         except Exception:
             # Whoever waits for the task got the error (``TaskEngine.apply``).
             log.exception("could not store the outcome of task %s", self.task_id)
@@ -226,28 +251,40 @@ class TaskRun:
         live = self.engine.live(self.task_id)
         return live.artifacts if live is not None else ()
 
+    @property
+    def agent_id(self) -> str:
+        return self.deps.agent_id
+
     async def _run_skill(self) -> SkillResult:
         assert self.skill is not None
-        cost = self.skill.config.cost_usd
-        reserved = self.ledger.reserve(cost, f"skill {self.skill.id}")
         request = self.task.request
-        ctx = SkillContext(
-            task_id=self.task_id, context_id=self.task.context_id, skill_id=self.skill.id,
-            text=request.text, input=dict(request.input), parts=request.parts,
-            caller=self.caller.name, chain=self.chain, trace_id=self.task.trace_id, _host=self,
-            message=request.message,
-        )
+        ctx = replace(self.context(self.skill, request.text, dict(request.input)),
+                      parts=request.parts, message=request.message)
+        result = await self.run_local(self.skill, ctx)
+        self._charged = self.skill.config.cost_usd
+        return result
+
+    def context(self, skill: Skill, text: str, input: dict[str, Any]) -> SkillContext:
+        return SkillContext(
+            task_id=self.task_id, context_id=self.task.context_id, skill_id=skill.id,
+            text=text, input=input, parts=(), caller=self.caller.name, chain=self.chain,
+            trace_id=self.task.trace_id, _host=self)
+
+    async def run_local(self, skill: Skill, ctx: SkillContext) -> SkillResult:
+        """Run ``skill`` here, its ``cost_usd`` reserved from this task's budget first: the
+        task's own skill, or one a plan calls."""
+        cost = skill.config.cost_usd
+        reserved = self.ledger.reserve(cost, f"skill {skill.id}")
         span = self.deps.tracer.start_as_current_span(
-            "butler.skill", attributes={"butler.skill": self.skill.id}
+            "butler.skill", attributes={"butler.skill": skill.id}
         ) if self.deps.recording else contextlib.nullcontext()
         with span:
             try:
-                result = to_result(await self.skill.run(ctx))
+                result = to_result(await skill.run(ctx))
             except BaseException:
                 self.ledger.settle(reserved, Decimal("0"))
                 raise
         self.ledger.settle(reserved, cost)
-        self._charged = cost
         return result
 
     async def _run_delegation(self) -> SkillResult:
@@ -289,13 +326,35 @@ class TaskRun:
     async def route(self, text: str) -> Ranking:
         return await self.engine.route(self.caller, text, (*self.chain, self.deps.agent_id))
 
+    async def toolbox(self) -> Toolbox:
+        skills, peers = await self.engine.tools(
+            self.caller, (*self.chain, self.deps.agent_id),
+            self.may_delegate and self.delegator is not None)
+        # Not the skill that is planning: it would plan again.
+        return Toolbox([s for s in skills if s is not self.skill], peers)
+
+    async def plan(self, text: str, *, stream: bool = False) -> PlanResult:
+        planner = self.deps.planner
+        if planner is None:
+            raise SkillFailed("planner_not_configured",
+                              "this instance has no planner (the config's planner: section)")
+        if self._planning:
+            raise SkillFailed("planner_loop", "a plan's tool cannot start another plan")
+        steps = PlanSteps(self, planner.cfg.model, stream)
+        self._planning = True
+        try:
+            return await planner.plan(steps, text)
+        finally:
+            self._planning = False
+
     async def delegate(self, *, capabilities: Sequence[str], task: str,
                        input: dict[str, Any] | None, peer: str | None,
                        skill: str | None = None) -> DelegationResult:
         delegator = self.delegator
         if delegator is None:
             raise SkillFailed("no_capable_peer", "this instance has no peers configured")
-        if len(self.children) >= self.deps.max_children:
+        # Counted apart from the cost tree's children: a plan's model calls are children too.
+        if self._delegations >= self.deps.max_children:
             raise SkillFailed("too_many_delegations",
                               f"a task may delegate at most {self.deps.max_children} times")
         if not self.may_delegate:
@@ -305,6 +364,7 @@ class TaskRun:
             # trace: it reads the parent from the current context.
             otel_context.attach(self._trace_parent())
         grant = self.ledger.reserve(self.ledger.left, "delegation")
+        self._delegations += 1
         child_request = TaskRequest(text=task, input=input or {}, skill=skill,
                                     capabilities_needed=tuple(capabilities),
                                     context_id=self.task.context_id)
@@ -320,6 +380,7 @@ class TaskRun:
             self.ledger.settle(grant, result.spent_usd if result else Decimal("0"))
         if result.cost is not None:
             self.children.append(result.cost)
+        self.child_receipts.extend(result.receipts)
         return result
 
     async def workspace_get(self, key: str) -> Any:

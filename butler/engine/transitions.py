@@ -79,6 +79,7 @@ class Finished:
     artifacts: tuple[Artifact, ...] | None = None
     budget: Budget | None = None
     cost: CostNode | None = None
+    receipts: tuple[str, ...] | None = None  # the receipts of the tasks it delegated
     as_message: bool = False  # the skill answers with a message, not a task
 
     def __post_init__(self) -> None:
@@ -131,7 +132,7 @@ def apply(task: Task, event: Event, at: str) -> Task:
 
 def _finish(task: Task, event: Finished, at: str) -> Task:
     changes: dict[str, Any] = {"reply_as_message": True} if event.as_message else {}
-    for name in ("error", "parts", "artifacts", "budget", "cost"):
+    for name in ("error", "parts", "artifacts", "budget", "cost", "receipts"):
         value = getattr(event, name)
         if value is not None:
             changes[name] = value

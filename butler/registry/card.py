@@ -26,7 +26,7 @@ MAX_LIST = 64
 # Butler's own /v2/card, then the optional fields of a standard A2A AgentCard.
 _BUTLER_FIELDS = frozenset({
     "name", "description", "url", "version", "capabilities", "skills", "auth_schemes",
-    "streaming", "updated_at", "agent_id", "swarm",
+    "streaming", "updated_at", "agent_id", "swarm", "identity_key", "key_rotations",
 })
 _A2A_FIELDS = frozenset({
     "protocolVersion", "preferredTransport", "additionalInterfaces", "iconUrl", "provider",

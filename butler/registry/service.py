@@ -7,6 +7,8 @@
     GET    /v1/agents?capability=&skill=&tag=&q=&limit=&cursor=
     GET    /healthz                      unauthenticated
     GET    /v1/openapi.json              unauthenticated: the OpenAPI document (openapi.yaml)
+    GET    /dashboard                    unauthenticated: a page of the live agents, which
+                                         reads GET /v1/agents with the token typed into it
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from typing import Any
 
 from aiohttp import web
 
+from butler.dashboard import REGISTRY_PAGE
 from butler.registry.card import build_entry, validate_card
 from butler.registry.clock import Clock
 from butler.registry.config import RegistryServiceConfig
+from butler.registry.keys import check_key_change
 from butler.registry.model import (
     bad,
     check_url,
@@ -82,7 +86,7 @@ def build_registry_app(
         middlewares=[
             error_middleware,
             gate_middleware(verifier=TokenVerifier(config.tokens),
-                            public_paths={"/healthz", OPENAPI_PATH},
+                            public_paths={"/healthz", OPENAPI_PATH, *REGISTRY_PAGE.paths},
                             max_inflight=config.max_inflight),
         ],
     )
@@ -96,7 +100,8 @@ def build_registry_app(
     app.router.add_get("/v1/agents/{name}", get_agent)
     app.router.add_delete("/v1/agents/{name}", delete_agent)
     app.router.add_post("/v1/agents/{name}/heartbeat", heartbeat)
-    app.add_routes([document_route(OPENAPI_PATH, "butler.registry", "openapi.yaml")])
+    app.add_routes([document_route(OPENAPI_PATH, "butler.registry", "openapi.yaml"),
+                    *REGISTRY_PAGE.routes()])
     app.cleanup_ctx.append(_sweeper)
     return app
 
@@ -155,6 +160,8 @@ async def put_agent(request: web.Request) -> web.Response:
         raise bad("url", "required, in the body or as card.url")
     ttl = _ttl(body, reg.config)
     now = reg.clock.now()
+    registered = await reg.store.get(name, now=now)
+    check_key_change(name, registered.card if registered is not None else None, index.card)
     entry = build_entry(name, owner, index, url=url, now=now, ttl_seconds=ttl)
     stored, created = await reg.store.upsert(
         entry, now=now, max_names=reg.config.max_names_per_identity

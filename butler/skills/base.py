@@ -61,10 +61,21 @@ class DelegationResult:
     cost: CostNode | None
     error_code: str = ""
     error_message: str = ""
+    receipts: tuple[str, ...] = ()  # the peer's signed receipts, its own first
 
     @property
     def text(self) -> str:
         return "\n".join(p.text for p in self.parts if p.text is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """What ``ctx.plan`` returns: the model's answer and what the plan did."""
+
+    text: str  # the model's answer (all the text it produced, in order)
+    steps: int  # model calls made
+    tool_calls: tuple[str, ...]  # what each tool call ran: a skill id, or peer[/skill]
+    spent_usd: Decimal  # the model calls' cost (the tools' costs are charged as theirs)
 
 
 class Host(Protocol):
@@ -76,6 +87,7 @@ class Host(Protocol):
     async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp: ...
     def budget_left(self) -> Decimal: ...
     async def route(self, text: str) -> Ranking: ...
+    async def plan(self, text: str, *, stream: bool = False) -> PlanResult: ...
     async def delegate(
         self, *, capabilities: Sequence[str], task: str, input: dict[str, Any] | None,
         peer: str | None,
@@ -164,6 +176,15 @@ class SkillContext:
         as this task's caller sees them; nothing runs. ``ranking.best`` is the choice
         (None below the threshold), ``butler.routing.explain(ranking)`` says why."""
         return await self._host.route(text)
+
+    async def plan(self, text: str, *, stream: bool = False) -> PlanResult:
+        """Plan ``text`` with the LLM planner (the config's ``planner:``): the model calls
+        the skills and peers this task's caller may use, as tools, then answers. Paid
+        from this task's budget and bounded by its deadline; fails the task with
+        ``planner_unavailable``, ``planner_bad_response``, ``budget_exhausted``... when
+        uncaught. ``stream``: relay the model's text to this task's ``answer`` artifact
+        as it arrives."""
+        return await self._host.plan(text, stream=stream)
 
     async def delegate(
         self,

@@ -71,3 +71,12 @@ def memory_skills(store: MemoryStore) -> dict[str, SkillFunction]:
         ))
 
     return {"memory.write": write, "memory.read": read, "memory.search": search}
+
+
+async def planner(ctx: SkillContext) -> SkillOutput:
+    """The LLM planner as a skill: the answer is streamed into the task's ``answer``
+    artifact as the model writes it, and that artifact is the result."""
+    if not ctx.text.strip():
+        raise SkillFailed("invalid_input", "the planner needs a task in plain words")
+    await ctx.plan(ctx.text, stream=True)
+    return SkillResult()

@@ -65,6 +65,8 @@ def build_skills(configs: Iterable[SkillConfig], memory: MemoryStore | None,
         if cfg.builtin == "echo":
             fn: SkillFunction = echo
             fidelity = builtin.FIDELITY
+        elif cfg.builtin == "planner":
+            fn, fidelity = builtin.planner, builtin.FIDELITY
         elif cfg.builtin is not None:
             fn, fidelity = memory_fns[cfg.builtin], builtin.FIDELITY
         elif cfg.command is not None:

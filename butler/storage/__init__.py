@@ -11,6 +11,7 @@ from butler.storage._files import (
     FOLDER_MODE,
     private_file,
     private_folder,
+    replace_private,
     write_private,
 )
 from butler.storage._schema import schema_version
@@ -32,6 +33,7 @@ __all__ = [
     "micros_stamp",
     "private_file",
     "private_folder",
+    "replace_private",
     "schema_version",
     "stamp_micros",
     "write_private",

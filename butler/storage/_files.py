@@ -43,6 +43,15 @@ def private_file(path: Path) -> None:
             continue
 
 
+def replace_private(path: Path, data: bytes) -> None:
+    """Make ``path`` 0600 with ``data``, whole or not at all: a new file beside the old,
+    renamed over it."""
+    staged = path.with_name(path.name + ".new")
+    staged.unlink(missing_ok=True)
+    write_private(staged, data)
+    os.replace(staged, path)
+
+
 def write_private(path: Path, data: bytes) -> None:
     """Create ``path`` 0600 with ``data``; ``FileExistsError`` if it exists. Not fsynced:
     what it guards against is the end of this process, which the page cache survives."""

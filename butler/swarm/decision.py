@@ -20,7 +20,7 @@ from butler.routing import Ranking, RouteCandidate
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
 from butler.swarm.grants import require_capabilities, require_skill, routable
-from butler.swarm.intent import IntentRouter
+from butler.swarm.intent import IntentRouter, local_candidate
 from butler.swarm.spend import SpendBook
 from internal.protocol.a2a.model import (
     AuthError,
@@ -30,6 +30,7 @@ from internal.protocol.a2a.model import (
     RequestError,
     Task,
     TaskRequest,
+    agent_key,
     media_type_matches,
 )
 
@@ -128,6 +129,19 @@ class SwarmDecision:
         limits = self.spend.limits.get(caller.name)
         return await self.intent.rank(caller, text, chain, peers,
                                       routable(limits, DELEGATE_SKILL))
+
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: PeerPrices | None
+                    ) -> tuple[list[Skill], list[RouteCandidate]]:
+        """What a plan for ``caller`` may call: the router's candidates (visibility and
+        grants alike), less the planner skills themselves and the peers in ``chain``."""
+        limits = self.spend.limits.get(caller.name)
+        allow = routable(limits, DELEGATE_SKILL) or (lambda _: True)
+        skills = [s for s in self.catalog.visible(caller) if s.config.builtin != "planner"
+                  and allow(local_candidate(s.config))]
+        passed = {agent_key(a) for a in chain}
+        found = await self.intent.candidates(peers)
+        return skills, [c for c in found
+                        if c.peer and agent_key(c.peer) not in passed and allow(c)]
 
     def settle(self, task: Task) -> None:
         """``task`` has ended: what it spent counts against its caller's caps."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from butler.config.model import CallerLimits
 from butler.swarm.spend_store import MinuteRow, OpenRow, SpendStore
@@ -39,6 +40,25 @@ class CallerUsage:
     day: Usage
     running: int  # tasks whose reservation is not settled yet
     reserved_usd: Decimal
+
+
+def caller_json(name: str, limits: CallerLimits, use: CallerUsage | None) -> dict[str, Any]:
+    """One limited caller's grants, limits and windows as JSON (``butler spend --json``
+    and the dashboard's overview); amounts in USD as exact decimal strings."""
+    def cap(value: Decimal | int | None) -> str | int | None:
+        return str(value) if isinstance(value, Decimal) else value
+
+    out: dict[str, Any] = {
+        "caller": name, "skills": limits.skills, "capabilities": limits.capabilities,
+        "limits": {key: cap(getattr(limits, key)) for key in (
+            "max_tasks_per_hour", "max_tasks_per_day", "max_usd_per_task",
+            "max_usd_per_hour", "max_usd_per_day")},
+    }
+    if use is not None:
+        out["last_hour"] = {"usd": str(use.hour.usd), "tasks": use.hour.tasks}
+        out["last_day"] = {"usd": str(use.day.usd), "tasks": use.day.tasks}
+        out["running"] = {"tasks": use.running, "reserved_usd": str(use.reserved_usd)}
+    return out
 
 
 @dataclass(slots=True)

@@ -1,76 +1,144 @@
 """HTTP plumbing shared by the daemon and the registry: the listener and its limits,
 the request gate (auth, rate limits, in-flight cap), JSON bodies and errors as JSON,
-the incident log, server-sent events and OpenAPI documents; on the way out, the one
+the incident log, server-sent events, OpenAPI documents and static pages; on the way out, the one
 outbound guard and the one place outbound sessions are built.
 """
 
-from internal.http._auth import TokenEntry, TokenVerifier, hash_token, new_token
-from internal.http._documents import document_route, load
-from internal.http._gate import gate_middleware
-from internal.http._incidents import INCIDENTS, IncidentLog
-from internal.http._json_http import (
-    ERROR_RENDERERS,
-    IDENTITY,
-    ErrorRenderer,
-    Handler,
-    error_headers,
-    error_middleware,
-    identity_of,
-    json_bytes_response,
-    json_response,
-    read_body,
-    read_json,
-)
-from internal.http._listener import ListenSettings, listen
-from internal.http._outbound import outbound_session
-from internal.http._outbound_guard import (
-    CONFIGURED,
-    OutboundGuard,
-    OutboundRules,
-    ResolverFactory,
-    embedded_ipv4,
-    ip_literal,
-)
-from internal.http._rate_limits import TokenBuckets, limited
-from internal.http._sse import SseTiming, sse_frame, sse_stream
-from internal.http._streams import STREAM_SLOTS, StreamCaps, StreamSlots
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "CONFIGURED",
-    "ERROR_RENDERERS",
-    "IDENTITY",
-    "INCIDENTS",
-    "STREAM_SLOTS",
-    "ErrorRenderer",
-    "Handler",
-    "IncidentLog",
-    "ListenSettings",
-    "OutboundGuard",
-    "OutboundRules",
-    "ResolverFactory",
-    "SseTiming",
-    "StreamCaps",
-    "StreamSlots",
-    "TokenBuckets",
-    "TokenEntry",
-    "TokenVerifier",
-    "document_route",
-    "embedded_ipv4",
-    "error_headers",
-    "error_middleware",
-    "gate_middleware",
-    "hash_token",
-    "identity_of",
-    "ip_literal",
-    "json_bytes_response",
-    "json_response",
-    "limited",
-    "listen",
-    "load",
-    "new_token",
-    "outbound_session",
-    "read_body",
-    "read_json",
-    "sse_frame",
-    "sse_stream",
-]
+from internal.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from internal.http._auth import (
+        TokenEntry as TokenEntry,
+    )
+    from internal.http._auth import (
+        TokenVerifier as TokenVerifier,
+    )
+    from internal.http._auth import (
+        hash_token as hash_token,
+    )
+    from internal.http._auth import (
+        new_token as new_token,
+    )
+    from internal.http._documents import (
+        document_route as document_route,
+    )
+    from internal.http._documents import (
+        load as load,
+    )
+    from internal.http._gate import gate_middleware as gate_middleware
+    from internal.http._incidents import (
+        INCIDENTS as INCIDENTS,
+    )
+    from internal.http._incidents import (
+        IncidentLog as IncidentLog,
+    )
+    from internal.http._json_http import (
+        ERROR_RENDERERS as ERROR_RENDERERS,
+    )
+    from internal.http._json_http import (
+        IDENTITY as IDENTITY,
+    )
+    from internal.http._json_http import (
+        ErrorRenderer as ErrorRenderer,
+    )
+    from internal.http._json_http import (
+        Handler as Handler,
+    )
+    from internal.http._json_http import (
+        error_headers as error_headers,
+    )
+    from internal.http._json_http import (
+        error_middleware as error_middleware,
+    )
+    from internal.http._json_http import (
+        identity_of as identity_of,
+    )
+    from internal.http._json_http import (
+        json_bytes_response as json_bytes_response,
+    )
+    from internal.http._json_http import (
+        json_response as json_response,
+    )
+    from internal.http._json_http import (
+        read_body as read_body,
+    )
+    from internal.http._json_http import (
+        read_json as read_json,
+    )
+    from internal.http._listener import (
+        ListenSettings as ListenSettings,
+    )
+    from internal.http._listener import (
+        listen as listen,
+    )
+    from internal.http._outbound import outbound_session as outbound_session
+    from internal.http._outbound_guard import (
+        CONFIGURED as CONFIGURED,
+    )
+    from internal.http._outbound_guard import (
+        OutboundGuard as OutboundGuard,
+    )
+    from internal.http._outbound_guard import (
+        OutboundRules as OutboundRules,
+    )
+    from internal.http._outbound_guard import (
+        ResolverFactory as ResolverFactory,
+    )
+    from internal.http._outbound_guard import (
+        embedded_ipv4 as embedded_ipv4,
+    )
+    from internal.http._outbound_guard import (
+        ip_literal as ip_literal,
+    )
+    from internal.http._pages import StaticPage as StaticPage
+    from internal.http._rate_limits import (
+        TokenBuckets as TokenBuckets,
+    )
+    from internal.http._rate_limits import (
+        limited as limited,
+    )
+    from internal.http._sse import (
+        SseTiming as SseTiming,
+    )
+    from internal.http._sse import (
+        sse_frame as sse_frame,
+    )
+    from internal.http._sse import (
+        sse_stream as sse_stream,
+    )
+    from internal.http._streams import (
+        STREAM_SLOTS as STREAM_SLOTS,
+    )
+    from internal.http._streams import (
+        StreamCaps as StreamCaps,
+    )
+    from internal.http._streams import (
+        StreamSlots as StreamSlots,
+    )
+
+# Each name is imported from its module on first use (internal/lazy_exports.py).
+__all__, _getattr = lazy_exports(__name__, {
+    "_auth": ("TokenEntry", "TokenVerifier", "hash_token", "new_token",),
+    "_documents": ("document_route", "load",),
+    "_gate": ("gate_middleware",),
+    "_incidents": ("INCIDENTS", "IncidentLog",),
+    "_json_http": (
+        "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
+        "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
+        "read_json",
+    ),
+    "_listener": ("ListenSettings", "listen",),
+    "_outbound": ("outbound_session",),
+    "_outbound_guard": (
+        "CONFIGURED", "OutboundGuard", "OutboundRules", "ResolverFactory", "embedded_ipv4",
+        "ip_literal",
+    ),
+    "_pages": ("StaticPage",),
+    "_rate_limits": ("TokenBuckets", "limited",),
+    "_sse": ("SseTiming", "sse_frame", "sse_stream",),
+    "_streams": ("STREAM_SLOTS", "StreamCaps", "StreamSlots",),
+})
+if not TYPE_CHECKING:
+    __getattr__ = _getattr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,7 +115,9 @@ def test_find_and_list_against_a_live_registry(served: str) -> None:
     header, row, *rest = result.stdout.splitlines()
     assert header.split() == ["NAME", "URL", "CAPABILITIES", "EXPIRES", "IN"]
     assert row.split()[:3] == ["office", "http://127.0.0.1:8081", "memory.search"]
-    assert row.endswith(("9m 59s", "10m 0s")) and rest == []
+    # Ten minutes from registration, less what a busy machine took since.
+    minutes, seconds = re.fullmatch(r".*  (\d+)m (\d+)s", row).groups()  # type: ignore[union-attr]
+    assert 9 * 60 <= int(minutes) * 60 + int(seconds) <= 600 and rest == []
 
     result = run_cli("list", "--json", BUTLER_REGISTRY_URL=served, **token)
     assert [a["name"] for a in json.loads(result.stdout)] == ["home", "office"]

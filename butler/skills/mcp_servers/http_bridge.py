@@ -3,12 +3,14 @@
 The SDK speaks HTTP through an ``httpx2`` client; this transport hands each of its requests
 to a session from ``outbound_session``, so an MCP server's URL is judged by the same
 ``OutboundGuard`` as a peer's (the URL before connecting, every resolved address at
-connection time) and redirects are answers, never followed.
+connection time) and redirects are answers, never followed. A configured token goes only to
+the configured URL's origin.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx2
@@ -26,11 +28,16 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
     """An operator wrote the URL into the config: loopback and private networks pass, as
     for a configured peer (``CONFIGURED``); metadata and link-local addresses do not."""
 
-    def __init__(self, guard: OutboundGuard | None = None) -> None:
+    def __init__(self, url: str, token: str = "", guard: OutboundGuard | None = None) -> None:
         self._session = outbound_session(guard or OutboundGuard(CONFIGURED))
+        self._origin = _origin(url)
+        self._token = token
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _SKIPPED]
+        headers = [(k, v) for k, v in request.headers.multi_items()
+                   if k.lower() not in _SKIPPED and k.lower() != "authorization"]
+        if self._token and _origin(str(request.url)) == self._origin:
+            headers.append(("Authorization", f"Bearer {self._token}"))
         try:
             response = await self._session.request(
                 request.method, str(request.url), headers=headers, data=await request.aread(),
@@ -45,6 +52,11 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._session.close()
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
 class _Body(httpx2.AsyncByteStream):

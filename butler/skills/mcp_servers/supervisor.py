@@ -121,7 +121,7 @@ class McpServer:
         to its URL, held open by ``stack``."""
         if self.mcp.url is not None:
             client = await stack.enter_async_context(
-                httpx2.AsyncClient(transport=GuardedTransport()))
+                httpx2.AsyncClient(transport=GuardedTransport(self.mcp.url, self.mcp.token)))
             read, write = await stack.enter_async_context(
                 streamable_http_client(self.mcp.url, http_client=client))
         else:

@@ -2,18 +2,30 @@
 sessions from ``internal.http.outbound_session``.
 """
 
-from internal.protocol.a2a.client._a2a import (
-    A2APeerClient,
-    Interface,
-    choose_interface,
-    offered_interfaces,
-)
-from internal.protocol.a2a.client._butler import PeerClient
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "A2APeerClient",
-    "Interface",
-    "PeerClient",
-    "choose_interface",
-    "offered_interfaces",
-]
+from internal.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from internal.protocol.a2a.client._a2a import (
+        A2APeerClient as A2APeerClient,
+    )
+    from internal.protocol.a2a.client._a2a import (
+        Interface as Interface,
+    )
+    from internal.protocol.a2a.client._a2a import (
+        choose_interface as choose_interface,
+    )
+    from internal.protocol.a2a.client._a2a import (
+        offered_interfaces as offered_interfaces,
+    )
+    from internal.protocol.a2a.client._butler import PeerClient as PeerClient
+    from internal.protocol.a2a.client._butler import transport_errors as transport_errors
+
+# Each name is imported from its module on first use (internal/lazy_exports.py).
+__all__, _getattr = lazy_exports(__name__, {
+    "_a2a": ("A2APeerClient", "Interface", "choose_interface", "offered_interfaces",),
+    "_butler": ("PeerClient", "transport_errors"),
+})
+if not TYPE_CHECKING:
+    __getattr__ = _getattr

@@ -1,7 +1,8 @@
 """Outbound client for standard A2A agents (``a2a.delegate`` to a non-Butler peer).
 
-Reads the agent's card, picks its A2A 1.0 JSON-RPC or HTTP+JSON interface (JSON-RPC
-0.3 when that is all the card offers), sends the task with the swarm envelope, and
+Reads the agent's card, picks its A2A 1.0 JSON-RPC, HTTP+JSON or gRPC interface (gRPC
+over ``_grpc.py``, with the ``grpc`` extra; JSON-RPC 0.3 when that is all the card
+offers), sends the task with the swarm envelope, and
 follows it until it ends or waits on its caller: over a stream when the agent offers
 one, else by polling. Transport problems become ``DelegationFailed`` (the delegator
 tries another peer); a Butler's refusal keeps its class (never retried).
@@ -11,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib.util
 import logging
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -32,10 +36,9 @@ from internal.protocol.a2a.codec.peer_answers import (
     bad_answer,
     decode_task,
     message_task,
+    peer_error,
 )
 from internal.protocol.a2a.model import (
-    BUTLER_DOMAIN,
-    ERROR_TABLE,
     LEGACY_CARD_PATH,
     LEGACY_VERSION,
     PROTOCOL_VERSION,
@@ -46,14 +49,13 @@ from internal.protocol.a2a.model import (
     Part,
     Task,
     TaskRequest,
-    error_from_code,
     interrupted_or_terminal,
     version_matches,
 )
 
 log = logging.getLogger("butler.delegation")
 _PREFERENCE = (("JSONRPC", PROTOCOL_VERSION), ("HTTP+JSON", PROTOCOL_VERSION),
-               ("JSONRPC", LEGACY_VERSION))
+               ("GRPC", PROTOCOL_VERSION), ("JSONRPC", LEGACY_VERSION))
 
 
 @dataclass(frozen=True)
@@ -81,42 +83,36 @@ def offered_interfaces(card: Mapping[str, Any]) -> list[Interface]:
     return offered
 
 
+@functools.cache
+def grpc_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("grpc", "a2a"))
+
+
 def choose_interface(card: Mapping[str, Any], peer: str) -> Interface:
-    """JSON-RPC 1.0, else HTTP+JSON 1.0, else JSON-RPC 0.3 (also from a 0.3-only card)."""
+    """JSON-RPC 1.0, else HTTP+JSON 1.0, else gRPC 1.0 (with the ``grpc`` extra), else
+    JSON-RPC 0.3 (also from a 0.3-only card)."""
     offered = offered_interfaces(card)
     for binding, version in _PREFERENCE:
+        if binding == "GRPC" and not grpc_installed():
+            continue
         for iface in offered:
             if iface.binding == binding and version_matches(iface.version, version):
                 return Interface(binding, version, iface.url.rstrip("/"))
-    raise DelegationFailed("peer_error", f"{peer} offers no A2A 1.0 JSON-RPC or HTTP+JSON "
-                                         "interface, nor JSON-RPC 0.3")
-
-
-def peer_error(peer: str, error: Any) -> ButlerError:
-    """A JSON-RPC error object or HTTP+JSON error body from ``peer``, as an exception."""
-    err = error if isinstance(error, dict) else {}
-    message = str(err.get("message", "error"))
-    data = err.get("data", err.get("details"))
-    code = None
-    for info in data if isinstance(data, list) else [data]:
-        if not isinstance(info, dict) or info.get("domain", BUTLER_DOMAIN) != BUTLER_DOMAIN:
-            continue
-        meta = _dict(info.get("metadata")) or info  # 1.0 ErrorInfo, or Butler's 0.3 data
-        if isinstance(meta.get("code"), str) and meta["code"] in ERROR_TABLE:
-            code = meta["code"]
-    if code is not None and ERROR_TABLE[code].category == "refusal":
-        return error_from_code(code, f"{peer}: {message}")
-    return DelegationFailed("peer_error", f"{peer} answered A2A error {err.get('code')}: "
-                                          f"{message}")
+    grpc = "" if grpc_installed() or not any(i.binding == "GRPC" for i in offered) else (
+        " (it offers gRPC: install the grpc extra, pip install 'butler-a2a[grpc]')")
+    raise DelegationFailed("peer_error", f"{peer} offers no A2A 1.0 JSON-RPC, HTTP+JSON or "
+                                         f"gRPC interface, nor JSON-RPC 0.3{grpc}")
 
 
 class A2APeerClient:
     def __init__(self, base_url: str, token: str, *, session: aiohttp.ClientSession,
                  name: str = "", connect_timeout: float = 3.0, timeout: float = 60.0,
                  max_response_bytes: int = 4 * 1024 * 1024, tls: ssl.SSLContext | None = None,
-                 poll_seconds: float = 0.2, guard: OutboundGuard | None = None) -> None:
+                 poll_seconds: float = 0.2, guard: OutboundGuard | None = None,
+                 ca_file: Path | None = None) -> None:
         """``guard``: the session's guard, also judging the interface URLs the card names
-        (as ``PeerClient``'s)."""
+        (as ``PeerClient``'s). ``ca_file``: the CA that ``tls`` trusts, for a gRPC channel
+        (which cannot take an ``ssl.SSLContext``)."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
         self._token = token
@@ -127,6 +123,7 @@ class A2APeerClient:
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
         self._poll = poll_seconds
         self._guard = guard
+        self._ca_file = ca_file
 
     def __repr__(self) -> str:
         return f"A2APeerClient({self.base_url!r})"
@@ -252,7 +249,6 @@ class A2APeerClient:
                       headers: Mapping[str, str], deadline: float) -> Task | None:
         url = iface.url if iface.binding == "JSONRPC" else iface.url + "/message:stream"
         body = self._rpc_body(iface, "stream", params) if iface.binding == "JSONRPC" else params
-        task: Task | None = None
         left = max(deadline - time.monotonic(), 0.001)
         with self._mapped(left):
             async with asyncio.timeout(left), self._open(
@@ -261,21 +257,31 @@ class A2APeerClient:
                 if resp.content_type != "text/event-stream":
                     return self._task_of(iface, self._unwrap(iface, resp.status,
                                                              await self._json(resp)))
-                async for name, data in self._events(resp):
-                    if name == "error" and iface.binding != "JSONRPC":
-                        raise peer_error(self.name, _dict(data).get("error"))
-                    result = self._unwrap(iface, 200, data)
-                    try:
-                        task = apply_event(task, result, iface.version, self.name)
-                    except DelegationFailed:
-                        if task is not None:
-                            raise
-                        log.info("%s: a stream that does not begin with anything usable; "
-                                 "sending the message without streaming", self.name)
-                        return None
+                return await self._fold(iface, self._results(iface, resp))
 
-                    if interrupted_or_terminal(task.state):
-                        break
+    async def _results(self, iface: Interface,
+                       resp: aiohttp.ClientResponse) -> AsyncIterator[Any]:
+        async for name, data in self._events(resp):
+            if name == "error" and iface.binding != "JSONRPC":
+                raise peer_error(self.name, _dict(data).get("error"))
+            yield self._unwrap(iface, 200, data)
+
+    async def _fold(self, iface: Interface, results: AsyncIterator[Any]) -> Task | None:
+        """A stream's results into the task, until it ends or waits on its caller; None
+        when the stream does not begin with anything usable (the caller sends instead)."""
+        task: Task | None = None
+        async with contextlib.aclosing(results):  # type: ignore[type-var]
+            async for result in results:
+                try:
+                    task = apply_event(task, result, iface.version, self.name)
+                except DelegationFailed:
+                    if task is not None:
+                        raise
+                    log.info("%s: a stream that does not begin with anything usable; "
+                             "sending the message without streaming", self.name)
+                    return None
+                if interrupted_or_terminal(task.state):
+                    break
         return task
 
     async def _events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
@@ -310,15 +316,50 @@ class A2APeerClient:
                 **extra}
         params = self._params(request, iface, chain, budget, extra.get(TRACE_HEADER),
                               extra.get(TREE_HEADER))
+        streaming = _dict(card.get("capabilities")).get("streaming") is True
+        if iface.binding == "GRPC":
+            return await self._run_grpc(iface, params, hdrs, streaming, deadline)
         task = None
-        if _dict(card.get("capabilities")).get("streaming") is True:
+        if streaming:
             task = await self._stream(iface, params, hdrs, deadline)
         if task is None:
             task = await self._send(iface, params, hdrs, deadline)
+        return await self._settle(task, lambda task_id: self._get(iface, task_id, hdrs,
+                                                                  deadline), deadline)
+
+    async def _settle(self, task: Task, get: Callable[[str], Awaitable[Task]],
+                      deadline: float) -> Task:
+        """Poll until the task ends or waits on its caller."""
         while not interrupted_or_terminal(task.state):
             await asyncio.sleep(min(self._poll, self._left(deadline)))
-            task = await self._get(iface, task.id, hdrs, deadline)
+            task = await get(task.id)
         return task
+
+    async def _run_grpc(self, iface: Interface, params: dict[str, Any],
+                        headers: Mapping[str, str], streaming: bool, deadline: float) -> Task:
+        # Imported here: gRPC is an optional extra, and choose_interface offered it.
+        from internal.protocol.a2a.client._grpc import GrpcPeer
+
+        with self._mapped(self._left(deadline)):
+            peer = await GrpcPeer.connect(
+                iface.url, self._token, peer_url=self.base_url, name=self.name,
+                guard=self._guard, ca_file=self._ca_file, max_response_bytes=self._max,
+                connect_timeout=self._connect_timeout)
+            async with peer:
+                task = None
+                if streaming:
+                    left = self._left(deadline)
+                    async with asyncio.timeout(left):
+                        task = await self._fold(iface, peer.stream(params, headers, left))
+                if task is None:
+                    task = self._task_of(iface, await peer.send(params, headers,
+                                                                 self._left(deadline)))
+
+                async def get(task_id: str) -> Task:
+                    return self._task_of(iface, await peer.get(task_id, headers,
+                                                               self._left(deadline)))
+
+                return await self._settle(task, get, deadline)
 
     def _params(self, request: TaskRequest, iface: Interface, chain: tuple[str, ...],
                 budget: Decimal | None, trace_id: str | None,

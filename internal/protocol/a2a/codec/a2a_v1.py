@@ -287,6 +287,8 @@ def butler_metadata(task: Task) -> dict[str, Any]:
                          "leftUsd": str(task.budget.left_usd)}
     if task.cost is not None:
         out["cost"] = encode_cost(task.cost)
+    if task.receipts:
+        out["receipts"] = list(task.receipts)
     return {SWARM_EXTENSION_URI: out}
 
 
@@ -322,8 +324,11 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
         return {"artifactUpdate": {"taskId": task.wire_id, "contextId": task.context_id,
                                    "artifact": encode_artifact(event.artifact),
                                    "append": event.append, "lastChunk": event.last_chunk}}
-    return {"statusUpdate": {"taskId": task.wire_id, "contextId": task.context_id,
-                             "status": encode_status(task)}}
+    update: dict[str, Any] = {"taskId": task.wire_id, "contextId": task.context_id,
+                              "status": encode_status(task)}
+    if task.receipts:  # the end of a stream: the caller keeps the signed receipts
+        update["metadata"] = {SWARM_EXTENSION_URI: {"receipts": list(task.receipts)}}
+    return {"statusUpdate": update}
 
 
 def encode_page(page: TaskPage, query: ListQuery) -> dict[str, Any]:

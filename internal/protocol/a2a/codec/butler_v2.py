@@ -197,6 +197,8 @@ def encode_task(task: Task) -> dict[str, Any]:
         }
     if task.cost is not None:
         out["cost"] = encode_cost(task.cost)
+    if task.receipts:
+        out["receipts"] = list(task.receipts)
     return out
 
 
@@ -311,7 +313,16 @@ def decode_task(value: Any) -> Task:
         cost=decode_cost(data["cost"]) if data.get("cost") is not None else None,
         chain=tuple(str(c) for c in _list(swarm.get("caller_chain"), "swarm.caller_chain")),
         trace_id=str(swarm.get("trace_id", "") or ""),
+        receipts=_receipts(data.get("receipts")),
     )
+
+
+def _receipts(value: Any) -> tuple[str, ...]:
+    """A peer's receipts, kept as they came: ``butler receipt verify`` judges them."""
+    items = _list(value, "receipts")
+    if len(items) > 1000 or not all(isinstance(r, str) for r in items):
+        raise _bad("receipts must be a list of strings")
+    return tuple(items)
 
 
 def encode_request(

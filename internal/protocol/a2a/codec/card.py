@@ -10,11 +10,14 @@ BEARER = "bearer"
 
 
 def _interfaces(info: CardInfo) -> list[dict[str, str]]:
+    grpc = [] if info.grpc_url is None else [
+        {"url": info.grpc_url, "protocolBinding": "GRPC", "protocolVersion": PROTOCOL_VERSION}]
     return [
         {"url": info.jsonrpc_url, "protocolBinding": "JSONRPC",
          "protocolVersion": PROTOCOL_VERSION},
         {"url": info.rest_url, "protocolBinding": "HTTP+JSON",
          "protocolVersion": PROTOCOL_VERSION},
+        *grpc,
         {"url": info.jsonrpc_url, "protocolBinding": "JSONRPC",
          "protocolVersion": LEGACY_VERSION},
     ]
@@ -38,8 +41,9 @@ def _skills(info: CardInfo) -> list[dict[str, Any]]:
 def _extensions(info: CardInfo) -> list[dict[str, Any]]:
     out = []
     for ext in info.extensions:
-        item: dict[str, Any] = {"uri": ext.uri, "description": ext.description,
-                                "required": ext.required}
+        item: dict[str, Any] = {"uri": ext.uri, "description": ext.description}
+        if ext.required:  # proto3 JSON leaves a false bool out, as a signed card must
+            item["required"] = True
         if ext.params:
             item["params"] = ext.params
         out.append(item)
@@ -47,7 +51,8 @@ def _extensions(info: CardInfo) -> list[dict[str, Any]]:
 
 
 def encode_card(info: CardInfo) -> dict[str, Any]:
-    """The 1.0 ``AgentCard``; with ``legacy_v03`` also the fields 0.3 clients read."""
+    """The 1.0 ``AgentCard``; with ``legacy_v03`` also the fields 0.3 clients read; with a
+    ``sign``, signed (``card_signature``)."""
     card: dict[str, Any] = {
         "name": info.name,
         "description": info.description,
@@ -76,8 +81,12 @@ def encode_card(info: CardInfo) -> dict[str, Any]:
             "security": [{BEARER: []}],
             "supportsAuthenticatedExtendedCard": True,
         })
-        card["securitySchemes"][BEARER].update({"type": "http", "scheme": "bearer"})
-    return card
+        # The 0.3 scheme repeats the 1.0 one's fields beside its type: a 1.0 reader that
+        # rebuilds the 1.0 scheme from them (the a2a-sdk does) gets the very scheme the
+        # signature covers.
+        scheme = card["securitySchemes"][BEARER]
+        scheme.update({"type": "http", **scheme["httpAuthSecurityScheme"]})
+    return card if info.sign is None else info.sign(card)
 
 
 def encode_card_v03(info: CardInfo) -> dict[str, Any]:

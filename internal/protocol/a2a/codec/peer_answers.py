@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import (
+    BUTLER_DOMAIN,
+    ERROR_TABLE,
     PROTOCOL_VERSION,
+    ButlerError,
     DelegationFailed,
     Part,
     Task,
     TaskError,
     TaskRequest,
     TaskState,
+    error_from_code,
 )
 
 _V1_STATES = {
@@ -94,8 +99,17 @@ def decode_task(raw: Any, version: str, peer: str) -> Task:
     return Task(
         id=data["id"], context_id=str(data.get("contextId", "")), owner="", state=state,
         request=TaskRequest(), created_at="", updated_at=str(status.get("timestamp", "")),
-        parts=parts, error=error, status_message=note,
+        parts=parts, error=error, status_message=note, receipts=_receipts(data),
     )
+
+
+def _receipts(task: dict[str, Any]) -> tuple[str, ...]:
+    """A Butler peer's signed receipts, under its swarm extension in the task's metadata;
+    kept as they came (``butler receipt verify`` judges them)."""
+    found = _dict(_dict(task.get("metadata")).get(SWARM_EXTENSION_URI)).get("receipts")
+    if not isinstance(found, list):
+        return ()
+    return tuple(r for r in found[:1000] if isinstance(r, str))
 
 
 def message_task(raw: Any, peer: str) -> Task:
@@ -150,5 +164,25 @@ def apply_event(task: Task | None, result: Any, version: str, peer: str) -> Task
         parts = task.parts
         if not parts and state is TaskState.COMPLETED:
             parts = decode_parts(_dict(status.get("message")).get("parts"))
-        return replace(task, state=state, status_message=note, error=error, parts=parts)
+        return replace(task, state=state, status_message=note, error=error, parts=parts,
+                       receipts=_receipts(update) or task.receipts)
     raise bad_answer(peer, f"an unknown stream event {sorted(data)!r}")
+
+
+def peer_error(peer: str, error: Any) -> ButlerError:
+    """A JSON-RPC error object, HTTP+JSON error body or gRPC status (``{code, message,
+    details}``) from ``peer``, as an exception: a Butler's refusal keeps its class."""
+    err = error if isinstance(error, dict) else {}
+    message = str(err.get("message", "error"))
+    data = err.get("data", err.get("details"))
+    code = None
+    for info in data if isinstance(data, list) else [data]:
+        if not isinstance(info, dict) or info.get("domain", BUTLER_DOMAIN) != BUTLER_DOMAIN:
+            continue
+        meta = _dict(info.get("metadata")) or info  # 1.0 ErrorInfo, or Butler's 0.3 data
+        if isinstance(meta.get("code"), str) and meta["code"] in ERROR_TABLE:
+            code = meta["code"]
+    if code is not None and ERROR_TABLE[code].category == "refusal":
+        return error_from_code(code, f"{peer}: {message}")
+    return DelegationFailed("peer_error", f"{peer} answered A2A error {err.get('code')}: "
+                                          f"{message}")

@@ -20,12 +20,14 @@ EXTENSIONS_HEADER = "A2A-Extensions"
 LEGACY_EXTENSIONS_HEADER = "X-A2A-Extensions"
 
 
-def extension_info() -> ExtensionInfo:
+def extension_info(params: dict[str, Any] | None = None) -> ExtensionInfo:
+    """``params``: the agent's identity key and its rotations (``card_signature``)."""
     return ExtensionInfo(
         uri=SWARM_EXTENSION_URI,
         description="Butler swarm envelope: caller chain, depth, USD budget, trace and tree id, "
                     "in message metadata under this URI and in X-Swarm-* headers",
         required=False,
+        params=params,
     )
 
 

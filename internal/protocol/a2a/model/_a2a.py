@@ -12,7 +12,7 @@ A Butler task maps onto an A2A task like this (docs/protocol.md):
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,9 @@ class CardInfo:
     legacy_v03: bool = False
     input_modes: tuple[str, ...] = ("text/plain", "application/json")
     output_modes: tuple[str, ...] = ("text/plain", "application/json")
+    grpc_url: str | None = None  # host:port of the gRPC binding, when it is served
+    # The encoded 1.0 card to the same card signed (``codec.card_signature.card_signer``).
+    sign: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def jsonrpc_url(self) -> str:

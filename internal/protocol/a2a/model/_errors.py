@@ -57,6 +57,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "invalid_request": ErrorSpec(400, -32600, "request", "INVALID_REQUEST", grpc=_ARG,
                                  for_http=(400,)),
     "invalid_params": ErrorSpec(400, -32602, "request", "INVALID_PARAMS", grpc=_ARG),
+    "invalid_signature": ErrorSpec(400, -32602, "request", grpc=_ARG),
     "invalid_envelope": ErrorSpec(400, -32602, "request", grpc=_ARG),
     "not_found": ErrorSpec(404, -32601, "request", "METHOD_NOT_FOUND", grpc="NOT_FOUND",
                            for_http=(404,)),
@@ -86,6 +87,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "forbidden": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "chain_mismatch": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "name_owned": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
+    "key_change_refused": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "name_quota_exceeded": ErrorSpec(403, -31403, "auth", grpc=_DENIED),
     "loop_detected": ErrorSpec(409, -31409, "refusal", grpc=_PRE),
     "depth_exceeded": ErrorSpec(422, -31422, "refusal", grpc=_PRE),
@@ -110,12 +112,14 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "invalid_agent_response": ErrorSpec(502, -32006, "delegation", "INVALID_AGENT_RESPONSE",
                                         grpc="INTERNAL"),
     "registry_error": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
+    "peer_identity_changed": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     # Not wire answers: should one leak, it is an internal error to the caller.
     "skill_error": ErrorSpec(500, -32603, "task", grpc="INTERNAL"),
     "invalid_config": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
     "invalid_plugin": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
     "data_folder_in_use": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
     "audit_log_damaged": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
+    "bad_identity_key": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),
 }
 
 _BY_HTTP_STATUS = {status: code for code, spec in ERROR_TABLE.items()

@@ -192,6 +192,9 @@ class Task:
     messages: tuple[Message, ...] = ()  # the caller's A2A messages, oldest first
     # The skill answered with a message, not a task: A2A bindings send that message.
     reply_as_message: bool = False
+    # Signed receipts (compact JWS): this agent's own first, then its delegations' (the
+    # whole tree below it), once the task has ended.
+    receipts: tuple[str, ...] = ()
 
     @property
     def wire_id(self) -> str:

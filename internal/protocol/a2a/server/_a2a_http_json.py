@@ -19,14 +19,11 @@ from internal.protocol.a2a.model import (
     PROTOCOL_VERSION,
     VERSION_HEADER,
     ButlerError,
-    RequestError,
     TaskEvent,
     Unavailable,
     reply_message,
-    requested_version,
-    version_matches,
 )
-from internal.protocol.a2a.server._operations import A2AOperations, envelope_of
+from internal.protocol.a2a.server._operations import A2AOperations, check_version, envelope_of
 
 log = logging.getLogger("butler.a2a")
 MEDIA_TYPE = "application/json"  # A2A 11.1; requests may also say application/a2a+json
@@ -78,11 +75,7 @@ class A2ARestBinding:
         return answer(error_body(err), err.status, error_headers(err))
 
     def _check_version(self, request: web.Request) -> None:
-        asked = requested_version(request.headers)
-        if not version_matches(asked, PROTOCOL_VERSION):
-            raise RequestError("version_not_supported",
-                               f"this binding speaks A2A {PROTOCOL_VERSION}, the request asks "
-                               f"for A2A-Version {asked!r} (no header means 0.3)")
+        check_version(request.headers)
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
         self._check_version(request)

@@ -14,6 +14,7 @@ from typing import Any
 from internal.protocol.a2a.codec import swarm_extension
 from internal.protocol.a2a.codec.proto3 import bad
 from internal.protocol.a2a.model import (
+    PROTOCOL_VERSION,
     CardInfo,
     Envelope,
     Identity,
@@ -30,7 +31,9 @@ from internal.protocol.a2a.model import (
     TaskRequest,
     interrupted_or_terminal,
     reply_message,
+    requested_version,
     task_artifacts,
+    version_matches,
 )
 from internal.protocol.a2a.server._service import PushService, TaskService
 
@@ -39,6 +42,15 @@ CardSource = Callable[[Identity | None], CardInfo]
 
 def unsupported(message: str) -> RequestError:
     return RequestError("unsupported_operation", message)
+
+
+def check_version(headers: Mapping[str, str]) -> None:
+    """HTTP+JSON and gRPC speak A2A 1.0 only (JSON-RPC picks a dialect instead)."""
+    asked = requested_version(headers)
+    if not version_matches(asked, PROTOCOL_VERSION):
+        raise RequestError("version_not_supported",
+                           f"this binding speaks A2A {PROTOCOL_VERSION}, the request asks "
+                           f"for A2A-Version {asked!r} (no header means 0.3)")
 
 
 def _control(data: dict[str, Any]) -> str | None:

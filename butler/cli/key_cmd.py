@@ -1,0 +1,63 @@
+"""``butler key show|rotate``: this agent's identity key in its data folder.
+
+``rotate`` takes the data folder's lock, so it runs with the daemon stopped: a running
+daemon keeps signing with the key it started with, and the next start signs with the new
+one. The old key signs the new one; the card carries that statement, so callers that
+pinned the old key follow the change instead of refusing it (docs/receipts.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from butler.cli.serve import load_or_exit
+from butler.data_folder import hold_data_folder
+from butler.identity.key_file import KEY_FILE, read_identity, rotate_identity
+from internal.protocol.a2a.model import SetupError
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    key = sub.add_parser("key", help="show or rotate this agent's identity key")
+    ksub = key.add_subparsers(dest="key_command", metavar="ACTION", required=True)
+    show = ksub.add_parser("show", help="print the key's id (kid) and its public JWK")
+    rotate = ksub.add_parser("rotate", help="make a new key, signed by the old one "
+                                            "(stop the daemon first)")
+    for p, fn in ((show, _show), (rotate, _rotate)):
+        p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
+        p.set_defaults(handler=fn)
+
+
+def _show(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config, secrets=False)  # the data folder only
+    if config is None:
+        return 2
+    try:
+        identity = read_identity(config.data_dir)
+    except SetupError as err:
+        print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        return 2
+    if identity is None:
+        print(f"butler: no identity key at {config.data_dir / KEY_FILE} yet: the daemon "
+              "makes it on its first start", file=sys.stderr)
+        return 1
+    print(f"kid: {identity.kid}")
+    print(f"public key: {identity.key.public.jwk}")
+    print(f"rotations: {len(identity.rotations)}")
+    return 0
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config, secrets=False)
+    if config is None:
+        return 2
+    try:
+        with hold_data_folder(config.data_dir):
+            old, new = rotate_identity(config.data_dir)
+    except SetupError as err:
+        print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        return 2
+    print(f"rotated: {old.kid} -> {new.kid} (the old key signed the new one); start the "
+          "daemon to sign with it")
+    return 0

@@ -1,0 +1,75 @@
+"""Key continuity: before a token goes to a peer, its public card (read without the
+token) must be signed by the key pinned for it, or by one the pinned key signed over to.
+
+The first signed card seen pins its key (trust on first use), unless the registry entry
+the peer was found in named one already. A peer whose card is unsigned is not pinned;
+once pinned, an unsigned card or another key is refused with ``peer_identity_changed``.
+The card is read on every delegation: a peer that swapped its key is refused before the
+token is sent, not one call later (docs/receipts.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from butler.delegation.peers import Candidate
+from butler.identity.pins import PINS_FILE, PinStore
+from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
+from internal.protocol.a2a.model import DelegationFailed, agent_key
+from internal.signing import BadSignature, PublicKey, public_key_from_jwk, rotated_to
+
+log = logging.getLogger("butler.delegation")
+CardReader = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def changed(cand: Candidate, why: str) -> DelegationFailed:
+    return DelegationFailed("peer_identity_changed", f"{cand.name}: {why}; no token was "
+                            f"sent (if the peer's operator replaced its key on purpose, "
+                            f"remove its entry from {PINS_FILE} in the data folder)")
+
+
+class PeerIdentities:
+    def __init__(self, pins: PinStore) -> None:
+        self.pins = pins
+
+    def _expected(self, cand: Candidate) -> PublicKey | None:
+        pinned = self.pins.get(agent_key(cand.name))
+        if pinned is None and cand.identity_key is not None:
+            try:
+                return public_key_from_jwk(cand.identity_key)
+            except BadSignature:
+                return None
+        return pinned
+
+    async def check(self, cand: Candidate, read_card: CardReader) -> None:
+        """Raises ``peer_identity_changed`` (a ``DelegationFailed``) unless ``cand`` may
+        have its token; pins the key on first contact and follows rotations."""
+        name = agent_key(cand.name)
+        expected = self._expected(cand)
+        try:
+            card = await read_card()
+        except DelegationFailed as err:
+            if expected is None and err.code == "peer_error":
+                return  # no card, nothing pinned: an agent that never proved a key
+            raise
+        if not card.get("signatures"):
+            if expected is None:
+                return
+            raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned")
+        try:
+            key = verify_card(card)
+        except BadSignature as exc:
+            raise changed(cand, f"its card's signature does not check ({exc})") from None
+        if expected is None or key.kid == expected.kid:
+            if self.pins.get(name) is None:
+                self.pins.pin(name, key)
+            return
+        if rotated_to(expected, key.kid, key_rotations(card)):
+            log.info("peer %s rotated its key %s -> %s; pinned the new one", cand.name,
+                     expected.kid, key.kid)
+            self.pins.pin(name, key)
+            return
+        raise changed(cand, f"its card is signed by key {key.kid}, but key {expected.kid} is "
+                            "pinned for it and did not sign the change")

@@ -1,0 +1,123 @@
+"""Checking a task's receipts as one tree: each signed by the key its signer's card names
+(or one that key's rotations lead from), the root's digest the task's very result, every
+child listed present, none left over, one trace, and costs that add up."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from butler.identity.receipts import receipt_claims, result_digest
+from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
+from internal.signing import (
+    BadSignature,
+    PublicKey,
+    jws_payload,
+    public_key_from_jwk,
+    rotated_to,
+    verify_jws,
+)
+
+CardFetcher = Callable[[str], Awaitable[Mapping[str, Any]]]
+
+
+@dataclass
+class Receipt:
+    claims: dict[str, Any]
+    kid: str
+    children: list[Receipt] = field(default_factory=list)
+
+    def lines(self, indent: int = 0) -> list[str]:
+        c = self.claims
+        line = (f"{'  ' * indent}{c.get('agent')}  {c.get('state')}  task {c.get('task_id')}  "
+                f"cost {c.get('cost_usd')} USD, total {c.get('total_usd')} USD  "
+                f"receipt {c.get('receipt_id')}  key {self.kid}")
+        return [line, *(ln for child in self.children for ln in child.lines(indent + 1))]
+
+
+def _money(claims: Mapping[str, Any], name: str) -> Decimal:
+    try:
+        return Decimal(str(claims.get(name)))
+    except InvalidOperation:
+        raise BadSignature(f"receipt {claims.get('receipt_id')}: {name} is not a "
+                           "decimal") from None
+
+
+async def _signer(jws: str, claims: Mapping[str, Any], card_of: CardFetcher,
+                  cards: dict[str, PublicKey]) -> PublicKey:
+    """The receipt's key, once its signer's card is checked to name it (or a successor)."""
+    rid, url = claims.get("receipt_id"), claims.get("url")
+    if not isinstance(url, str):
+        raise BadSignature(f"receipt {rid} names no signer URL")
+    header, _ = jws_payload(jws)
+    key = public_key_from_jwk(header.get("jwk"))
+    card = await card_of(url)
+    if url not in cards:
+        try:
+            cards[url] = verify_card(card)
+        except BadSignature as exc:
+            raise BadSignature(f"the card at {url}: {exc}") from None
+    named = cards[url]
+    if key.kid != named.kid and not rotated_to(key, named.kid, key_rotations(card)):
+        raise BadSignature(f"receipt {rid} is signed by key {key.kid}, which the card at "
+                           f"{url} (key {named.kid}) does not lead from")
+    try:
+        verify_jws(jws, key)
+    except BadSignature as exc:
+        raise BadSignature(f"receipt {rid}: {exc}") from None
+    return key
+
+
+async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Receipt:
+    """The verified tree of ``task`` (a task as Butler /v2 answers it), or
+    ``BadSignature`` naming the first thing that does not check."""
+    receipts = task.get("receipts")
+    if not isinstance(receipts, list) or not receipts:
+        raise BadSignature("the task carries no receipts")
+    found: dict[str, Receipt] = {}
+    cards: dict[str, PublicKey] = {}
+    for jws in receipts:
+        claims = receipt_claims(jws)
+        rid = claims.get("receipt_id")
+        if not isinstance(rid, str) or rid in found:
+            raise BadSignature(f"receipt id {rid!r} is missing or repeated")
+        key = await _signer(jws, claims, card_of, cards)
+        found[rid] = Receipt(claims, key.kid)
+    root = next(iter(found.values()))
+    _check_root(root.claims, task)
+    seen = {root.claims["receipt_id"]}
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        for child_id in node.claims.get("children") or []:
+            child = found.get(child_id)
+            if child is None or child_id in seen:
+                raise BadSignature(f"receipt {node.claims['receipt_id']} lists child "
+                                   f"{child_id}, which is {'repeated' if child else 'missing'}")
+            if child.claims.get("trace_id") != root.claims.get("trace_id"):
+                raise BadSignature(f"receipt {child_id} is of another trace")
+            seen.add(child_id)
+            node.children.append(child)
+            pending.append(child)
+        below = sum((_money(c.claims, "total_usd") for c in node.children), Decimal("0"))
+        if _money(node.claims, "total_usd") < _money(node.claims, "cost_usd") + below:
+            raise BadSignature(f"receipt {node.claims['receipt_id']}: its total is less than "
+                               "its own cost and its children's totals")
+    if left := set(found) - seen:
+        raise BadSignature(f"receipts outside the tree: {', '.join(sorted(left))}")
+    return root
+
+
+def _check_root(claims: Mapping[str, Any], task: Mapping[str, Any]) -> None:
+    rid = claims.get("receipt_id")
+    if claims.get("task_id") != task.get("id"):
+        raise BadSignature(f"receipt {rid} is of task {claims.get('task_id')}, not "
+                           f"{task.get('id')}")
+    if claims.get("state") != task.get("state"):
+        raise BadSignature(f"receipt {rid} says {claims.get('state')}, the task "
+                           f"{task.get('state')}")
+    result = task.get("result")
+    if claims.get("digest") != result_digest(result if isinstance(result, dict) else {}):
+        raise BadSignature(f"receipt {rid}: the task's result is not the one signed")

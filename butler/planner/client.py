@@ -1,0 +1,137 @@
+"""The planner's one model call: a POST to the configured chat-completions URL, through the
+outbound guard and session every Butler call uses, answered as JSON or streamed as SSE.
+
+The token is sent only to the configured URL (redirects are never followed) and never
+appears in a message or a log line. Every failure is one of two task codes:
+``planner_unavailable`` (down, refused, slow, an HTTP error) or ``planner_bad_response``
+(an answer that is not the chat-completions wire).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from butler.config.model import PlannerConfig
+from butler.planner.wire import Completion, StreamedAnswer, bad, read_answer, request_body
+from butler.skills.base import SkillFailed
+from internal.http import CONFIGURED, OutboundGuard, outbound_session
+from internal.protocol.a2a.client import transport_errors
+from internal.protocol.a2a.model import DelegationFailed
+
+UNAVAILABLE = "planner_unavailable"
+ERROR_TEXT_CHARS = 300  # of an endpoint's error message, quoted in the task's error
+TextSink = Callable[[str], Awaitable[None]]
+
+
+class ChatClient:
+    """One per daemon; ``aclose`` when it stops."""
+
+    def __init__(self, cfg: PlannerConfig, guard: OutboundGuard | None = None) -> None:
+        self.cfg = cfg
+        # The operator wrote this URL into the config, as it writes peers: loopback (a
+        # local Ollama) and the LAN are allowed, metadata and link-local never.
+        self._guard = guard or OutboundGuard(CONFIGURED)
+        self._session: aiohttp.ClientSession | None = None
+        self._headers = {"Content-Type": "application/json",
+                         "Accept": "text/event-stream, application/json"}
+        if cfg.token:
+            self._headers["Authorization"] = f"Bearer {cfg.token}"
+
+    def __repr__(self) -> str:  # never the headers: they hold the token
+        return f"ChatClient({self.cfg.url!r}, model={self.cfg.model!r})"
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = outbound_session(self._guard, limit=16)
+        return self._session
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                       deadline: float, on_text: TextSink | None = None) -> Completion:
+        """One model call, within ``timeout_seconds`` and ``deadline`` (monotonic);
+        ``on_text`` gets the answer's text as it arrives: piece by piece when streamed,
+        at once when the endpoint answered with JSON."""
+        cfg = self.cfg
+        timeout = min(cfg.timeout_seconds, deadline - time.monotonic())
+        if timeout <= 0:
+            raise SkillFailed(UNAVAILABLE, "no time left for the planner's next model call")
+        body = json.dumps(request_body(cfg.model, messages, tools, cfg.max_tokens,
+                                       cfg.stream)).encode()
+        client_timeout = aiohttp.ClientTimeout(total=timeout,
+                                               sock_connect=cfg.connect_timeout_seconds)
+        try:
+            with transport_errors("the planner endpoint", timeout):
+                async with self._http().post(cfg.url, data=body, headers=self._headers,
+                                             allow_redirects=False,
+                                             timeout=client_timeout) as resp:
+                    if resp.status != 200:
+                        said = await _http_error(resp)
+                        if cfg.token:  # an endpoint that quotes the token back
+                            said = said.replace(cfg.token, "[token]")
+                        raise SkillFailed(UNAVAILABLE, said)
+                    if resp.content_type == "text/event-stream":
+                        return await self._streamed(resp, on_text)
+                    answer = read_answer(await self._capped(resp))
+        except DelegationFailed as exc:  # the transport's failure, named for the planner
+            raise SkillFailed(UNAVAILABLE, exc.message) from None
+        if answer.content and on_text is not None:
+            await on_text(answer.content)  # a whole answer's text arrives all at once
+        return answer
+
+    async def _capped(self, resp: aiohttp.ClientResponse) -> bytes:
+        chunks, size = [], 0
+        async for chunk in resp.content.iter_chunked(65536):
+            size += len(chunk)
+            if size > self.cfg.max_response_bytes:
+                raise bad(f"the answer exceeds {self.cfg.max_response_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _streamed(self, resp: aiohttp.ClientResponse,
+                        on_text: TextSink | None) -> Completion:
+        answer = StreamedAnswer()
+        async for line in self._lines(resp):
+            if not line.startswith("data:"):
+                continue  # comments, event names, ids: nothing the planner reads
+            text = answer.feed(line[5:].strip())
+            if answer.done:
+                return answer.completion()
+            if text and on_text is not None:
+                await on_text(text)
+        raise SkillFailed(UNAVAILABLE, "the planner endpoint's stream ended before [DONE]")
+
+    async def _lines(self, resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
+        size, buffer = 0, b""
+        async for chunk in resp.content.iter_any():
+            size += len(chunk)
+            if size > self.cfg.max_response_bytes:
+                raise bad(f"the stream exceeds {self.cfg.max_response_bytes} bytes")
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", "replace").rstrip("\r")
+        if buffer:
+            yield buffer.decode("utf-8", "replace")
+
+
+async def _http_error(resp: aiohttp.ClientResponse) -> str:
+    """What the endpoint said went wrong: its ``error.message`` when it sent one (cut
+    short), otherwise only the status."""
+    said = ""
+    try:
+        data = json.loads(await resp.content.read(64 * 1024))
+        error = data.get("error") if isinstance(data, dict) else None
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str):
+            said = f": {message[:ERROR_TEXT_CHARS]}"
+    except (ValueError, UnicodeDecodeError, aiohttp.ClientError):
+        pass
+    return f"the planner endpoint answered HTTP {resp.status}{said}"

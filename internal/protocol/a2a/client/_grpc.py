@@ -1,0 +1,159 @@
+"""A standard A2A agent's gRPC interface, for ``A2APeerClient`` (imported only when a
+card's best interface is gRPC: it needs the ``grpc`` extra).
+
+The channel goes where the outbound guard says, as an HTTP call does: the interface's
+host must be the configured peer's own (the bearer token goes nowhere else), the URL is
+judged, the name is resolved once through the guard's resolver, and the channel connects
+to that judged address (``ipv4:``/``ipv6:`` targets, so gRPC never resolves it again),
+with no proxy from the environment. Requests and answers are the proto3 JSON the other
+bindings use (``codec.a2a_grpc``); a failed call becomes the same errors as on HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from yarl import URL
+
+from internal.http import OutboundGuard
+from internal.protocol.a2a.codec import a2a_grpc
+from internal.protocol.a2a.codec.peer_answers import peer_error
+from internal.protocol.a2a.model import ButlerError, DelegationFailed
+
+_SCHEMES = {"": None, "grpc": False, "http": False, "grpcs": True, "https": True}
+
+
+def grpc_target(url: str, peer_url: str, name: str) -> tuple[URL, bool]:
+    """(``http(s)://host:port``, TLS?) of a GRPC interface URL: ``host:port`` (TLS when the
+    peer's own URL is https), or with a ``grpc``/``grpcs``/``http``/``https`` scheme."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if scheme.lower() not in _SCHEMES:
+        raise DelegationFailed("peer_error", f"{name}: gRPC interface URL scheme {scheme!r} "
+                                             "is not grpc, grpcs, http or https")
+    tls = _SCHEMES[scheme.lower()]
+    peer = URL(peer_url)
+    if tls is None:
+        tls = peer.scheme == "https"
+    try:
+        target = URL(("https://" if tls else "http://") + rest.split("/", 1)[0])
+        host = target.host
+    except ValueError:
+        raise DelegationFailed("peer_error", f"{name}: malformed gRPC interface URL") from None
+    if host != peer.host:
+        raise DelegationFailed("peer_error", f"{name}: its card names a gRPC interface on "
+                                             f"{host!r}, not on the peer's own host "
+                                             f"{peer.host!r}; the token is not sent there")
+    return target, tls
+
+
+async def _pinned_address(guard: OutboundGuard, target: URL) -> str:
+    """The one judged address the channel may connect to, as a gRPC target."""
+    guard.check_target(target)
+    host, port = target.raw_host or "", target.port or 0
+    resolver = guard.resolver()
+    try:
+        address = (await resolver.resolve(host, port, socket.AF_UNSPEC))[0]["host"]
+    finally:
+        await resolver.close()
+    return f"ipv6:[{address}]:{port}" if ":" in address else f"ipv4:{address}:{port}"
+
+
+class GrpcPeer:
+    def __init__(self, channel: grpc.aio.Channel, token: str, name: str) -> None:
+        self._channel = channel
+        # The generated stub is untyped; its calls are typed by the messages they carry.
+        self._stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+        self._token = token
+        self.name = name
+
+    @classmethod
+    async def connect(cls, url: str, token: str, *, peer_url: str, name: str,
+                      guard: OutboundGuard | None, ca_file: Path | None,
+                      max_response_bytes: int, connect_timeout: float) -> GrpcPeer:
+        target, tls = grpc_target(url, peer_url, name)
+        authority = f"{target.raw_host}:{target.port}"
+        address = authority if guard is None else await _pinned_address(guard, target)
+        options: list[tuple[str, Any]] = [
+            ("grpc.default_authority", authority),
+            ("grpc.enable_http_proxy", 0),  # as the HTTP session: no proxy from the env
+            ("grpc.enable_retries", 0),  # the delegator decides what is retried
+            ("grpc.max_receive_message_length", max_response_bytes),
+        ]
+        if tls:
+            roots = None if ca_file is None else await asyncio.to_thread(ca_file.read_bytes)
+            options.append(("grpc.ssl_target_name_override", target.raw_host))
+            channel = grpc.aio.secure_channel(
+                address, grpc.ssl_channel_credentials(root_certificates=roots), options)
+        else:
+            channel = grpc.aio.insecure_channel(address, options)
+        try:
+            await asyncio.wait_for(channel.channel_ready(), connect_timeout)
+        except TimeoutError:
+            await channel.close()
+            raise DelegationFailed("peer_unreachable", f"cannot connect to {name} over gRPC "
+                                                       f"within {connect_timeout:g}s") from None
+        return cls(channel, token, name)
+
+    async def __aenter__(self) -> GrpcPeer:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._channel.close()
+
+    def _metadata(self, headers: Mapping[str, str]) -> list[tuple[str, str]]:
+        auth = [("authorization", f"Bearer {self._token}")] if self._token else []
+        return auth + [(key.lower(), value) for key, value in headers.items()]
+
+    def _failed(self, err: grpc.aio.AioRpcError) -> ButlerError:
+        code = err.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DelegationFailed("peer_timeout", f"{self.name} did not answer in time")
+        infos = a2a_grpc.error_infos(err.trailing_metadata())
+        if code == grpc.StatusCode.UNAVAILABLE and not infos:
+            return DelegationFailed("peer_unreachable", f"{self.name}: gRPC unavailable")
+        return peer_error(self.name, {"code": code.name, "message": err.details() or "",
+                                      "details": infos})
+
+    async def send(self, params: Mapping[str, Any], headers: Mapping[str, str],
+                   timeout: float) -> dict[str, Any]:
+        """``SendMessage``: the ``SendMessageResponse`` as proto3 JSON."""
+        request = a2a_grpc.from_json(params, a2a_pb2.SendMessageRequest())
+        try:
+            reply = await self._stub.SendMessage(request, metadata=self._metadata(headers),
+                                                 timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            raise self._failed(err) from None
+        return a2a_grpc.to_json(reply)
+
+    async def get(self, task_id: str, headers: Mapping[str, str],
+                  timeout: float) -> dict[str, Any]:
+        try:
+            reply = await self._stub.GetTask(a2a_pb2.GetTaskRequest(id=task_id),
+                                             metadata=self._metadata(headers), timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            raise self._failed(err) from None
+        return a2a_grpc.to_json(reply)
+
+    async def stream(self, params: Mapping[str, Any], headers: Mapping[str, str],
+                     timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """``SendStreamingMessage``: each ``StreamResponse`` as proto3 JSON."""
+        request = a2a_grpc.from_json(params, a2a_pb2.SendMessageRequest())
+        call = self._stub.SendStreamingMessage(request, metadata=self._metadata(headers),
+                                               timeout=timeout)
+        try:
+            async for reply in call:
+                yield a2a_grpc.to_json(reply)
+        except grpc.aio.AioRpcError as err:
+            raise self._failed(err) from None
+        finally:
+            call.cancel()  # a reader that stops early ends the call

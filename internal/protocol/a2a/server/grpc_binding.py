@@ -1,0 +1,174 @@
+"""The A2A 1.0 gRPC binding (``lf.a2a.v1.A2AService``), a thin carrier over the JSON-RPC
+1.0 methods.
+
+gRPC's methods are JSON-RPC 1.0's, by the same names, and its messages are what the A2A
+1.0 JSON wire is the proto3 JSON mapping of. So each call converts its request to proto3
+JSON (``codec.a2a_grpc``), runs the very ``V1Dialect`` method the JSON-RPC binding runs
+(same operations, same engine, same swarm envelope from metadata and headers), and
+converts the answer back. Metadata plays the part of HTTP headers: ``authorization``
+goes to the one ``TokenVerifier``, ``a2a-version`` is checked as on HTTP+JSON, and the
+``x-swarm-*`` entries and ``traceparent`` carry the envelope. Errors end the call with
+the ``ERROR_TABLE`` row's gRPC code and a ``google.rpc.Status`` with its ``ErrorInfo``.
+
+Needs the ``grpc`` extra; only the daemon imports this module, and only when
+``grpc_port`` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from a2a.types import a2a_pb2
+from google.protobuf import message_factory
+from google.protobuf.message import Message as ProtoMessage
+from multidict import CIMultiDict
+
+from internal.http import StreamSlots, TokenBuckets, TokenVerifier, limited
+from internal.protocol.a2a.codec import a2a_grpc, swarm_extension
+from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
+from internal.protocol.a2a.server._jsonrpc_v1 import V1Dialect
+from internal.protocol.a2a.server._operations import check_version
+
+log = logging.getLogger("butler.a2a")
+Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_concurrent_rpcs: int = 1024
+
+
+class GrpcBinding:
+    def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, *,
+                 streams: StreamSlots | None = None,
+                 per_caller: TokenBuckets | None = None) -> None:
+        """``streams``: the HTTP listener's stream caps, so a caller's streams count
+        once whichever binding carries them."""
+        self.dialect = dialect
+        self.verifier = verifier
+        self.streams = streams
+        self.per_caller = per_caller
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """Every method of the service, each a unary or server-streaming call."""
+        service = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
+        handlers = {}
+        for method in service.methods:
+            request = message_factory.GetMessageClass(method.input_type)
+            response = message_factory.GetMessageClass(method.output_type)
+            make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
+                    else grpc.unary_unary_rpc_method_handler)
+            run = (self._streaming if method.server_streaming else self._unary)(
+                method.name, response)
+            handlers[method.name] = make(run, request_deserializer=request.FromString,
+                                         response_serializer=response.SerializeToString)
+        return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
+
+    def _admit(self, context: grpc.aio.ServicerContext[Any, Any],
+               ) -> tuple[Identity, CIMultiDict[str]]:
+        """Who calls, and the call's metadata as (case-insensitive) headers."""
+        headers: CIMultiDict[str] = CIMultiDict(
+            (key, value) for key, value in context.invocation_metadata() or ()
+            if isinstance(value, str))
+        caller = self.verifier.identify(headers.get("authorization"))
+        if self.per_caller is not None and (wait := self.per_caller.take(caller.name)):
+            raise limited("per caller", wait)
+        check_version(headers)
+        return caller, headers
+
+    def _unary(self, name: str, response: type[ProtoMessage]) -> Handler:
+        lenient = name == "GetExtendedAgentCard"  # the card's 0.3 fields have no proto field
+
+        async def run(request: ProtoMessage,
+                      context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
+            try:
+                caller, headers = self._admit(context)
+                result = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
+                                                 headers)
+                await _activated(context, headers)
+                return a2a_grpc.from_json(result or {}, response(), lenient=lenient)
+            except Exception as exc:
+                await _abort(context, name, exc)
+                raise  # not reached: abort raises
+
+        return run
+
+    def _streaming(self, name: str, response: type[ProtoMessage]) -> Handler:
+        async def run(request: ProtoMessage, context: grpc.aio.ServicerContext[Any, Any],
+                      ) -> AsyncIterator[ProtoMessage]:
+            try:
+                caller, headers = self._admit(context)
+                slot = (self.streams.hold(caller.name) if self.streams is not None
+                        else contextlib.nullcontext())
+                with slot:
+                    events = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
+                                                     headers)
+                    try:
+                        await _activated(context, headers)
+                        async for frame in events:
+                            yield a2a_grpc.from_json(frame, response())
+                    finally:
+                        await events.aclose()
+            except Exception as exc:
+                await _abort(context, name, exc)
+
+        return run
+
+
+async def _activated(context: grpc.aio.ServicerContext[Any, Any],
+                     headers: CIMultiDict[str]) -> None:
+    echo = swarm_extension.activated(headers)
+    if echo:
+        await context.send_initial_metadata(
+            tuple((k.lower(), v) for k, v in echo.items()))
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], name: str,
+                 exc: Exception) -> None:
+    """End the call with the error's status; anything not a ``ButlerError`` is logged and
+    answered as an internal error, without its message."""
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    if isinstance(exc, ButlerError):
+        err = exc
+    else:
+        log.error("gRPC %s failed", name, exc_info=exc)
+        err = Unavailable("internal_error", "internal error")
+    code, message, trailing = a2a_grpc.error_status(err)
+    context.set_trailing_metadata(tuple(trailing))
+    await context.abort(code, message)
+
+
+async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimits,
+                tls: tuple[bytes, bytes] | None = None) -> tuple[grpc.aio.Server, int]:
+    """A started server on ``host:port`` (0: any free port) and the port it bound.
+    ``tls``: (certificate chain, private key), PEM."""
+    server = grpc.aio.server(
+        handlers=[binding.handler()],
+        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
+        options=[
+            ("grpc.max_receive_message_length", limits.max_message_bytes),
+            # gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
+            # share it silently instead of failing to start.
+            ("grpc.so_reuseport", 0),
+        ])
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1],
+                                                                                  tls[0])]))
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+    if not bound:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await server.start()
+    return server, bound
+

@@ -1,0 +1,30 @@
+"""Ed25519 identity keys and compact JWS (RFC 7515, ``alg`` EdDSA, RFC 8037): what signs
+an agent card and a task's receipt, and what checks them. Bearer tokens stay the only
+authentication; these say who answered and what it cost."""
+
+from internal.signing._jws import (
+    BadSignature,
+    b64url,
+    jws_claims,
+    jws_payload,
+    sign_jws,
+    unb64url,
+    verify_jws,
+)
+from internal.signing._keys import IdentityKey, PublicKey, public_key_from_jwk
+from internal.signing._rotation import rotated_to, rotation_statement
+
+__all__ = [
+    "BadSignature",
+    "IdentityKey",
+    "PublicKey",
+    "b64url",
+    "jws_claims",
+    "jws_payload",
+    "public_key_from_jwk",
+    "rotated_to",
+    "rotation_statement",
+    "sign_jws",
+    "unb64url",
+    "verify_jws",
+]

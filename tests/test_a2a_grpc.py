@@ -1,0 +1,241 @@
+"""A2A 1.0 over gRPC: the official a2a-sdk gRPC client against a real Butler, on the same
+engine, auth and swarm envelope as the HTTP bindings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+grpc = pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
+                                          "(pip install 'butler-a2a[grpc]')")
+
+from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules need grpcio
+    GetExtendedAgentCardRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskNotFoundError,
+    TaskState,
+    a2a_pb2_grpc,
+)
+from google.rpc import error_details_pb2, status_pb2  # noqa: E402
+from yarl import URL  # noqa: E402
+
+from internal.http import OutboundGuard  # noqa: E402
+from internal.protocol.a2a.model import DelegationFailed, OutboundRefused  # noqa: E402
+from tests.a2a_support import (  # noqa: E402
+    WAIT,
+    cancel_a_waiting_task,
+    send_request,
+    send_task,
+    text,
+    user_message,
+)
+from tests.delegation_support import butler_with_peer  # noqa: E402
+from tests.grpc_support import card_of, channel, grpc_client  # noqa: E402
+from tests.sdk_agent import sdk_agent  # noqa: E402
+from tests.support import ECHO, Swarm, new_pair, post_task  # noqa: E402
+from tests.test_tls import OPENSSL, make_ca_and_cert  # noqa: E402
+
+GRPC = {"a2a": {"grpc_port": 0}}
+SWARM_URI = "urn:butler:a2a:ext:swarm:v1"
+
+
+def error_info(err: grpc.aio.AioRpcError) -> error_details_pb2.ErrorInfo:
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            info = error_details_pb2.ErrorInfo()
+            assert status.details[0].Unpack(info)
+            return info
+    raise AssertionError("no google.rpc.Status in the trailing metadata")
+
+
+async def test_the_card_lists_grpc_only_when_it_is_served(swarm: Swarm) -> None:
+    plain = await swarm.start("plain")
+    assert "GRPC" not in [i.protocol_binding for i in (await card_of(plain)).supported_interfaces]
+    home = await swarm.start("home", configurations=GRPC)
+    interfaces = {i.protocol_binding: i for i in (await card_of(home)).supported_interfaces}
+    assert interfaces["GRPC"].url == f"127.0.0.1:{home.daemon.grpc_port}"
+    assert interfaces["GRPC"].protocol_version == "1.0"
+
+
+async def test_send_get_list_with_the_sdk_grpc_client(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    async with grpc_client(home) as client:
+        task = await send_task(client, send_request(user_message(text("hello")),
+                                                    history_length=5))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert [p.text for a in task.artifacts for p in a.parts] == ["hello"]
+        assert [m.parts[0].text for m in task.history] == ["hello"]
+        assert dict(task.metadata)[SWARM_URI]["skill"] == "echo"
+
+        got = await client.get_task(GetTaskRequest(id=task.id, history_length=0))
+        assert got.id == task.id and not got.history
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+        page = await client.list_tasks(ListTasksRequest(page_size=10))
+        assert [t.id for t in page.tasks] == [task.id]
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="no-such-task"))
+
+
+async def test_stream_with_the_sdk_grpc_client(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    async with grpc_client(home, streaming=True) as client:
+        events = [e async for e in client.send_message(send_request(user_message(text("hi"))))]
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[0] == "task" and kinds[-1] == "status_update", kinds
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    artifacts = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+    assert [p.text for a in artifacts for p in a.parts] == ["hi"]
+
+
+async def test_cancel_with_the_sdk_grpc_client(swarm: Swarm) -> None:
+    home = await swarm.start("home", skills=[ECHO, WAIT], configurations=GRPC)
+    async with grpc_client(home) as client:
+        await cancel_a_waiting_task(client, home)
+
+
+async def test_a_wrong_token_is_unauthenticated(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    async with channel(home.daemon.grpc_url, "not-the-token") as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetTask(GetTaskRequest(id="x"), metadata=[("a2a-version", "1.0")])
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert error_info(caught.value).metadata["code"] == "unauthenticated"
+
+
+async def test_a_loop_in_the_metadata_chain_is_refused(swarm: Swarm) -> None:
+    """The envelope rides in message metadata and in x-swarm-* metadata, as on HTTP."""
+    home = await swarm.start("home", callers={"office": {}}, configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    request = SendMessageRequest(message=user_message(text("x"), metadata={
+        SWARM_URI: {"callerChain": ["home", "office"], "depth": 2}}))
+    async with channel(home.daemon.grpc_url, home.tokens["office"]) as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.SendMessage(request, metadata=[("a2a-version", "1.0")])
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        info = error_info(caught.value)
+        assert (info.reason, info.domain, info.metadata["code"]) == (
+            "LOOP_DETECTED", "butler", "loop_detected")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # the same, in headers
+            await stub.SendMessage(SendMessageRequest(message=user_message(text("x"))),
+                                   metadata=[("a2a-version", "1.0"),
+                                             ("x-swarm-agent-chain", "home,office"),
+                                             ("x-swarm-depth", "2")])
+        assert error_info(caught.value).metadata["code"] == "loop_detected"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # no version: 0.3, not served
+            await stub.GetTask(GetTaskRequest(id="x"))
+        assert error_info(caught.value).reason == "VERSION_NOT_SUPPORTED"
+
+
+async def test_a_wrong_token_to_a_grpc_agent_fails_cleanly(swarm: Swarm) -> None:
+    token, _ = new_pair()
+    async with sdk_agent(token, binding="GRPC") as agent:
+        home = await butler_with_peer(swarm, agent.url, "not-the-token")
+        _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+    assert task["state"] == "failed" and task["error"]["code"] == "peer_error", task
+    assert "UNAUTHENTICATED" in task["error"]["message"]
+
+
+def test_the_token_goes_only_to_the_peers_own_host() -> None:
+    from internal.protocol.a2a.client._grpc import grpc_target
+
+    assert grpc_target("127.0.0.1:5000", "http://127.0.0.1:8081", "p") == (
+        URL("http://127.0.0.1:5000"), False)
+    assert grpc_target("peer.lan:443", "https://peer.lan", "p")[1] is True
+    assert grpc_target("grpcs://peer.lan:443", "http://peer.lan:80", "p")[1] is True
+    for elsewhere in ("evil.example:443", "169.254.169.254:80", "grpc://localhost:1"):
+        with pytest.raises(DelegationFailed, match="the token is not sent there"):
+            grpc_target(elsewhere, "http://127.0.0.1:8081", "p")
+    with pytest.raises(DelegationFailed, match="scheme"):
+        grpc_target("unix:///tmp/sock", "http://127.0.0.1:8081", "p")
+
+
+async def test_the_grpc_channel_goes_through_the_outbound_guard() -> None:
+    """Loopback is refused under the default rules, as for an HTTP call."""
+    from internal.protocol.a2a.client._grpc import GrpcPeer
+
+    with pytest.raises(OutboundRefused, match="loopback"):
+        await GrpcPeer.connect("127.0.0.1:1", "t", peer_url="http://127.0.0.1:2", name="p",
+                               guard=OutboundGuard(), ca_file=None, max_response_bytes=1024,
+                               connect_timeout=1)
+
+
+async def test_the_trace_arrives_in_grpc_metadata(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
+        reply = await a2a_pb2_grpc.A2AServiceStub(chan).SendMessage(
+            send_request(user_message(text("hi"))),
+            metadata=[("a2a-version", "1.0"), ("a2a-extensions", SWARM_URI),
+                      ("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01")])
+    assert dict(reply.task.metadata)[SWARM_URI]["traceId"] == trace_id
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl makes the test certificates")
+async def test_grpc_over_tls_when_the_http_port_has_it(swarm: Swarm, tmp_path: Path) -> None:
+    ca, cert, key = make_ca_and_cert(tmp_path, "home")
+    tls = {"tls": {"cert_file": str(cert), "key_file": str(key)}}
+    home = await swarm.start("home", configurations={"a2a": {"grpc_port": 0, **tls}})
+    assert home.daemon.grpc_url is not None
+    metadata = [("a2a-version", "1.0"), ("authorization", f"Bearer {home.tokens['operator']}")]
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    async with grpc.aio.secure_channel(home.daemon.grpc_url, credentials) as chan:
+        reply = await a2a_pb2_grpc.A2AServiceStub(chan).SendMessage(
+            send_request(user_message(text("secure"))), metadata=metadata)
+    assert reply.task.status.state == TaskState.TASK_STATE_COMPLETED
+    async with grpc.aio.insecure_channel(home.daemon.grpc_url) as chan:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await a2a_pb2_grpc.A2AServiceStub(chan).GetTask(GetTaskRequest(id="x"),
+                                                            metadata=metadata, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_card_push_configs_and_subscribe_over_grpc(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC)
+    assert home.daemon.grpc_url is not None
+    v1 = [("a2a-version", "1.0")]
+    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        card = await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
+        assert card.name == "home butler" and "GRPC" in [
+            i.protocol_binding for i in card.supported_interfaces]
+        task = (await stub.SendMessage(send_request(user_message(text("x"))),
+                                       metadata=v1)).task
+        configs = await stub.ListTaskPushNotificationConfigs(
+            ListTaskPushNotificationConfigsRequest(task_id=task.id), metadata=v1)
+        assert list(configs.configs) == []
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            async for _ in stub.SubscribeToTask(SubscribeToTaskRequest(id=task.id),
+                                                metadata=v1):
+                pass
+        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert error_info(caught.value).reason == "UNSUPPORTED_OPERATION"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # bad input: a clear error
+            await stub.SendMessage(SendMessageRequest(), metadata=v1)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_the_per_caller_limit_is_shared_with_the_http_port(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations=GRPC, extra={"rate_limits": {
+        "per_caller_per_second": 0.001, "per_caller_burst": 2, "per_address_per_second": 0}})
+    assert home.daemon.grpc_url is not None
+    async with home.session.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
+        assert resp.status == 200  # one of the two in the bucket
+    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
+        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        v1 = [("a2a-version", "1.0")]
+        await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error_info(caught.value).metadata["code"] == "rate_limited"
+    assert int(dict(caught.value.trailing_metadata())["retry-after"]) >= 1

@@ -1,0 +1,124 @@
+"""Key continuity between peers: a caller pins a peer's key on first contact and sends
+its token only while the peer's card is signed by that key or one it rotated to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+
+from butler.config import load_config
+from butler.daemon import Daemon
+from butler.delegation.wiring import make_delegator
+from butler.identity.key_file import KEY_FILE, load_identity
+from butler.identity.pins import PINS_FILE
+from internal.protocol.a2a.model import TaskRequest, TaskState
+from tests.delegation_support import Mesh, skill
+from tests.support import Instance, run_cli
+
+
+async def restart(inst: Instance) -> Daemon:
+    """The same peer, on the same port and data folder, as a new process would be."""
+    await inst.daemon.stop()
+    daemon = Daemon(load_config(inst.config_path), delegator_factory=make_delegator)
+    await daemon.start()
+    return daemon
+
+
+async def delegate(home: Instance) -> tuple[TaskState, str]:
+    task = await home.client().submit(TaskRequest(text="t", capabilities_needed=("x.work",)))
+    return task.state, task.error.code if task.error else ""
+
+
+async def office_task_count(mesh: Mesh, url: str, office: Instance) -> int:
+    async with mesh.session.get(f"{url}/v2/tasks", headers=office.headers("home")) as resp:
+        return len((await resp.json())["tasks"])
+
+
+async def home_and_office(mesh: Mesh) -> tuple[Instance, Instance]:
+    """Home delegates to office once: office's key is pinned."""
+    mesh.agent("home", skills=[])
+    mesh.agent("office", skills=[skill("x.work")])
+    mesh.link("home", "office", ["x.work"])
+    agents = await mesh.start()
+    assert await delegate(agents["home"]) == (TaskState.COMPLETED, "")
+    return agents["home"], agents["office"]
+
+
+async def test_a_peer_that_swaps_its_key_is_refused(mesh: Mesh) -> None:
+    home, office = await home_and_office(mesh)
+    pins = json.loads((home.daemon.config.data_dir / PINS_FILE).read_text())
+    assert pins["office"]["kid"] == office.daemon.identity.kid
+    # The office loses its key (a new machine, or an impostor at its address).
+    (office.daemon.config.data_dir / KEY_FILE).unlink()
+    swapped = await restart(office)
+    try:
+        assert swapped.identity.kid != pins["office"]["kid"]
+        state, code = await delegate(home)
+        assert (state, code) == (TaskState.FAILED, "peer_identity_changed")
+        # Refused before the token went: the office saw no second task.
+        assert await office_task_count(mesh, swapped.url, office) == 1
+    finally:
+        await swapped.stop()
+        office.daemon = swapped  # stopped: the mesh's teardown stops it once more, harmlessly
+
+
+async def test_a_rotated_key_is_followed_end_to_end(mesh: Mesh) -> None:
+    home, office = await home_and_office(mesh)
+    old_kid = office.daemon.identity.kid
+    await office.daemon.stop()
+    code, out, err = await run_cli("key", "rotate", "-c", str(office.config_path))
+    assert code == 0, err
+    daemon = Daemon(load_config(office.config_path), delegator_factory=make_delegator)
+    await daemon.start()
+    office.daemon = daemon
+    assert daemon.identity.kid != old_kid
+    assert await delegate(home) == (TaskState.COMPLETED, "")
+    pins = json.loads((home.daemon.config.data_dir / PINS_FILE).read_text())
+    assert pins["office"]["kid"] == daemon.identity.kid
+    # The receipts of the new task verify against the card with the rotated key.
+    task = await home.client().submit(TaskRequest(text="t", capabilities_needed=("x.work",)))
+    code, out, err = await run_cli("receipt", "verify", home.url, task.id,
+                                   token=home.tokens["operator"])
+    assert code == 0, err
+    assert f"key {daemon.identity.kid}" in out
+
+
+async def test_a_peer_found_in_a_registry_is_held_to_the_key_registered_for_it(
+        tmp_path: Path, http: aiohttp.ClientSession) -> None:
+    """No earlier contact: the registry's key is the pin. An entry naming another key than
+    the one the agent at that URL signs with gets no token."""
+    from tests.registry.registry_support import TOKENS, sqlite_registry
+    from tests.test_registry_swarm import registry_files
+
+    async with sqlite_registry(tmp_path / "registry") as registry:
+        reg_conf, accept = registry_files(tmp_path, registry, ["alice"])
+        mesh = Mesh(tmp_path, http)
+        mesh.agent("home", skills=[], configurations=reg_conf("root", False), accept=accept)
+        mesh.agent("office", skills=[skill("x.work")], configurations=reg_conf("alice", False),
+                   accept=accept)
+        try:
+            agents = await mesh.start()
+            office = agents["office"]
+            async with http.get(office.url + "/v2/card", headers=office.headers()) as resp:
+                card = await resp.json()
+            stranger = load_identity(tmp_path / "stranger")
+
+            async def register(identity_key: dict[str, str]) -> None:
+                async with http.put(f"{registry.url}/v1/agents/office", headers={
+                        "Authorization": f"Bearer {TOKENS['alice']}"}, json={
+                        "card": {**card, "identity_key": identity_key}}) as resp:
+                    assert resp.status in (200, 201), await resp.text()
+
+            await register(stranger.key.public.jwk)
+            assert await delegate(agents["home"]) == (TaskState.FAILED, "peer_identity_changed")
+            assert not (agents["home"].daemon.config.data_dir / PINS_FILE).exists()
+            await http.delete(f"{registry.url}/v1/agents/office",
+                              headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+            await register(card["identity_key"])
+            assert await delegate(agents["home"]) == (TaskState.COMPLETED, "")
+            pins = json.loads((agents["home"].daemon.config.data_dir / PINS_FILE).read_text())
+            assert pins["office"]["kid"] == office.daemon.identity.kid
+        finally:
+            await mesh.close()

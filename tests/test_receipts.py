@@ -1,0 +1,146 @@
+"""Signed receipts on real daemons: every terminal task carries one, a three-hop
+delegation's receipts verify as one tree against the signers' cards (``butler receipt
+verify``), and an edit anywhere fails."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import pytest
+
+from butler.identity.receipt_check import verify_receipts
+from butler.identity.receipts import receipt_claims
+from internal.protocol.a2a.client import A2APeerClient
+from internal.protocol.a2a.model import TaskRequest, TaskState
+from internal.signing import BadSignature, b64url
+from tests.delegation_support import Mesh, skill
+from tests.support import Swarm, post_task, run_cli
+
+
+async def three_hops(mesh: Mesh) -> tuple[dict[str, Any], Any]:
+    """a -> b -> c, where c does the work for 0.10; the answer as a's /v2 sends it."""
+    for name, skills in (("a", []), ("b", []), ("c", [skill("x.work", "0.10")])):
+        mesh.agent(name, skills=skills)
+    mesh.link("a", "b", ["x.work"])
+    mesh.link("b", "c", ["x.work"])
+    agents = await mesh.start()
+    task = await agents["a"].client().submit(
+        TaskRequest(text="deep", capabilities_needed=("x.work",)))
+    assert task.state is TaskState.COMPLETED, task.error
+    async with mesh.session.get(f"{agents['a'].url}/v2/tasks/{task.id}",
+                                headers=agents["a"].headers()) as resp:
+        raw: dict[str, Any] = await resp.json()
+    return raw, agents
+
+
+def card_reader(session: aiohttp.ClientSession) -> Any:
+    async def card_of(url: str) -> Mapping[str, Any]:
+        return await A2APeerClient(url, "", session=session).card(time.monotonic() + 10)
+    return card_of
+
+
+async def test_a_three_hop_delegation_verifies_as_a_tree(mesh: Mesh) -> None:
+    raw, agents = await three_hops(mesh)
+    claims = [receipt_claims(r) for r in raw["receipts"]]
+    assert [c["agent"] for c in claims] == ["a", "b", "c"]
+    a, b, c = claims
+    assert a["children"] == [b["receipt_id"]] and b["children"] == [c["receipt_id"]]
+    assert c["cost_usd"] == "0.10" and a["total_usd"] == "0.10"
+    assert {x["trace_id"] for x in claims} == {raw["swarm"]["trace_id"]}
+    assert a["task_id"] == raw["id"] and a["state"] == "completed"
+    tree = await verify_receipts(raw, card_reader(mesh.session))
+    assert [ln.split()[0] for ln in tree.lines()] == ["a", "b", "c"]
+    code, out, err = await run_cli("receipt", "verify", agents["a"].url, raw["id"],
+                                   token=agents["a"].tokens["operator"])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"receipts of task {raw['id']}: 3 verified"
+    assert lines[1].startswith("a  completed") and lines[3].startswith("    c  completed")
+    assert "cost 0.10 USD" in lines[3]
+    # The audit trail names the receipt stored with the task (read once it has stopped:
+    # the writer has flushed).
+    config = str(agents["a"].config_path)
+    await mesh.close()
+    code, out, err = await run_cli("audit", "tail", "-c", config, "--json")
+    assert code == 0, err
+    final = [json.loads(line) for line in out.splitlines()]
+    assert any(r["kind"] == "task_finished" and r.get("detail", {}).get("receipt") ==
+               a["receipt_id"] for r in final), final
+
+
+def _flip(text: str, at: int) -> str:
+    swap = "A" if text[at] != "A" else "B"
+    return text[:at] + swap + text[at + 1:]
+
+
+def _resigned_claims(jws: str, **changes: Any) -> str:
+    """The receipt with its claims changed and its old signature kept."""
+    protected, _, signature = jws.split(".")
+    claims = {**receipt_claims(jws), **changes}
+    return f"{protected}.{b64url(json.dumps(claims).encode())}.{signature}"
+
+
+async def test_an_edit_anywhere_fails(mesh: Mesh) -> None:
+    raw, _ = await three_hops(mesh)
+    card_of = card_reader(mesh.session)
+    edits = []
+    for i, jws in enumerate(raw["receipts"]):
+        for at in (0, len(jws) // 3, len(jws) // 2, len(jws) - 2):  # header, claims, signature
+            edits.append(("receipts", i, _flip(jws, at)))
+        edits.append(("receipts", i, _resigned_claims(jws, cost_usd="0.01")))
+    edited_result = copy.deepcopy(raw)
+    edited_result["result"]["parts"][0]["text"] += "!"
+    cases = [edited_result]
+    for _, i, value in edits:
+        case = copy.deepcopy(raw)
+        case["receipts"][i] = value
+        cases.append(case)
+    dropped = copy.deepcopy(raw)
+    del dropped["receipts"][2]
+    cases.append(dropped)
+    for case in cases:
+        with pytest.raises(BadSignature):
+            await verify_receipts(case, card_of)
+
+
+async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
+    """An operator (or anyone with the disk) edits the stored result after the fact: the
+    receipt that travels with it no longer matches, and the CLI says so, exit 1."""
+    import sqlite3
+
+    from butler.config import load_config
+    from butler.daemon import Daemon
+
+    raw, agents = await three_hops(mesh)
+    a = agents["a"]
+    await a.daemon.stop()
+    db = sqlite3.connect(a.daemon.config.data_dir / "tasks.db")
+    with db:
+        (body,) = db.execute("SELECT body FROM tasks WHERE id = ?", (raw["id"],)).fetchone()
+        assert '"text":"deep"' in body
+        db.execute("UPDATE tasks SET body = ? WHERE id = ?",
+                   (body.replace('"text":"deep"', '"text":"deeq"'), raw["id"]))
+    db.close()
+    a.daemon = Daemon(load_config(a.config_path))
+    await a.daemon.start()
+    code, out, err = await run_cli("receipt", "verify", a.url, raw["id"],
+                                   token=a.tokens["operator"])
+    assert code == 1, out
+    assert err.startswith("butler: receipt_invalid: ") and "not the one signed" in err, err
+
+
+async def test_a_task_that_ends_before_it_runs_is_signed_too(swarm: Swarm) -> None:
+    home = await swarm.start("home")
+    _, task = await post_task(home, {"task": "x", "skill": "no-such-skill"})
+    assert task["state"] == "failed", task
+    (claims,) = [receipt_claims(r) for r in task["receipts"]]
+    assert claims["state"] == "failed" and claims["task_id"] == task["id"]
+    code, out, err = await run_cli("receipt", "verify", home.url, task["id"],
+                                   token=home.tokens["operator"])
+    assert code == 0, err
+    assert out.splitlines()[1].startswith("home  failed")
