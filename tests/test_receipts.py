@@ -112,19 +112,25 @@ async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
     """An operator (or anyone with the disk) edits the stored result after the fact: the
     receipt that travels with it no longer matches, and the CLI says so, exit 1."""
     import sqlite3
+    from dataclasses import replace
 
     from butler.config import load_config
     from butler.daemon import Daemon
+    from butler.engine.task_row import decode_row, row_columns
+    from butler.storage import hex_bytes
 
     raw, agents = await three_hops(mesh)
     a = agents["a"]
     await a.daemon.stop()
     db = sqlite3.connect(a.daemon.config.data_dir / "tasks.db")
     with db:
-        (body,) = db.execute("SELECT body FROM tasks WHERE id = ?", (raw["id"],)).fetchone()
-        assert '"text":"deep"' in body
-        db.execute("UPDATE tasks SET body = ? WHERE id = ?",
-                   (body.replace('"text":"deep"', '"text":"deeq"'), raw["id"]))
+        row = db.execute("SELECT id, owner, context_id, state, updated, body FROM tasks "
+                         "WHERE id = ?", (hex_bytes(raw["id"]),)).fetchone()
+        stored = decode_row(*row)
+        assert any(p.text == "deep" for p in stored.parts)
+        edited = replace(stored, parts=tuple(replace(p, text="deeq") if p.text == "deep"
+                                             else p for p in stored.parts))
+        db.execute("UPDATE tasks SET body = ? WHERE id = ?", (row_columns(edited)[-1], row[0]))
     db.close()
     a.daemon = Daemon(load_config(a.config_path))
     await a.daemon.start()

@@ -69,7 +69,8 @@ def test_every_field_survives_the_compact_row() -> None:
         budget=Budget(Decimal("1.10"), Decimal("0.25")),
         cost=CostNode("home", "s", Decimal("0.1"), 12, "failed",
                       (CostNode("peer", "t", Decimal("0.05"), 3, "completed"),)),
-        chain=("op", "bob"), trace_id="t" * 32, messages=(message,), reply_as_message=True)
+        chain=("op", "bob"), trace_id="t" * 32, messages=(message,), reply_as_message=True,
+        receipts=("eyJhbGciOiJFZERTQSJ9.e30.c2ln", "eyJ9.e30.eA"))
     odd_times = Task(id="t", context_id="", owner="", state=TaskState.WORKING,
                      request=TaskRequest(text="x"), created_at="", updated_at="yesterday")
     for task in (rich, odd_times, echo(7)):

@@ -52,7 +52,7 @@ def decode_row(task_id: object, owner: str, context_id: object, state: int, upda
     data = exact_json.loads(body, max_depth=256)
     fields = list(data) + [None] * (len(_FIELDS) - len(data))
     (created, skill, history, parts, artifacts, error, status_message, budget, cost, chain,
-     trace_id, request, messages, reply_as_message, updated_text) = fields
+     trace_id, request, messages, reply_as_message, updated_text, receipts) = fields
     updated_at = updated_text if updated_text is not None else micros_stamp(updated)
     created_at = _time(created, updated, negate=True) if created is not None else updated_at
     base = stamp_micros(created_at)
@@ -69,13 +69,13 @@ def decode_row(task_id: object, owner: str, context_id: object, state: int, upda
         budget=Budget(Decimal(budget[0]), Decimal(budget[1])) if budget else None,
         cost=_cost(cost) if cost else None, chain=tuple(chain or ()),
         trace_id=trace_id or "", messages=tuple(_message(m) for m in messages or ()),
-        reply_as_message=reply_as_message is True,
+        reply_as_message=reply_as_message is True, receipts=tuple(receipts or ()),
     )
 
 
 _FIELDS = ("created", "skill", "history", "parts", "artifacts", "error", "status_message",
            "budget", "cost", "chain", "trace_id", "request", "messages", "reply_as_message",
-           "updated_text")
+           "updated_text", "receipts")
 
 
 def _encode_body(task: Task, updated: int | None) -> str:
@@ -98,6 +98,7 @@ def _encode_body(task: Task, updated: int | None) -> str:
         [_encode_message(m) for m in task.messages],
         True if task.reply_as_message else None,
         task.updated_at if updated is None else None,
+        list(task.receipts),
     ]
     return exact_json.dumps(_trimmed(fields))
 
