@@ -78,6 +78,19 @@ def test_every_field_survives_the_compact_row() -> None:
     assert len(row_columns(echo(7))[-1]) <= 210  # was 988 bytes as version 0
 
 
+def test_the_row_codec_knows_every_field_of_a_task() -> None:
+    """A field added to ``Task`` or ``TaskRequest`` must be added to ``task_row`` (at
+    the end of the body: rows on disk are read by position), or it is lost when the
+    task is stored. ``TaskRequest.message`` is not stored: ``Task.messages`` holds it."""
+    assert sorted(Task.__dataclass_fields__) == [
+        "artifacts", "budget", "chain", "context_id", "cost", "created_at", "error",
+        "history", "id", "messages", "owner", "parts", "receipts", "reply_as_message",
+        "request", "skill", "state", "status_message", "trace_id", "updated_at"]
+    assert sorted(TaskRequest.__dataclass_fields__) == [
+        "blocking", "capabilities_needed", "context_id", "id", "input", "message", "parts",
+        "skill", "text", "timeout_seconds"]
+
+
 def _plans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
     return [" / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
             for sql in statements if sql.startswith("SELECT")]
