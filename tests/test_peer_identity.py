@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from butler.config import load_config
 from butler.daemon import Daemon
@@ -14,6 +15,7 @@ from butler.delegation.wiring import make_delegator
 from butler.identity.key_file import KEY_FILE, load_identity
 from butler.identity.pins import PINS_FILE
 from internal.protocol.a2a.model import TaskRequest, TaskState
+from internal.protocol.a2a.server._card_route import CardRoute
 from tests.delegation_support import Mesh, skill
 from tests.support import Instance, run_cli
 
@@ -62,6 +64,24 @@ async def test_a_peer_that_swaps_its_key_is_refused(mesh: Mesh) -> None:
     finally:
         await swapped.stop()
         office.daemon = swapped  # stopped: the mesh's teardown stops it once more, harmlessly
+
+
+async def test_an_impostor_replaying_the_card_is_caught_by_its_receipt(
+        mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signed card is public: whoever took the peer's address can serve it. The check
+    before the token cannot tell; the answer's receipt, which needs the key, does."""
+    home, office = await home_and_office(mesh)
+    async with mesh.session.get(f"{office.url}/.well-known/agent-card.json") as resp:
+        replayed = await resp.json()
+    (office.daemon.config.data_dir / KEY_FILE).unlink()
+    impostor = await restart(office)
+    monkeypatch.setattr(CardRoute, "_negotiated", lambda self, request: replayed)
+    try:
+        assert impostor.identity.kid != office.daemon.identity.kid
+        assert await delegate(home) == (TaskState.FAILED, "peer_identity_changed")
+    finally:
+        await impostor.stop()
+        office.daemon = impostor
 
 
 async def test_a_rotated_key_is_followed_end_to_end(mesh: Mesh) -> None:

@@ -255,6 +255,9 @@ class PeerDelegator:
                                                    chain=chain, budget=grant, headers=headers,
                                                    timeout=deadline - time.monotonic())
                         task = await self._follow(client, task, deadline)
+                    if self.identities is not None:
+                        await self.identities.answered(
+                            cand, task.receipts, lambda: self._public_card(cand, deadline))
                 except ButlerError as err:
                     span.set_attribute("butler.refusal", err.code)
                     if isinstance(err, DelegationFailed):

@@ -5,20 +5,31 @@ The first signed card seen pins its key (trust on first use), unless the registr
 the peer was found in named one already. A peer whose card is unsigned is not pinned;
 once pinned, an unsigned card or another key is refused with ``peer_identity_changed``.
 The card is read on every delegation: a peer that swapped its key is refused before the
-token is sent, not one call later (docs/receipts.md).
+token is sent, not one call later. Its signature is checked again only when the card
+changed (the same card, byte for byte, verified the same way before). A card can be
+replayed by whoever reads it, so what proves who answered is the answer: a peer with a
+pinned key must sign its answer's receipt with it (``answered``), else the answer is
+refused (docs/receipts.md).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from butler.delegation.peers import Candidate
 from butler.identity.pins import PINS_FILE, PinStore
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.protocol.a2a.model import DelegationFailed, agent_key
-from internal.signing import BadSignature, PublicKey, public_key_from_jwk, rotated_to
+from internal.signing import (
+    BadSignature,
+    PublicKey,
+    public_key_from_jwk,
+    rotated_to,
+    verify_jws,
+)
 
 log = logging.getLogger("butler.delegation")
 CardReader = Callable[[], Awaitable[dict[str, Any]]]
@@ -33,6 +44,7 @@ def changed(cand: Candidate, why: str) -> DelegationFailed:
 class PeerIdentities:
     def __init__(self, pins: PinStore) -> None:
         self.pins = pins
+        self._verified: dict[str, tuple[str, PublicKey]] = {}  # peer -> (its card, its key)
 
     def _expected(self, cand: Candidate) -> PublicKey | None:
         pinned = self.pins.get(agent_key(cand.name))
@@ -46,7 +58,24 @@ class PeerIdentities:
     async def check(self, cand: Candidate, read_card: CardReader) -> None:
         """Raises ``peer_identity_changed`` (a ``DelegationFailed``) unless ``cand`` may
         have its token; pins the key on first contact and follows rotations."""
+        await self._check(cand, agent_key(cand.name), read_card)
+
+    async def answered(self, cand: Candidate, receipts: Sequence[str],
+                       read_card: CardReader) -> None:
+        """The answer's own receipt (the first) must be signed by the peer's pinned key.
+        Signed by another, the card is read again first: the peer may have rotated to it.
+        An answer without receipts passes (an agent that is not a Butler signs none)."""
         name = agent_key(cand.name)
+        pinned = self.pins.get(name)
+        if pinned is None or not receipts:
+            return
+        if not _signed_by(receipts[0], pinned):
+            await self.check(cand, read_card)
+            pinned = self.pins.get(name)
+            if pinned is None or not _signed_by(receipts[0], pinned):
+                raise changed(cand, "its answer's receipt is not signed by its pinned key")
+
+    async def _check(self, cand: Candidate, name: str, read_card: CardReader) -> None:
         expected = self._expected(cand)
         try:
             card = await read_card()
@@ -59,7 +88,7 @@ class PeerIdentities:
                 return
             raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned")
         try:
-            key = verify_card(card)
+            key = self._verify(name, card)
         except BadSignature as exc:
             raise changed(cand, f"its card's signature does not check ({exc})") from None
         if expected is None or key.kid == expected.kid:
@@ -73,3 +102,22 @@ class PeerIdentities:
             return
         raise changed(cand, f"its card is signed by key {key.kid}, but key {expected.kid} is "
                             "pinned for it and did not sign the change")
+
+    def _verify(self, name: str, card: dict[str, Any]) -> PublicKey:
+        """``verify_card``, remembered for the last card of each peer: checking a
+        signature costs more than comparing the card's text with the one checked."""
+        text = json.dumps(card, sort_keys=True, separators=(",", ":"), default=str)
+        known = self._verified.get(name)
+        if known is not None and known[0] == text:
+            return known[1]
+        key = verify_card(card)
+        self._verified[name] = (text, key)
+        return key
+
+
+def _signed_by(jws: str, key: PublicKey) -> bool:
+    try:
+        verify_jws(jws, key)
+    except BadSignature:
+        return False
+    return True
