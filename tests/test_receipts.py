@@ -16,8 +16,10 @@ import pytest
 from butler.identity.receipt_check import verify_receipts
 from butler.identity.receipts import receipt_claims
 from internal.protocol.a2a.client import A2APeerClient
+from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from internal.signing import BadSignature, b64url
+from tests.a2a_support import JSONRPC, WAIT, rpc
 from tests.delegation_support import Mesh, skill
 from tests.support import Swarm, post_task, run_cli
 
@@ -150,3 +152,36 @@ async def test_a_task_that_ends_before_it_runs_is_signed_too(swarm: Swarm) -> No
                                    token=home.tokens["operator"])
     assert code == 0, err
     assert out.splitlines()[1].startswith("home  failed")
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+async def test_a_streams_last_status_update_carries_the_receipt(swarm: Swarm,
+                                                                 version: str) -> None:
+    """A streamed task that ends after it began (here: canceled while it waits) ends its
+    stream with a status update, not the task: the receipt rides in that update."""
+    home = await swarm.start("home", skills=[WAIT])
+    message: dict[str, Any] = {"messageId": "m1", "parts": [{"text": "wait"}]}
+    if version == "1.0":
+        method, message["role"], cancel = "SendStreamingMessage", "ROLE_USER", "CancelTask"
+    else:
+        method, message["role"], cancel = "message/stream", "user", "tasks/cancel"
+        message["kind"] = "message"
+        message["parts"] = [{"kind": "text", "text": "wait"}]
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {
+        "message": message, "metadata": {"skill": "wait"}}}
+    headers = {**home.headers(), "A2A-Version": version}
+    events: list[dict[str, Any]] = []
+    async with home.session.post(home.url + JSONRPC, json=body, headers=headers) as resp:
+        async for line in resp.content:
+            if not line.startswith(b"data: "):
+                continue
+            event = json.loads(line[6:])["result"]
+            events.append(event)
+            if len(events) == 1:
+                task = event.get("task", event)
+                status, answer = await rpc(home, cancel, {"id": task["id"]},
+                                           version=version)
+                assert status == 200 and "result" in answer, answer
+    last = events[-1].get("statusUpdate", events[-1])
+    receipts = last["metadata"][SWARM_EXTENSION_URI]["receipts"]
+    assert receipt_claims(receipts[0])["state"] == "canceled"

@@ -184,8 +184,12 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
         return {"kind": "artifact-update", "taskId": task.wire_id, "contextId": task.context_id,
                 "artifact": encode_artifact(event.artifact), "append": event.append,
                 "lastChunk": event.last_chunk}
-    return {"kind": "status-update", "taskId": task.wire_id, "contextId": task.context_id,
-            "status": encode_status(task), "final": interrupted_or_terminal(task.state)}
+    update: dict[str, Any] = {
+        "kind": "status-update", "taskId": task.wire_id, "contextId": task.context_id,
+        "status": encode_status(task), "final": interrupted_or_terminal(task.state)}
+    if task.receipts:
+        update["metadata"] = a2a_v1.receipts_metadata(task)
+    return update
 
 
 def encode_push_config(config: PushConfig) -> dict[str, Any]:

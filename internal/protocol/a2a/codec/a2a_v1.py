@@ -326,9 +326,14 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
                                    "append": event.append, "lastChunk": event.last_chunk}}
     update: dict[str, Any] = {"taskId": task.wire_id, "contextId": task.context_id,
                               "status": encode_status(task)}
-    if task.receipts:  # the end of a stream: the caller keeps the signed receipts
-        update["metadata"] = {SWARM_EXTENSION_URI: {"receipts": list(task.receipts)}}
+    if task.receipts:
+        update["metadata"] = receipts_metadata(task)
     return {"statusUpdate": update}
+
+
+def receipts_metadata(task: Task) -> dict[str, Any]:
+    """A stream's last status update carries the signed receipts: the caller keeps them."""
+    return {SWARM_EXTENSION_URI: {"receipts": list(task.receipts)}}
 
 
 def encode_page(page: TaskPage, query: ListQuery) -> dict[str, Any]:
