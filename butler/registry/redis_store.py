@@ -9,7 +9,14 @@ Keys, under a prefix:
     names               sorted set of every name (score 0: ordered by name)
     expiry              sorted set of names scored by expires_at, for the sweep
     owner:OWNER         set of the names an identity holds
-    idx:KIND:TERM       sorted set of names (score 0) per capability, skill id or tag
+    idx:KIND:TERM       sorted set of names (score 0) per capability, skill id or tag,
+                        and per word of the searchable text (kind ``word``)
+
+Free text uses the ``idx:word:WORD`` sets (the same words the SQLite store's FTS5 index
+holds): a query walks the smallest of the sets it names in name order and checks each
+name against the others, inside one script per page. RediSearch is not used, even where
+the server has it: its tokenizer, stemming and stop words would answer differently from
+the SQLite store, and these sets need nothing beyond Redis itself.
 """
 
 from __future__ import annotations
@@ -21,26 +28,49 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from butler.registry.model import AgentEntry
+from butler.registry.model import AgentEntry, query_tokens, text_words
 from butler.registry.store import AgentNotFound, NameOwned, Query, QuotaExceeded
 from internal.protocol.a2a.model import Unavailable
 
 log = logging.getLogger("butler.registry")
 
 DEFAULT_PREFIX = "butler:registry:"
-_SCAN_BATCH = 200
+_SCAN_BUDGET = 2000  # names one page script may walk: a few ms of Redis's time
 _SWEEP_BATCH = 500
 _FIELDS = ("owner", "expires_at", "ttl", "registered_at", "record")
 
-# One page of a query in one round trip: names from an index, each with its fields.
+# One page of a query in one round trip: names in name order from the smallest of the
+# sets every name must be in (KEYS), each checked against the others and read with its
+# fields. It stops at ARGV[3] rows or after ARGV[4] names, and returns the name to go on
+# after ('' once the walk is done) and the rows.
 _PAGE = """
-local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, tonumber(ARGV[3]))
-local rows = {}
-for i, name in ipairs(names) do
-  rows[i] = {name, unpack(redis.call('HMGET', ARGV[1] .. 'agent:' .. name,
-                                     'owner', 'expires_at', 'ttl', 'registered_at', 'record'))}
+local driver, smallest = 1, nil
+for i, k in ipairs(KEYS) do
+  local n = redis.call('ZCARD', k)
+  if smallest == nil or n < smallest then driver, smallest = i, n end
 end
-return rows
+local p, start, want, budget = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local chunk = want
+if #KEYS > 1 then chunk = 256 end
+local rows, scanned = {}, 0
+while scanned < budget do
+  local names = redis.call('ZRANGEBYLEX', KEYS[driver], start, '+', 'LIMIT', 0, chunk)
+  for _, name in ipairs(names) do
+    scanned = scanned + 1
+    local ok = true
+    for i, k in ipairs(KEYS) do
+      if i ~= driver and not redis.call('ZSCORE', k, name) then ok = false break end
+    end
+    if ok then
+      rows[#rows + 1] = {name, unpack(redis.call('HMGET', p .. 'agent:' .. name,
+                         'owner', 'expires_at', 'ttl', 'registered_at', 'record'))}
+      if #rows >= want then return {name, rows} end
+    end
+  end
+  if #names < chunk then return {'', rows} end
+  start = '(' .. names[#names]
+end
+return {string.sub(start, 2), rows}
 """
 
 _REMOVE = """
@@ -159,6 +189,7 @@ class RedisStore:
     def _term_keys(self, entry: AgentEntry) -> list[str]:
         keys = [self._idx("capability", t) for t in entry.capabilities]
         keys += [self._idx("skill", t) for t in entry.skills]
+        keys += [self._idx("word", t) for t in sorted(text_words(entry.search_text))]
         return keys + [self._idx("tag", t) for t in entry.tags]
 
     def _idx(self, kind: str, term: str) -> str:
@@ -210,29 +241,27 @@ class RedisStore:
         self, query: Query, *, now: float, limit: int, after: str | None = None
     ) -> tuple[list[AgentEntry], str | None]:
         with _store_errors():
-            terms = [(k, t) for k, t in (
+            keys = [self._idx(k, t) for k, t in (
                 ("capability", query.capability), ("skill", query.skill), ("tag", query.tag)
             ) if t is not None]
-            index = self._idx(*terms[0]) if terms else f"{self._p}names"
+            keys += [self._idx("word", t) for t in query_tokens(query.words)]
             start = f"({after}" if after else "-"
-            # With at most one indexed term and no words, nearly every name in the index
-            # matches: read just a page, not a whole scan batch.
-            batch = limit + 1 if len(terms) <= 1 and not query.words else _SCAN_BATCH
             found: list[AgentEntry] = []
             while len(found) <= limit:
-                rows = await self._page(keys=[index], args=[self._p, start, batch])
-                if not rows:
-                    break
+                go_on, rows = await self._page(
+                    keys=keys or [f"{self._p}names"],
+                    args=[self._p, start, limit + 1 - len(found), _SCAN_BUDGET])
                 for row in rows:
+                    # Expiry, and each query word as a substring, are checked here.
                     entry = _entry(row[1:], now)
                     if entry is not None and entry.matches(
                         capability=query.capability, skill=query.skill, tag=query.tag,
                         words=query.words,
                     ):
                         found.append(entry)
-                if len(rows) < batch:
+                if not go_on:
                     break
-                start = f"({rows[-1][0]}"
+                start = f"({go_on}"
             if len(found) > limit:
                 return found[:limit], found[limit - 1].name
             return found, None

@@ -84,6 +84,62 @@ async def test_query_by_capability_skill_tag_and_text(
     assert await names(store, now) == ["home", "lab", "office"]
 
 
+async def test_free_text_matches_whole_words_and_follows_every_write(
+    store: RegistryStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    await store.upsert(entry("office", now=now, description="Kitchen timer, C++ tools"),
+                       now=now, max_names=MAX)
+    await store.upsert(entry("lab", now=now, ttl=10, description="Lab bench"), now=now,
+                       max_names=MAX)
+    assert await names(store, now, Query(words=("kitchen",))) == ["office"]
+    assert await names(store, now, Query(words=("kitch",))) == []  # whole words only
+    assert await names(store, now, Query(words=("timer,",))) == ["office"]
+    assert await names(store, now, Query(words=("c++",))) == ["office"]
+    assert await names(store, now, Query(words=("++",))) == ["office"]  # no word: substring
+    assert await names(store, now, Query(words=("c++", "kitchen"))) == ["office"]
+    assert await names(store, now, Query(words=("kitchen", "lab"))) == []
+    # A new card replaces the old words; a heartbeat keeps them.
+    await store.upsert(entry("office", now=now, description="Garden shed"), now=now,
+                       max_names=MAX)
+    assert await names(store, now, Query(words=("kitchen",))) == []
+    await store.heartbeat("office", "alice", now=now, ttl_seconds=60)
+    assert await names(store, now, Query(words=("garden", "shed"))) == ["office"]
+    await store.delete("office", "alice", now=now)
+    assert await names(store, now, Query(words=("garden",))) == []
+    assert await names(store, now, Query(words=("bench",))) == ["lab"]
+    clock.advance(11)
+    assert await names(store, clock.now(), Query(words=("bench",))) == []
+    assert await store.sweep(now=clock.now()) == 1
+    await store.upsert(entry("lab", "bob", now=clock.now(), description="Quiet room"),
+                       now=clock.now(), max_names=MAX)
+    assert await names(store, clock.now(), Query(words=("bench",))) == []
+    assert await names(store, clock.now(), Query(words=("quiet",))) == ["lab"]
+
+
+async def test_common_and_rare_words_page_alike(store: RegistryStore, clock: ManualClock) -> None:
+    """A word most agents have and one few have: the stores walk different indexes for
+    them (SQLite past about 100 matches), and both give every match once, in order."""
+    now = clock.now()
+    for i in range(150):
+        await store.upsert(entry(f"a{i:03d}", now=now, description=f"common rare{i % 50}"),
+                           now=now, max_names=1000)
+    for query, expected in (
+        (Query(words=("common",)), [f"a{i:03d}" for i in range(150)]),
+        (Query(words=("rare7",)), ["a007", "a057", "a107"]),
+        (Query(words=("rare7", "common"), capability="memory.search"),
+         ["a007", "a057", "a107"]),
+    ):
+        seen: list[str] = []
+        after: str | None = None
+        while True:
+            page, after = await store.query(query, now=now, limit=7, after=after)
+            seen += [e.name for e in page]
+            if after is None:
+                break
+        assert seen == expected, query
+
+
 @pytest.mark.parametrize("query", [Query(), Query(capability="memory.search")])
 async def test_pagination_walks_every_live_agent_once(
     store: RegistryStore, clock: ManualClock, query: Query
@@ -236,7 +292,25 @@ async def test_sqlite_capability_query_uses_the_term_index(tmp_path: Path) -> No
         plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     conn.close()
     assert plan.startswith("SEARCH t USING PRIMARY KEY (kind=? AND term=? AND name>?)"), plan
-    assert "SCAN" not in plan, plan
+    # The only SCAN allowed is the full-text index's own lookup (a MATCH on FTS5).
+    assert plan.count("SCAN") == 1 and "SCAN f VIRTUAL TABLE INDEX 0:=M" in plan, plan
+
+
+@pytest.mark.parametrize("fts_drives", [True, False])
+async def test_sqlite_free_text_query_uses_the_full_text_index(tmp_path: Path,
+                                                               fts_drives: bool) -> None:
+    """Few matches: the FTS5 index drives; many: names in order, each probed in it."""
+    store = await SqliteStore.open(tmp_path / "r.db")
+    await store.close()
+    sql, params = query_sql(Query(words=("kitchen",)), now=0.0, limit=10, after="",
+                            fts_drives=fts_drives)
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    conn.close()
+    first = ("SCAN f VIRTUAL TABLE INDEX 0:M" if fts_drives
+             else "SEARCH a USING INDEX sqlite_autoindex_agents_1 (name>?)")
+    assert plan.startswith(first), plan
+    assert plan.count("SCAN") == 1 and "VIRTUAL TABLE INDEX" in plan, plan
 
 
 async def test_two_replicas_cannot_both_claim_a_name(
