@@ -61,7 +61,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (0.0 if quick else 2.0)
     args.connections = [int(c) for c in args.connections.split(",")]
     args.scales = ([int(s) for s in args.scales.split(",")] if args.scales
-                   else [1000, 10000] if quick else [1000, 10000, 100_000])
+                   else [1000, 10000] if quick else [1000, 10000, 100_000, 1_000_000])
     results_dir = bootstrap.BENCH / "results"
     args.output = args.output or results_dir / ("quick.json" if quick else "latest.json")
     return args
