@@ -103,21 +103,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     if "inbound" in args.only:
         check_speed("before inbound")
-        say("inbound: Butler (/v2/tasks, then JSON-RPC if served)")
+        say("inbound: Butler (/v2/tasks, then A2A SendMessage: JSON-RPC, HTTP+JSON)")
         res = inbound.run_butler(work / "butler", cpus, levels, secs, warm)
-        say("inbound: a2a-sdk reference, SQLite task store (durable)")
-        res["reference_sqlite"] = inbound.run_reference(work / "ref", cpus, levels, secs, warm,
-                                                        durable=True)
-        say("inbound: a2a-sdk reference, in-memory task store")
-        res["reference_memory"] = inbound.run_reference(work / "ref", cpus, levels, secs,
-                                                        warm, durable=False)
-        res["ratios"] = {
-            "vs_sqlite": inbound.ratios(res["butler_v2"], res["reference_sqlite"]["results"]),
-            "vs_memory": inbound.ratios(res["butler_v2"], res["reference_memory"]["results"]),
-        }
-        if isinstance(res["butler_jsonrpc"], list):
-            res["ratios"]["jsonrpc_vs_sqlite"] = inbound.ratios(
-                res["butler_jsonrpc"], res["reference_sqlite"]["results"])
+        for kind, what in (("js", "@a2a-js/sdk, in-memory task store (its default)"),
+                           ("memory", "a2a-sdk, in-memory task store (its default)"),
+                           ("sqlite", "a2a-sdk, SQLite task store (durable)")):
+            say(f"inbound: {what}")
+            res[f"reference_{kind}"] = inbound.run_reference(work / "ref", cpus, levels,
+                                                             secs, warm, kind)
+        res["ratios"] = inbound.all_ratios(res)
         results["inbound"] = res
     if "hops" in args.only:
         check_speed("before hops")
