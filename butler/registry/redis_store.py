@@ -11,6 +11,7 @@ Keys, under a prefix:
     owner:OWNER         set of the names an identity holds
     idx:KIND:TERM       sorted set of names (score 0) per capability, skill id or tag,
                         and per word of the searchable text (kind ``word``)
+    schema              the keys' version, SCHEMA once every agent's words are indexed
 
 Free text uses the ``idx:word:WORD`` sets (the same words the SQLite store's FTS5 index
 holds): a query walks the smallest of the sets it names in name order and checks each
@@ -35,6 +36,7 @@ from internal.protocol.a2a.model import Unavailable
 log = logging.getLogger("butler.registry")
 
 DEFAULT_PREFIX = "butler:registry:"
+SCHEMA = "2"  # 2: the word sets of free text
 _SCAN_BUDGET = 2000  # names one page script may walk: a few ms of Redis's time
 _SWEEP_BATCH = 500
 _FIELDS = ("owner", "expires_at", "ttl", "registered_at", "record")
@@ -137,6 +139,17 @@ remove(p, name)
 return 'ok'
 """
 
+# Schema 1 had no word sets: an agent's words are added unless its record changed
+# meanwhile (then the write that changed it indexed it).
+_INDEX_WORDS = """
+local cur = redis.call('HMGET', KEYS[1], 'record', 'terms')
+if cur[1] ~= ARGV[2] then return 0 end
+for _, k in ipairs(cjson.decode(cur[2])) do redis.call('ZREM', k, ARGV[1]) end
+for _, k in ipairs(cjson.decode(ARGV[3])) do redis.call('ZADD', k, 0, ARGV[1]) end
+redis.call('HSET', KEYS[1], 'terms', ARGV[3])
+return 1
+"""
+
 _SWEEP = _REMOVE + """
 local p, now = ARGV[1], tonumber(ARGV[2])
 local names = redis.call('ZRANGEBYSCORE', p .. 'expiry', '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
@@ -162,6 +175,7 @@ class RedisStore:
         self._delete = client.register_script(_DELETE)
         self._sweep = client.register_script(_SWEEP)
         self._page = client.register_script(_PAGE)
+        self._index_words = client.register_script(_INDEX_WORDS)
 
     @classmethod
     async def open(cls, url: str, *, prefix: str = DEFAULT_PREFIX) -> RedisStore:
@@ -179,7 +193,32 @@ class RedisStore:
         except BaseException:
             await client.aclose()
             raise
-        return cls(client, prefix)
+        store = cls(client, prefix)
+        try:
+            await store._upgrade()
+        except BaseException:
+            await client.aclose()
+            raise
+        return store
+
+    async def _upgrade(self) -> None:
+        """Brings the keys to SCHEMA: a store written before the word sets gets them once,
+        a batch of names at a time (other replicas may keep writing meanwhile)."""
+        version_key = f"{self._p}schema"
+        if await self._r.get(version_key) == SCHEMA:
+            return
+        start = "-"
+        while names := await self._r.zrangebylex(f"{self._p}names", start, "+", 0, 500):
+            pipe = self._r.pipeline(transaction=False)
+            for name in names:
+                pipe.hget(f"{self._p}agent:{name}", "record")
+            for name, record in zip(names, await pipe.execute(), strict=True):
+                if record is not None:
+                    keys = self._term_keys(AgentEntry.from_record(record))
+                    await self._index_words(keys=[f"{self._p}agent:{name}"],
+                                            args=[name, record, json.dumps(keys)])
+            start = f"({names[-1]}"
+        await self._r.set(version_key, SCHEMA)
 
     async def close(self) -> None:
         if not self._closed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 
@@ -330,3 +331,39 @@ async def test_two_replicas_cannot_both_claim_a_name(
         winner = await first.get(name, now=now)
         assert winner is not None
         assert winner == await second.get(name, now=now)
+
+
+async def test_redis_agents_stored_before_the_word_sets_are_indexed_on_open(
+    redis_url: str, clock: ManualClock
+) -> None:
+    """Keys written before free text was indexed (no word sets, no schema key) get their
+    word sets when a registry next opens the store."""
+    import uuid
+
+    from butler.registry.redis_store import RedisStore
+
+    prefix = f"test:{uuid.uuid4().hex}:"
+    store = await RedisStore.open(redis_url, prefix=prefix)
+    now = clock.now()
+    try:
+        for name, words in (("office", "Kitchen timer"), ("lab", "Garden kitchen")):
+            await store.upsert(entry(name, now=now, description=words), now=now, max_names=MAX)
+        r = store._r
+        for key in await r.keys(f"{prefix}idx:word:*"):
+            await r.delete(key)
+        for name in ("office", "lab"):
+            terms = json.loads(await r.hget(f"{prefix}agent:{name}", "terms"))
+            await r.hset(f"{prefix}agent:{name}", "terms",
+                         json.dumps([k for k in terms if ":word:" not in k]))
+        await r.delete(f"{prefix}schema")
+        assert await names(store, now, Query(words=("kitchen",))) == []
+    finally:
+        await store.close()
+    store = await RedisStore.open(redis_url, prefix=prefix)
+    try:
+        assert await names(store, now, Query(words=("kitchen",))) == ["lab", "office"]
+        assert await names(store, now, Query(words=("garden",))) == ["lab"]
+        await store.delete("lab", "alice", now=now)  # its word sets go with it
+        assert await store._r.exists(f"{prefix}idx:word:garden") == 0
+    finally:
+        await store.close()
