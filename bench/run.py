@@ -151,10 +151,14 @@ def write_docs(results: dict[str, Any]) -> None:
 
 
 def render(args: argparse.Namespace) -> int:
-    from harness import report
+    from harness import inbound, report, targets
     from harness.profile_summary import summarise
 
     results = json.loads(args.render.read_text())
+    # Comparisons and targets from the series, as this version of the bench makes them.
+    if "inbound" in results:
+        results["inbound"]["ratios"] = inbound.all_ratios(results["inbound"])
+    results["targets"] = targets.evaluate(results)
     raw = bootstrap.REPO / results.get("profile", {}).get("raw_stacks", "-")
     if raw.is_file():  # the summary's rules may have changed since that run
         results["profile"].update(summarise(raw))

@@ -50,8 +50,8 @@ def _headline(res: dict[str, Any]) -> Table:
                 if isinstance(other, list):
                     o = other[i]
                     ratio = ratios.get(f"{binding}_vs_{ref}", [{}] * len(mine))[i]
-                    row += [_f(o["rps"], 0), _f(o["p99_ms"]),
-                            f"{_f(ratio.get('throughput_x'))}x"]
+                    x = ratio.get("throughput_x")
+                    row += [_f(o["rps"], 0), _f(o["p99_ms"]), "" if x is None else f"{_f(x)}x"]
                 else:
                     row += [str(other or "not run"), "", ""]
             own = ratios.get(f"{binding}_vs_v2")
