@@ -38,6 +38,7 @@ log = logging.getLogger("butler.registry")
 DEFAULT_PREFIX = "butler:registry:"
 SCHEMA = "2"  # 2: the word sets of free text
 _SCAN_BUDGET = 2000  # names one page script may walk: a few ms of Redis's time
+_SCAN_BATCH = 200
 _SWEEP_BATCH = 500
 _FIELDS = ("owner", "expires_at", "ttl", "registered_at", "record")
 
@@ -285,11 +286,14 @@ class RedisStore:
             ) if t is not None]
             keys += [self._idx("word", t) for t in query_tokens(query.words)]
             start = f"({after}" if after else "-"
+            # A word with no letter or digit has no set: the rows are filtered here, so
+            # ask for them in scan batches rather than a page at a time.
+            floor = _SCAN_BATCH if any(not query_tokens((w,)) for w in query.words) else 0
             found: list[AgentEntry] = []
             while len(found) <= limit:
                 go_on, rows = await self._page(
                     keys=keys or [f"{self._p}names"],
-                    args=[self._p, start, limit + 1 - len(found), _SCAN_BUDGET])
+                    args=[self._p, start, max(limit + 1 - len(found), floor), _SCAN_BUDGET])
                 for row in rows:
                     # Expiry, and each query word as a substring, are checked here.
                     entry = _entry(row[1:], now)
