@@ -309,6 +309,10 @@ class RedisStore:
                 return found[:limit], found[limit - 1].name
             return found, None
 
+    async def ping(self) -> None:
+        with _store_errors():
+            await self._r.ping()
+
     async def count_live(self, *, now: float) -> int:
         with _store_errors():
             return int(await self._r.zcount(f"{self._p}expiry", f"({now!r}", "+inf"))

@@ -174,6 +174,9 @@ class SqliteStore:
     async def count_live(self, *, now: float) -> int:
         return await self._read(_count_live, now)
 
+    async def ping(self) -> None:
+        await self._read(_ping)
+
     async def sweep(self, *, now: float) -> int:
         removed = 0
         while True:  # in chunks, each its own transaction: others' writes go between
@@ -247,6 +250,10 @@ def _remove(conn: sqlite3.Connection, names: list[str]) -> None:
     rows = [(n,) for n in names]
     conn.executemany("DELETE FROM agent_terms WHERE name = ?", rows)
     conn.executemany("DELETE FROM agents WHERE name = ?", rows)
+
+
+def _ping(conn: sqlite3.Connection) -> None:
+    conn.execute("SELECT 1 FROM agents LIMIT 1").fetchall()
 
 
 def _count_live(conn: sqlite3.Connection, now: float) -> int:

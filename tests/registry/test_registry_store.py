@@ -367,3 +367,22 @@ async def test_redis_agents_stored_before_the_word_sets_are_indexed_on_open(
         assert await store._r.exists(f"{prefix}idx:word:garden") == 0
     finally:
         await store.close()
+
+
+async def test_ping_answers_while_the_store_does(store: RegistryStore) -> None:
+    await store.ping()  # what /healthz asks: cheap at any size, unlike count_live
+
+
+async def test_ping_of_an_unreachable_redis_is_unavailable() -> None:
+    import redis.asyncio
+    from registry_support import free_port
+
+    from butler.registry.redis_store import RedisStore
+    from internal.protocol.a2a.model import Unavailable
+
+    store = RedisStore(redis.asyncio.from_url(f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        with pytest.raises(Unavailable):
+            await store.ping()
+    finally:
+        await store.close()
