@@ -55,6 +55,7 @@ async def test_register_get_and_refresh(store: RegistryStore, clock: ManualClock
     assert refreshed is not None and refreshed.registered_at == first.registered_at
     # The refreshed card replaced the old index entries: "echo" was added, the rest kept.
     assert await names(store, clock.now(), Query(capability="echo")) == ["office"]
+    assert await store.count_live(now=clock.now()) == 1  # a refresh is not a new agent
 
 
 async def test_query_by_capability_skill_tag_and_text(
@@ -116,6 +117,8 @@ async def test_free_text_matches_whole_words_and_follows_every_write(
                        now=clock.now(), max_names=MAX)
     assert await names(store, clock.now(), Query(words=("bench",))) == []
     assert await names(store, clock.now(), Query(words=("quiet",))) == ["lab"]
+    assert await store.count_live(now=clock.now()) == 1
+    assert await store.count_live(now=clock.now() + 61) == 0
 
 
 async def test_common_and_rare_words_page_alike(store: RegistryStore, clock: ManualClock) -> None:

@@ -119,6 +119,8 @@ async def test_a_version_1_registry_is_migrated_in_place(tmp_path: Path) -> None
         await store.upsert(_entry("agent-0003"), now=NOW, max_names=100)
         found, _ = await store.query(Query(words=("agent",)), now=NOW, limit=10)
         assert [e.name for e in found] == ["agent-0001", "agent-0002", "agent-0003"]
+        assert await store.count_live(now=NOW) == 3
+        assert await store.count_live(now=NOW + 3600) == 0
     finally:
         await store.close()
     check = sqlite3.connect(path)
