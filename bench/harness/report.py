@@ -52,13 +52,13 @@ def _headline(res: dict[str, Any]) -> Table:
                     ratio = ratios.get(f"{binding}_vs_{ref}", [{}] * len(mine))[i]
                     x = ratio.get("throughput_x")
                     row += [_f(o["rps"], 0), _f(o["p99_ms"]), "" if x is None else f"{_f(x)}x"]
-                else:
-                    row += [str(other or "not run"), "", ""]
+                else:  # a reason, given once in the title
+                    row += ["skipped" if isinstance(other, str) else "not run", "", ""]
             own = ratios.get(f"{binding}_vs_v2")
             row.append(f"{_f(own[i]['throughput_x'])}x" if own else "")
             rows.append(row)
     js_name = (f"@a2a-js/sdk {js['sdk']}" if isinstance(js, dict) and "sdk" in js
-               else "@a2a-js/sdk")
+               else f"@a2a-js/sdk ({js})" if isinstance(js, str) else "@a2a-js/sdk")
     return (f"Standard A2A 1.0 SendMessage, blocking: Butler (durable, auth on) against "
             f"{js_name} and a2a-sdk with their default in-memory stores (same load; "
             "x = Butler req/s / theirs)",
