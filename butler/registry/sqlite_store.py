@@ -33,7 +33,7 @@ _SWEEP_BATCH = 500
 # and sorting them by name, costs about 3.5 us each; walking names in order and probing
 # the full-text index for each costs about 16 us a probe, and finds a page of p among n
 # agents in about p * n / m probes. The two are equal near m = sqrt(p * n * 16 / 3.5):
-# about 3,200 at 100,000 agents (some 11 ms either way at worst, measured).
+# about 3,200 at 100,000 agents (some 11 ms either way at worst, by those costs).
 _PROBE_OVER_READ = 16 / 3.5
 
 # `id` is an INTEGER PRIMARY KEY (a rowid alias) because the external-content FTS5 index
