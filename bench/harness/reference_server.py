@@ -1,5 +1,5 @@
 """The reference: a minimal official a2a-sdk 1.x server (Starlette + uvicorn) with an echo
-AgentExecutor, serving A2A 1.0 JSON-RPC at ``/``.
+AgentExecutor, serving A2A 1.0 JSON-RPC at ``/`` and HTTP+JSON under ``/rest``.
 
 Run by the bench as its own process::
 
@@ -27,7 +27,11 @@ from a2a.helpers.proto_helpers import get_message_text, new_task_from_user_messa
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes import (
+    create_agent_card_routes,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
 from a2a.server.tasks import DatabaseTaskStore, InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -90,6 +94,8 @@ def card(url: str) -> AgentCard:
         name="reference-echo", description="a2a-sdk echo agent (bench reference)",
         version="1.0.0",
         supported_interfaces=[AgentInterface(url=url + "/", protocol_binding="JSONRPC",
+                                             protocol_version="1.0"),
+                              AgentInterface(url=url + "/rest", protocol_binding="HTTP+JSON",
                                              protocol_version="1.0")],
         capabilities=AgentCapabilities(streaming=False),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
@@ -141,6 +147,7 @@ async def main() -> None:
                                     task_store=await open_store(args.db),
                                     agent_card=agent_card)
     routes = [Route("/healthz", healthz), *create_agent_card_routes(agent_card),
+              *create_rest_routes(handler, path_prefix="/rest"),
               *create_jsonrpc_routes(handler, rpc_url="/")]
     app = BearerAuth(Starlette(routes=routes), args.token_hash)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")

@@ -1,8 +1,11 @@
 """Synthetic agents for the registry bench, written straight through the store API.
 
 Agent i has three of 100 capabilities (``cap.0`` .. ``cap.99``), so each capability is
-provided by about 3 % of the agents: 30 at 1k, 300 at 10k, 3,000 at 100k. Every tenth
-agent shares an owner, as if each identity had registered ten agents.
+provided by about 3 % of the agents: 30 at 1k, 300 at 10k, 3,000 at 100k, 30,000 at 1M.
+Every tenth agent shares an owner, as if each identity had registered ten agents. Its
+searchable text has words every agent has ("synthetic", "agent", "registry", "bench",
+...), its own name's words, and one of 1,000 topics (``topicK``): a rare word, shared
+by 0.1 % of the agents (100 at 100k).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from butler.registry.card import build_entry, validate_card
 from butler.registry.store import Query, RegistryStore
 
 CAPABILITIES = 100
+TOPICS = 1000
 TTL_SECONDS = 3600
 
 
@@ -25,9 +29,10 @@ def capabilities_of(i: int) -> list[str]:
     return [f"cap.{c}" for c in list(picks)[:3]]
 
 
-def card(name: str, caps: list[str]) -> dict[str, Any]:
+def card(name: str, caps: list[str], topic: int = 0) -> dict[str, Any]:
     return {
-        "name": name, "description": f"synthetic agent {name} for the registry bench",
+        "name": name,
+        "description": f"synthetic agent {name} for the registry bench, topic{topic}",
         "url": f"http://127.0.0.1:9/{name}", "version": "1.0.0", "capabilities": caps,
         "skills": [{"id": "work", "name": "work", "description": "does synthetic work",
                     "capabilities": caps, "tags": ["bench"]}],
@@ -42,7 +47,7 @@ async def populate(store: RegistryStore, start: int, stop: int, concurrency: int
     async def worker() -> None:
         for i in queue:
             name = f"agent-{i:06d}"
-            index = validate_card(card(name, capabilities_of(i)), max_bytes=65536)
+            index = validate_card(card(name, capabilities_of(i), i % TOPICS), max_bytes=65536)
             entry = build_entry(name, f"owner-{i // 10}", index, url=index.url or "",
                                 now=now, ttl_seconds=TTL_SECONDS)
             await store.upsert(entry, now=time.time(), max_names=16)

@@ -11,32 +11,95 @@ def _f(value: Any, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if isinstance(value, int | float) else str(value)
 
 
+_SERVERS = (("Butler /v2/tasks", "butler", "v2"),
+            ("Butler JSON-RPC SendMessage", "butler", "jsonrpc"),
+            ("Butler HTTP+JSON SendMessage", "butler", "rest"),
+            ("@a2a-js/sdk JSON-RPC, in-memory", "js", "jsonrpc"),
+            ("@a2a-js/sdk HTTP+JSON, in-memory", "js", "rest"),
+            ("a2a-sdk JSON-RPC, in-memory", "memory", "jsonrpc"),
+            ("a2a-sdk HTTP+JSON, in-memory", "memory", "rest"),
+            ("a2a-sdk JSON-RPC, SQLite (durable)", "sqlite", "jsonrpc"),
+            ("a2a-sdk HTTP+JSON, SQLite (durable)", "sqlite", "rest"))
+
+
+def _raw(res: dict[str, Any], server: str, binding: str) -> Any:
+    """A series as stored: a list of load points, a reason string, or None."""
+    if server == "butler":
+        return res.get(f"butler_{binding}")
+    ref = res.get(f"reference_{server}")
+    if not isinstance(ref, dict):
+        return ref
+    return ref.get("results" if binding == "jsonrpc" else binding)
+
+
+def _headline(res: dict[str, Any]) -> Table:
+    """The standard A2A path first: Butler's SendMessage (blocking; durable) against both
+    SDKs' default in-memory stores, and against Butler's own /v2/tasks."""
+    rows = []
+    ratios = res.get("ratios", {})
+    js = res.get("reference_js")
+    for binding, label in (("jsonrpc", "JSON-RPC"), ("rest", "HTTP+JSON")):
+        mine = _raw(res, "butler", binding)
+        if not isinstance(mine, list):
+            continue
+        theirs = {ref: _raw(res, ref, binding) for ref in ("js", "memory")}
+        for i, r in enumerate(mine):
+            row = [label, str(r["connections"]), _f(r["rps"], 0), _f(r["p99_ms"])]
+            for ref in ("js", "memory"):
+                other = theirs[ref]
+                if isinstance(other, list):
+                    o = other[i]
+                    ratio = ratios.get(f"{binding}_vs_{ref}", [{}] * len(mine))[i]
+                    x = ratio.get("throughput_x")
+                    row += [_f(o["rps"], 0), _f(o["p99_ms"]), "" if x is None else f"{_f(x)}x"]
+                else:  # a reason, given once in the title
+                    row += ["skipped" if isinstance(other, str) else "not run", "", ""]
+            own = ratios.get(f"{binding}_vs_v2")
+            row.append(f"{_f(own[i]['throughput_x'])}x" if own else "")
+            rows.append(row)
+    js_name = (f"@a2a-js/sdk {js['sdk']}" if isinstance(js, dict) and "sdk" in js
+               else f"@a2a-js/sdk ({js})" if isinstance(js, str) else "@a2a-js/sdk")
+    return (f"Standard A2A 1.0 SendMessage, blocking: Butler (durable, auth on) against "
+            f"{js_name} and a2a-sdk with their default in-memory stores (same load; "
+            "x = Butler req/s / theirs)",
+            ["binding", "conns", "Butler req/s", "Butler p99 ms", "a2a-js req/s",
+             "a2a-js p99 ms", "x a2a-js", "a2a-sdk req/s", "a2a-sdk p99 ms", "x a2a-sdk",
+             "x own /v2/tasks"], rows)
+
+
 def _inbound(res: dict[str, Any]) -> Table:
     rows = []
-    series = [("Butler /v2/tasks", res.get("butler_v2")),
-              ("Butler JSON-RPC SendMessage", res.get("butler_jsonrpc")),
-              ("a2a-sdk, SQLite store (durable)", res.get("reference_sqlite", {}).get("results")),
-              ("a2a-sdk, in-memory store", res.get("reference_memory", {}).get("results"))]
-    for label, data in series:
+    for label, server, binding in _SERVERS:
+        data = _raw(res, server, binding)
         if isinstance(data, list):
             rows += [[label, str(r["connections"]), _f(r["rps"], 0), _f(r["p50_ms"]),
                       _f(r["p99_ms"]), str(r["bad"]), _f(r.get("noise_cpu_pct", 0), 0)]
                      for r in data]
         elif data is not None:
             rows.append([label, "-", str(data), "", "", "", ""])
-    return ("Inbound blocking echo task (auth on; noise = CPU % other processes took)",
+    return ("Every series (blocking echo task, auth on; noise = CPU % other processes took)",
             ["server", "conns", "req/s", "p50 ms", "p99 ms", "bad", "noise %"], rows)
+
+
+_RATIOS = (("jsonrpc_vs_js", "JSON-RPC vs @a2a-js/sdk (in-memory)"),
+           ("rest_vs_js", "HTTP+JSON vs @a2a-js/sdk (in-memory)"),
+           ("jsonrpc_vs_memory", "JSON-RPC vs a2a-sdk (in-memory)"),
+           ("rest_vs_memory", "HTTP+JSON vs a2a-sdk (in-memory)"),
+           ("jsonrpc_vs_sqlite", "JSON-RPC vs a2a-sdk SQLite (same workload)"),
+           ("rest_vs_sqlite", "HTTP+JSON vs a2a-sdk SQLite (same workload)"),
+           ("jsonrpc_vs_v2", "JSON-RPC vs Butler /v2/tasks"),
+           ("rest_vs_v2", "HTTP+JSON vs Butler /v2/tasks"),
+           ("vs_sqlite", "/v2 vs a2a-sdk SQLite JSON-RPC (same workload)"),
+           ("vs_memory", "/v2 vs a2a-sdk in-memory JSON-RPC (not durable)"))
 
 
 def _ratios(res: dict[str, Any]) -> Table:
     rows = []
-    for ref, label in (("vs_sqlite", "/v2 vs a2a-sdk SQLite (same workload)"),
-                       ("vs_memory", "/v2 vs a2a-sdk in-memory (not durable)"),
-                       ("jsonrpc_vs_sqlite", "JSON-RPC vs a2a-sdk SQLite")):
+    for ref, label in _RATIOS:
         rows += [[label, str(r["connections"]), f"{_f(r['throughput_x'])}x",
                   f"{_f(r['p50_x'], 3)}", f"{_f(r['p99_x'], 3)}"]
                  for r in res.get("ratios", {}).get(ref, [])]
-    return ("Butler / reference (throughput: higher is better; latency: lower is better)",
+    return ("Butler / other (throughput: higher is better; latency: lower is better)",
             ["comparison", "conns", "throughput", "p50 ratio", "p99 ratio"], rows)
 
 
@@ -73,31 +136,48 @@ def _registry(res: dict[str, Any]) -> Table:
              "store p50 ms", "store p99 ms", "store upserts/s", "noise %"], rows)
 
 
+def _free_text(res: dict[str, Any]) -> Table:
+    rows = []
+    for kind in ("sqlite", "redis"):
+        data = res.get(kind)
+        for s in data["scales"] if isinstance(data, dict) else []:
+            rows += [[kind, str(s["agents"]), label, _f(r["rps"], 0), _f(r["p50_ms"]),
+                      _f(r["p99_ms"]), str(r["bad"]), _f(r.get("noise_cpu_pct", 0), 0)]
+                     for label, r in s.get("free_text_c1", {}).items()]
+    return ("Registry free-text query (limit 20; HTTP, 1 connection; rare = 0.1 % of the "
+            "agents have the word, common = all of them)",
+            ["store", "agents", "query", "req/s", "p50 ms", "p99 ms", "bad", "noise %"], rows)
+
+
 def _registry_writes(res: dict[str, Any]) -> Table:
     rows = []
     for kind in ("sqlite", "redis"):
         data = res.get(kind)
         if isinstance(data, dict):
-            reg, text = data["http_registrations"], data["free_text_c1"]
+            reg = data["http_registrations"]
             rows.append([kind, str(reg["agents_before"]), _f(reg["rps"], 0),
-                         _f(reg["p99_ms"]), _f(text["p50_ms"]), _f(text["max_ms"]),
-                         _f(data["registry_rss_mb"], 1)])
-    return ("Registry writes (HTTP PUT, 16 connections) and free-text queries matching "
-            "nothing (a full scan; one at a time)",
-            ["store", "agents before", "registrations/s", "PUT p99 ms", "free-text p50 ms",
-             "free-text max ms", "registry RSS MB"], rows)
+                         _f(reg["p99_ms"]), _f(data["registry_rss_mb"], 1)])
+    return ("Registry writes (HTTP PUT, 16 connections)",
+            ["store", "agents before", "registrations/s", "PUT p99 ms", "registry RSS MB"],
+            rows)
 
 
 def _memory(res: dict[str, Any]) -> Table:
     rows = []
     for label, mem in (("Butler", res.get("butler_memory")),
-                       ("a2a-sdk SQLite", res.get("reference_sqlite", {}).get("memory")),
-                       ("a2a-sdk in-memory", res.get("reference_memory", {}).get("memory"))):
+                       ("@a2a-js/sdk in-memory", _ref(res, "js").get("memory")),
+                       ("a2a-sdk SQLite", _ref(res, "sqlite").get("memory")),
+                       ("a2a-sdk in-memory", _ref(res, "memory").get("memory"))):
         if mem:
             rows.append([label, _f(mem["idle_rss_mb"], 1), _f(mem["loaded_rss_mb"], 1),
                          _f(mem["peak_rss_mb"], 1)])
-    return ("Memory (VmRSS; loaded = right after the 64-connection run)",
+    return ("Memory (VmRSS; loaded = right after the last 64-connection run)",
             ["process", "idle MB", "after load MB", "peak MB"], rows)
+
+
+def _ref(res: dict[str, Any], kind: str) -> dict[str, Any]:
+    ref = res.get(f"reference_{kind}")
+    return ref if isinstance(ref, dict) else {}
 
 
 def _storage(res: dict[str, Any]) -> Table:
@@ -125,9 +205,11 @@ def _speed(results: dict[str, Any]) -> Table:
 
 
 def tables(results: dict[str, Any]) -> list[Table]:
-    out = [_speed(results), _inbound(results.get("inbound", {})),
+    out = [_headline(results.get("inbound", {})), _speed(results),
+           _inbound(results.get("inbound", {})),
            _ratios(results.get("inbound", {})),
            _hops(results.get("hops", {})), _registry(results.get("registry", {})),
+           _free_text(results.get("registry", {})),
            _registry_writes(results.get("registry", {})), _memory(results.get("inbound", {})),
            _storage(results.get("inbound", {})),
            _targets(results)]

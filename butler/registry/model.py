@@ -71,6 +71,21 @@ def normalise_tag(raw: str, what: str = "tag") -> str:
     return tag
 
 
+# A word of free text: a run of letters and digits (FTS5's unicode61 tokens, which the
+# SQLite store indexes; the Redis store indexes these).
+_WORD = re.compile(r"[^\W_]+")
+
+
+def text_words(text: str) -> set[str]:
+    """The indexed words of folded text."""
+    return set(_WORD.findall(text))
+
+
+def query_tokens(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The indexed words a query needs: every word of every query word."""
+    return tuple(dict.fromkeys(t for w in words for t in _WORD.findall(w)))
+
+
 def query_words(text: str) -> tuple[str, ...]:
     if has_control(text):
         raise bad("q", "must not contain control characters")
@@ -121,7 +136,9 @@ class AgentEntry:
         return ((capability is None or capability in self.capabilities)
                 and (skill is None or skill in self.skills)
                 and (tag is None or tag in self.tags)
-                and all(w in self.search_text for w in words))
+                and all(w in self.search_text for w in words)
+                and (not words
+                     or text_words(self.search_text).issuperset(query_tokens(words))))
 
     def to_record(self) -> str:
         """The storage encoding: every field, times as epoch seconds."""

@@ -9,7 +9,15 @@ Keys, under a prefix:
     names               sorted set of every name (score 0: ordered by name)
     expiry              sorted set of names scored by expires_at, for the sweep
     owner:OWNER         set of the names an identity holds
-    idx:KIND:TERM       sorted set of names (score 0) per capability, skill id or tag
+    idx:KIND:TERM       sorted set of names (score 0) per capability, skill id or tag,
+                        and per word of the searchable text (kind ``word``)
+    schema              the keys' version, SCHEMA once every agent's words are indexed
+
+Free text uses the ``idx:word:WORD`` sets (the same words the SQLite store's FTS5 index
+holds): a query walks the smallest of the sets it names in name order and checks each
+name against the others, inside one script per page. RediSearch is not used, even where
+the server has it: its tokenizer, stemming and stop words would answer differently from
+the SQLite store, and these sets need nothing beyond Redis itself.
 """
 
 from __future__ import annotations
@@ -21,26 +29,51 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from butler.registry.model import AgentEntry
+from butler.registry.model import AgentEntry, query_tokens, text_words
 from butler.registry.store import AgentNotFound, NameOwned, Query, QuotaExceeded
 from internal.protocol.a2a.model import Unavailable
 
 log = logging.getLogger("butler.registry")
 
 DEFAULT_PREFIX = "butler:registry:"
+SCHEMA = "2"  # 2: the word sets of free text
+_SCAN_BUDGET = 2000  # names one page script may walk: a few ms of Redis's time
 _SCAN_BATCH = 200
 _SWEEP_BATCH = 500
 _FIELDS = ("owner", "expires_at", "ttl", "registered_at", "record")
 
-# One page of a query in one round trip: names from an index, each with its fields.
+# One page of a query in one round trip: names in name order from the smallest of the
+# sets every name must be in (KEYS), each checked against the others and read with its
+# fields. It stops at ARGV[3] rows or after ARGV[4] names, and returns the name to go on
+# after ('' once the walk is done) and the rows.
 _PAGE = """
-local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, tonumber(ARGV[3]))
-local rows = {}
-for i, name in ipairs(names) do
-  rows[i] = {name, unpack(redis.call('HMGET', ARGV[1] .. 'agent:' .. name,
-                                     'owner', 'expires_at', 'ttl', 'registered_at', 'record'))}
+local driver, smallest = 1, nil
+for i, k in ipairs(KEYS) do
+  local n = redis.call('ZCARD', k)
+  if smallest == nil or n < smallest then driver, smallest = i, n end
 end
-return rows
+local p, start, want, budget = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local chunk = want
+if #KEYS > 1 then chunk = 256 end
+local rows, scanned = {}, 0
+while scanned < budget do
+  local names = redis.call('ZRANGEBYLEX', KEYS[driver], start, '+', 'LIMIT', 0, chunk)
+  for _, name in ipairs(names) do
+    scanned = scanned + 1
+    local ok = true
+    for i, k in ipairs(KEYS) do
+      if i ~= driver and not redis.call('ZSCORE', k, name) then ok = false break end
+    end
+    if ok then
+      rows[#rows + 1] = {name, unpack(redis.call('HMGET', p .. 'agent:' .. name,
+                         'owner', 'expires_at', 'ttl', 'registered_at', 'record'))}
+      if #rows >= want then return {name, rows} end
+    end
+  end
+  if #names < chunk then return {'', rows} end
+  start = '(' .. names[#names]
+end
+return {string.sub(start, 2), rows}
 """
 
 _REMOVE = """
@@ -107,6 +140,17 @@ remove(p, name)
 return 'ok'
 """
 
+# Schema 1 had no word sets: an agent's words are added unless its record changed
+# meanwhile (then the write that changed it indexed it).
+_INDEX_WORDS = """
+local cur = redis.call('HMGET', KEYS[1], 'record', 'terms')
+if cur[1] ~= ARGV[2] then return 0 end
+for _, k in ipairs(cjson.decode(cur[2])) do redis.call('ZREM', k, ARGV[1]) end
+for _, k in ipairs(cjson.decode(ARGV[3])) do redis.call('ZADD', k, 0, ARGV[1]) end
+redis.call('HSET', KEYS[1], 'terms', ARGV[3])
+return 1
+"""
+
 _SWEEP = _REMOVE + """
 local p, now = ARGV[1], tonumber(ARGV[2])
 local names = redis.call('ZRANGEBYSCORE', p .. 'expiry', '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
@@ -132,6 +176,7 @@ class RedisStore:
         self._delete = client.register_script(_DELETE)
         self._sweep = client.register_script(_SWEEP)
         self._page = client.register_script(_PAGE)
+        self._index_words = client.register_script(_INDEX_WORDS)
 
     @classmethod
     async def open(cls, url: str, *, prefix: str = DEFAULT_PREFIX) -> RedisStore:
@@ -149,7 +194,32 @@ class RedisStore:
         except BaseException:
             await client.aclose()
             raise
-        return cls(client, prefix)
+        store = cls(client, prefix)
+        try:
+            await store._upgrade()
+        except BaseException:
+            await client.aclose()
+            raise
+        return store
+
+    async def _upgrade(self) -> None:
+        """Brings the keys to SCHEMA: a store written before the word sets gets them once,
+        a batch of names at a time (other replicas may keep writing meanwhile)."""
+        version_key = f"{self._p}schema"
+        if await self._r.get(version_key) == SCHEMA:
+            return
+        start = "-"
+        while names := await self._r.zrangebylex(f"{self._p}names", start, "+", 0, 500):
+            pipe = self._r.pipeline(transaction=False)
+            for name in names:
+                pipe.hget(f"{self._p}agent:{name}", "record")
+            for name, record in zip(names, await pipe.execute(), strict=True):
+                if record is not None:
+                    keys = self._term_keys(AgentEntry.from_record(record))
+                    await self._index_words(keys=[f"{self._p}agent:{name}"],
+                                            args=[name, record, json.dumps(keys)])
+            start = f"({names[-1]}"
+        await self._r.set(version_key, SCHEMA)
 
     async def close(self) -> None:
         if not self._closed:
@@ -159,6 +229,7 @@ class RedisStore:
     def _term_keys(self, entry: AgentEntry) -> list[str]:
         keys = [self._idx("capability", t) for t in entry.capabilities]
         keys += [self._idx("skill", t) for t in entry.skills]
+        keys += [self._idx("word", t) for t in sorted(text_words(entry.search_text))]
         return keys + [self._idx("tag", t) for t in entry.tags]
 
     def _idx(self, kind: str, term: str) -> str:
@@ -210,32 +281,37 @@ class RedisStore:
         self, query: Query, *, now: float, limit: int, after: str | None = None
     ) -> tuple[list[AgentEntry], str | None]:
         with _store_errors():
-            terms = [(k, t) for k, t in (
+            keys = [self._idx(k, t) for k, t in (
                 ("capability", query.capability), ("skill", query.skill), ("tag", query.tag)
             ) if t is not None]
-            index = self._idx(*terms[0]) if terms else f"{self._p}names"
+            keys += [self._idx("word", t) for t in query_tokens(query.words)]
             start = f"({after}" if after else "-"
-            # With at most one indexed term and no words, nearly every name in the index
-            # matches: read just a page, not a whole scan batch.
-            batch = limit + 1 if len(terms) <= 1 and not query.words else _SCAN_BATCH
+            # A word with no letter or digit has no set: the rows are filtered here, so
+            # ask for them in scan batches rather than a page at a time.
+            floor = _SCAN_BATCH if any(not query_tokens((w,)) for w in query.words) else 0
             found: list[AgentEntry] = []
             while len(found) <= limit:
-                rows = await self._page(keys=[index], args=[self._p, start, batch])
-                if not rows:
-                    break
+                go_on, rows = await self._page(
+                    keys=keys or [f"{self._p}names"],
+                    args=[self._p, start, max(limit + 1 - len(found), floor), _SCAN_BUDGET])
                 for row in rows:
+                    # Expiry, and each query word as a substring, are checked here.
                     entry = _entry(row[1:], now)
                     if entry is not None and entry.matches(
                         capability=query.capability, skill=query.skill, tag=query.tag,
                         words=query.words,
                     ):
                         found.append(entry)
-                if len(rows) < batch:
+                if not go_on:
                     break
-                start = f"({rows[-1][0]}"
+                start = f"({go_on}"
             if len(found) > limit:
                 return found[:limit], found[limit - 1].name
             return found, None
+
+    async def ping(self) -> None:
+        with _store_errors():
+            await self._r.ping()
 
     async def count_live(self, *, now: float) -> int:
         with _store_errors():

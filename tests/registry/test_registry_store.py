@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 
@@ -54,6 +55,7 @@ async def test_register_get_and_refresh(store: RegistryStore, clock: ManualClock
     assert refreshed is not None and refreshed.registered_at == first.registered_at
     # The refreshed card replaced the old index entries: "echo" was added, the rest kept.
     assert await names(store, clock.now(), Query(capability="echo")) == ["office"]
+    assert await store.count_live(now=clock.now()) == 1  # a refresh is not a new agent
 
 
 async def test_query_by_capability_skill_tag_and_text(
@@ -82,6 +84,64 @@ async def test_query_by_capability_skill_tag_and_text(
                                          words=("sink",))) == ["lab"]
     assert await names(store, now, Query(capability="nobody.has.this")) == []
     assert await names(store, now) == ["home", "lab", "office"]
+
+
+async def test_free_text_matches_whole_words_and_follows_every_write(
+    store: RegistryStore, clock: ManualClock
+) -> None:
+    now = clock.now()
+    await store.upsert(entry("office", now=now, description="Kitchen timer, C++ tools"),
+                       now=now, max_names=MAX)
+    await store.upsert(entry("lab", now=now, ttl=10, description="Lab bench"), now=now,
+                       max_names=MAX)
+    assert await names(store, now, Query(words=("kitchen",))) == ["office"]
+    assert await names(store, now, Query(words=("kitch",))) == []  # whole words only
+    assert await names(store, now, Query(words=("timer,",))) == ["office"]
+    assert await names(store, now, Query(words=("c++",))) == ["office"]
+    assert await names(store, now, Query(words=("++",))) == ["office"]  # no word: substring
+    assert await names(store, now, Query(words=("c++", "kitchen"))) == ["office"]
+    assert await names(store, now, Query(words=("kitchen", "lab"))) == []
+    # A new card replaces the old words; a heartbeat keeps them.
+    await store.upsert(entry("office", now=now, description="Garden shed"), now=now,
+                       max_names=MAX)
+    assert await names(store, now, Query(words=("kitchen",))) == []
+    await store.heartbeat("office", "alice", now=now, ttl_seconds=60)
+    assert await names(store, now, Query(words=("garden", "shed"))) == ["office"]
+    await store.delete("office", "alice", now=now)
+    assert await names(store, now, Query(words=("garden",))) == []
+    assert await names(store, now, Query(words=("bench",))) == ["lab"]
+    clock.advance(11)
+    assert await names(store, clock.now(), Query(words=("bench",))) == []
+    assert await store.sweep(now=clock.now()) == 1
+    await store.upsert(entry("lab", "bob", now=clock.now(), description="Quiet room"),
+                       now=clock.now(), max_names=MAX)
+    assert await names(store, clock.now(), Query(words=("bench",))) == []
+    assert await names(store, clock.now(), Query(words=("quiet",))) == ["lab"]
+    assert await store.count_live(now=clock.now()) == 1
+    assert await store.count_live(now=clock.now() + 61) == 0
+
+
+async def test_common_and_rare_words_page_alike(store: RegistryStore, clock: ManualClock) -> None:
+    """A word most agents have and one few have: the stores walk different indexes for
+    them (SQLite past about 100 matches), and both give every match once, in order."""
+    now = clock.now()
+    for i in range(150):
+        await store.upsert(entry(f"a{i:03d}", now=now, description=f"common rare{i % 50}"),
+                           now=now, max_names=1000)
+    for query, expected in (
+        (Query(words=("common",)), [f"a{i:03d}" for i in range(150)]),
+        (Query(words=("rare7",)), ["a007", "a057", "a107"]),
+        (Query(words=("rare7", "common"), capability="memory.search"),
+         ["a007", "a057", "a107"]),
+    ):
+        seen: list[str] = []
+        after: str | None = None
+        while True:
+            page, after = await store.query(query, now=now, limit=7, after=after)
+            seen += [e.name for e in page]
+            if after is None:
+                break
+        assert seen == expected, query
 
 
 @pytest.mark.parametrize("query", [Query(), Query(capability="memory.search")])
@@ -236,7 +296,25 @@ async def test_sqlite_capability_query_uses_the_term_index(tmp_path: Path) -> No
         plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
     conn.close()
     assert plan.startswith("SEARCH t USING PRIMARY KEY (kind=? AND term=? AND name>?)"), plan
-    assert "SCAN" not in plan, plan
+    # The only SCAN allowed is the full-text index's own lookup (a MATCH on FTS5).
+    assert plan.count("SCAN") == 1 and "SCAN f VIRTUAL TABLE INDEX 0:=M" in plan, plan
+
+
+@pytest.mark.parametrize("fts_drives", [True, False])
+async def test_sqlite_free_text_query_uses_the_full_text_index(tmp_path: Path,
+                                                               fts_drives: bool) -> None:
+    """Few matches: the FTS5 index drives; many: names in order, each probed in it."""
+    store = await SqliteStore.open(tmp_path / "r.db")
+    await store.close()
+    sql, params = query_sql(Query(words=("kitchen",)), now=0.0, limit=10, after="",
+                            fts_drives=fts_drives)
+    with sqlite3.connect(tmp_path / "r.db") as conn:
+        plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+    conn.close()
+    first = ("SCAN f VIRTUAL TABLE INDEX 0:M" if fts_drives
+             else "SEARCH a USING INDEX sqlite_autoindex_agents_1 (name>?)")
+    assert plan.startswith(first), plan
+    assert plan.count("SCAN") == 1 and "VIRTUAL TABLE INDEX" in plan, plan
 
 
 async def test_two_replicas_cannot_both_claim_a_name(
@@ -256,3 +334,58 @@ async def test_two_replicas_cannot_both_claim_a_name(
         winner = await first.get(name, now=now)
         assert winner is not None
         assert winner == await second.get(name, now=now)
+
+
+async def test_redis_agents_stored_before_the_word_sets_are_indexed_on_open(
+    redis_url: str, clock: ManualClock
+) -> None:
+    """Keys written before free text was indexed (no word sets, no schema key) get their
+    word sets when a registry next opens the store."""
+    import uuid
+
+    from butler.registry.redis_store import RedisStore
+
+    prefix = f"test:{uuid.uuid4().hex}:"
+    store = await RedisStore.open(redis_url, prefix=prefix)
+    now = clock.now()
+    try:
+        for name, words in (("office", "Kitchen timer"), ("lab", "Garden kitchen")):
+            await store.upsert(entry(name, now=now, description=words), now=now, max_names=MAX)
+        r = store._r
+        for key in await r.keys(f"{prefix}idx:word:*"):
+            await r.delete(key)
+        for name in ("office", "lab"):
+            terms = json.loads(await r.hget(f"{prefix}agent:{name}", "terms"))
+            await r.hset(f"{prefix}agent:{name}", "terms",
+                         json.dumps([k for k in terms if ":word:" not in k]))
+        await r.delete(f"{prefix}schema")
+        assert await names(store, now, Query(words=("kitchen",))) == []
+    finally:
+        await store.close()
+    store = await RedisStore.open(redis_url, prefix=prefix)
+    try:
+        assert await names(store, now, Query(words=("kitchen",))) == ["lab", "office"]
+        assert await names(store, now, Query(words=("garden",))) == ["lab"]
+        await store.delete("lab", "alice", now=now)  # its word sets go with it
+        assert await store._r.exists(f"{prefix}idx:word:garden") == 0
+    finally:
+        await store.close()
+
+
+async def test_ping_answers_while_the_store_does(store: RegistryStore) -> None:
+    await store.ping()  # what /healthz asks: cheap at any size, unlike count_live
+
+
+async def test_ping_of_an_unreachable_redis_is_unavailable() -> None:
+    import redis.asyncio
+    from registry_support import free_port
+
+    from butler.registry.redis_store import RedisStore
+    from internal.protocol.a2a.model import Unavailable
+
+    store = RedisStore(redis.asyncio.from_url(f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        with pytest.raises(Unavailable):
+            await store.ping()
+    finally:
+        await store.close()

@@ -82,3 +82,54 @@ async def test_reads_see_commits_and_never_wait_for_a_writer(tmp_path: Path) -> 
 def test_times_are_written_as_isoformat_would(t: float) -> None:
     expected = datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
     assert _iso(t) == expected.replace("+00:00", "Z")
+
+
+_SCHEMA_V1 = """
+CREATE TABLE agents (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL,
+                     search_text TEXT NOT NULL, record TEXT NOT NULL);
+CREATE INDEX agents_owner ON agents(owner, expires_at);
+CREATE INDEX agents_expiry ON agents(expires_at);
+CREATE TABLE agent_terms (kind TEXT NOT NULL, term TEXT NOT NULL, name TEXT NOT NULL,
+                          PRIMARY KEY (kind, term, name)) WITHOUT ROWID;
+CREATE INDEX agent_terms_name ON agent_terms(name);
+PRAGMA user_version=1;
+"""
+
+
+async def test_a_version_1_registry_is_migrated_in_place(tmp_path: Path) -> None:
+    """A registry file from before the full-text index opens with its agents indexed."""
+    path = tmp_path / "r.db"
+    old = sqlite3.connect(path)
+    old.executescript(_SCHEMA_V1)
+    for name in ("agent-0001", "agent-0002"):
+        e = _entry(name)
+        old.execute("INSERT INTO agents VALUES (?, ?, ?, ?, ?)",
+                    (e.name, e.owner, e.expires_at, e.search_text, e.to_record()))
+        old.execute("INSERT INTO agent_terms VALUES ('capability', 'memory.search', ?)",
+                    (name,))
+    old.commit()
+    old.close()
+
+    store = await SqliteStore.open(path)
+    try:
+        found, _ = await store.query(Query(words=("0002",)), now=NOW, limit=10)
+        assert [e.name for e in found] == ["agent-0002"]
+        found, _ = await store.query(Query(capability="memory.search"), now=NOW, limit=10)
+        assert [e.name for e in found] == ["agent-0001", "agent-0002"]
+        await store.upsert(_entry("agent-0003"), now=NOW, max_names=100)
+        found, _ = await store.query(Query(words=("agent",)), now=NOW, limit=10)
+        assert [e.name for e in found] == ["agent-0001", "agent-0002", "agent-0003"]
+        assert await store.count_live(now=NOW) == 3
+        assert await store.count_live(now=NOW + 3600) == 0
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert check.execute("INSERT INTO agents_fts(agents_fts, rank)"
+                             " VALUES ('integrity-check', 1)").rowcount == 1
+    finally:
+        check.close()
+    again = await SqliteStore.open(path)  # opening a current file changes nothing
+    await again.close()
