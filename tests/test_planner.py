@@ -322,3 +322,34 @@ async def test_the_tools_are_what_the_caller_may_reach(mesh: Mesh, http: aiohttp
     operator, guest = ([t["function"]["name"] for t in r["tools"]] for r in server.requests)
     assert operator == ["echo_more", "lights", "a2a_delegate"]
     assert guest == ["lights"]
+
+
+async def test_a_peer_the_model_was_not_offered_is_refused(
+        mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """The model's arguments are its words, not a grant: a caller granted only the garage's
+    capability cannot reach the office by having the model name it."""
+    async with chat_server(Reply(tool_calls=(
+            call("a2a_delegate", {"peer": "office", "task": "items"}),))) as server:
+        mesh.agent("home", skills=[PLAN], extra={"planner": _planner(tmp_path, server.url)},
+                   callers={"guest": {"limits": {"skills": ["plan", "a2a.delegate"],
+                                                 "capabilities": ["garage.doors"]}}})
+        mesh.agent("office", skills=[ACTION_ITEMS])
+        mesh.agent("garage", skills=[DOORS])
+        mesh.link("home", "office", ["office.action_items"])
+        mesh.link("home", "garage", ["garage.doors"])
+        agents = await mesh.start()
+        home = agents["home"]
+        async with http.post(f"{home.url}/v2/tasks", headers=home.headers("guest"),
+                             json={"task": "items", "skill": "plan"}) as resp:
+            body = await resp.json()
+        office = agents["office"].daemon.engine.store
+        page = await office.list_tasks(owner=None, state=None, context_id=None, cursor=None,
+                                       limit=10)
+    offered = server.requests[0]["tools"][-1]["function"]["parameters"]["properties"]
+    assert offered["peer"]["enum"] == ["garage"]
+    assert page.tasks == ()  # the office never saw a task
+    # The refusal went back to the model as the call's result, as a tool's failure does.
+    told = server.requests[1]["messages"][-1]
+    assert told["role"] == "tool" and "planner_bad_response" in told["content"]
+    assert "'office'" in told["content"] and "not among the peers" in told["content"]
+    assert body["state"] == "completed"

@@ -18,7 +18,8 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from butler.planner import Step, Toolbox, ToolOutcome, Usage
-from butler.planner.tools import LocalTool
+from butler.planner.tools import DelegateTool, LocalTool
+from butler.planner.wire import bad
 from butler.skills.base import DelegationResult, SkillContext, SkillFailed, SkillResult
 from butler.skills.catalog import Skill
 from butler.swarm.ledger import BudgetLedger
@@ -146,6 +147,10 @@ class PlanSteps:
             raise Refusal("loop_detected", f"the plan would delegate to {step.peer}, which is "
                           f"already in the caller chain {' -> '.join(run.chain) or '(empty)'}"
                           f" -> {run.agent_id}", details={"peer": step.peer})
+        assert isinstance(step.tool, DelegateTool)
+        if not step.tool.allows(step.peer, step.skill):
+            raise bad(f"the model named {step.label!r}, which is not among the peers and "
+                      "skills it was offered")
         done = await run.delegate(capabilities=(), task=step.text, input=None, peer=step.peer,
                                   skill=step.skill)
         if done.state != TaskState.COMPLETED.value:

@@ -36,6 +36,15 @@ class LocalTool:
 @dataclass(frozen=True, slots=True)
 class DelegateTool:
     peers: tuple[str, ...]
+    # (peer, skill id) the caller may reach; (peer, "") for a peer as a whole.
+    offers: frozenset[tuple[str, str]] = frozenset()
+
+    def allows(self, peer: str, skill: str | None) -> bool:
+        """Whether the caller may reach ``peer`` (and its ``skill``): the model's arguments
+        are its words, not a grant, so what it names must be what it was offered."""
+        if peer not in self.peers:
+            return False
+        return skill is None or (peer, skill) in self.offers or (peer, "") in self.offers
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +76,8 @@ class Toolbox:
         names = tuple(dict.fromkeys(c.peer for c in peers))[:MAX_PEERS]
         peers = [c for c in peers if c.peer in names]
         if names:
-            self._tools[DELEGATE_TOOL] = DelegateTool(names)
+            self._tools[DELEGATE_TOOL] = DelegateTool(
+                names, frozenset((c.peer, c.skill_id) for c in peers))
             self.specs.append(_function(DELEGATE_TOOL, _describe_peers(peers), {
                 "type": "object",
                 "properties": {"peer": {"type": "string", "enum": list(names)},

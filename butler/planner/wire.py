@@ -97,6 +97,15 @@ def _choice(data: dict[str, Any]) -> dict[str, Any]:
     return _object(choices[0], "choices[0]")
 
 
+def _list(value: Any, what: str) -> list[Any]:
+    """A JSON list, or nothing for null or absent."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise bad(f"{what} is not a list")
+    return value
+
+
 def read_answer(raw: bytes) -> Completion:
     """A whole (non-streamed) answer."""
     try:
@@ -105,7 +114,7 @@ def read_answer(raw: bytes) -> Completion:
         raise bad("the answer is not JSON") from None
     message = _object(_choice(data).get("message"), "choices[0].message")
     calls = []
-    for i, raw_call in enumerate(message.get("tool_calls") or ()):
+    for i, raw_call in enumerate(_list(message.get("tool_calls"), "tool_calls")):
         call = _object(raw_call, f"tool_calls[{i}]")
         function = _object(call.get("function"), f"tool_calls[{i}].function")
         calls.append(ToolCall(_text(call.get("id"), f"tool_calls[{i}].id") or f"call_{i}",
@@ -155,7 +164,7 @@ class StreamedAnswer:
         if not isinstance(choices, list):
             raise bad("a streamed chunk's choices is not a list")
         delta = _object(_object(choices[0], "choices[0]").get("delta") or {}, "delta")
-        for raw_call in delta.get("tool_calls") or ():
+        for raw_call in _list(delta.get("tool_calls"), "a delta's tool_calls"):
             self._add_call(_object(raw_call, "a tool_calls delta"))
         text = _text(delta.get("content"), "delta.content")
         self._content.append(text)
