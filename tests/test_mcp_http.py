@@ -106,6 +106,28 @@ async def test_a_session_answers_only_the_identity_that_opened_it(swarm: Swarm) 
         assert resp.status == 404  # ended
 
 
+async def test_an_odd_query_and_a_slow_body_get_clear_answers(swarm: Swarm) -> None:
+    """A percent-encoded query that is not Latin-1 reaches the SDK as its raw bytes (it was
+    a 500); a body that never finishes is cut off like any other (408)."""
+    inst = await swarm.start("web", extra={"server": {"body_timeout_seconds": 0.5}})
+    accept = {"Accept": "application/json, text/event-stream", **inst.headers()}
+    async with inst.session.post(f"{inst.url}/mcp?x=%E2%82%AC", json=OPENING,
+                                 headers=accept) as resp:
+        assert resp.status == 200 and resp.headers["Mcp-Session-Id"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", inst.daemon.port)
+    try:
+        head = (f"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n"
+                f"Authorization: {inst.headers()['Authorization']}\r\n\r\n{{\"jsonrpc\"")
+        writer.write(head.encode())
+        async with asyncio.timeout(15):
+            answer = await reader.read()
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"request_timeout"' in answer
+
+
 async def test_without_a_valid_token_mcp_is_refused(swarm: Swarm) -> None:
     inst = await swarm.start("web")
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

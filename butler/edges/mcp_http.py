@@ -27,7 +27,7 @@ from aiohttp import web
 
 from butler.config.model import Config
 from butler.skills.catalog import SkillCatalog
-from internal.http import IDENTITY
+from internal.http import IDENTITY, read_body
 from internal.protocol.a2a.model import Identity
 from internal.protocol.a2a.server import TaskService
 
@@ -91,7 +91,7 @@ class _McpEdge:
             max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
             session_idle_timeout=SESSION_IDLE_SECONDS)
         self._running = await _run(manager.run)
-        return asgi_handler(manager.handle_request)
+        return asgi_handler(manager.handle_request, cfg.limits.body_timeout_seconds)
 
     async def aclose(self) -> None:
         if self._running is not None:
@@ -145,9 +145,11 @@ async def _stop(running: Running) -> None:
     await task
 
 
-def asgi_handler(asgi: AsgiApp) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def asgi_handler(asgi: AsgiApp,
+                 body_seconds: float) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
-        body = await request.read()  # within the app's client_max_size
+        # Within the app's client_max_size, and cut off as slow as any other body.
+        body = await read_body(request, body_seconds=body_seconds)
         over = asyncio.Event()
         replies = _Replies(request)
         try:
@@ -166,7 +168,7 @@ def _scope(request: web.Request) -> dict[str, Any]:
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
         "method": request.method, "scheme": request.scheme, "path": request.path,
         "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
-        "query_string": request.query_string.encode("latin-1"), "root_path": "",
+        "query_string": request.rel_url.raw_query_string.encode("ascii"), "root_path": "",
         "headers": [(k.lower(), v) for k, v in request.raw_headers],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
         "server": None, SCOPE_IDENTITY: ident, "user": _session_owner(ident),
