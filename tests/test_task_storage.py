@@ -235,3 +235,20 @@ async def test_a_version_0_file_is_migrated_in_place(tmp_path: Path) -> None:
         assert conn.execute("SELECT max(seq) FROM tasks").fetchone()[0] == 41
     finally:
         conn.close()
+
+
+async def test_new_files_give_purged_pages_back(tmp_path: Path) -> None:
+    """Incremental auto-vacuum must be set before the switch to WAL writes the new file's
+    first page: set after it, SQLite ignored it and purges never shrank the files."""
+    from butler.audit import AuditLog
+
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    await store.close()
+    audit = await AuditLog.open(tmp_path / "audit.db")
+    await audit.db.close()
+    for name in ("tasks.db", "audit.db"):
+        conn = sqlite3.connect(tmp_path / name)
+        try:
+            assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2, name  # INCREMENTAL
+        finally:
+            conn.close()

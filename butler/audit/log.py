@@ -69,8 +69,6 @@ def _create_schema(conn: sqlite3.Connection) -> None:
     # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
     conn.text_factory = decode_text
     fresh = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
-    if fresh:  # before any table: purged pages then go back to the file system
-        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     migrating = not fresh and conn.execute("PRAGMA user_version").fetchone()[0] == 0
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -94,12 +92,14 @@ class AuditLog:
     def __init__(self, path: Path, *, db: Database | None = None,
                  segment_records: int = SEGMENT_RECORDS) -> None:
         self.path = path
-        self.db = db or Database.open_blocking(path, name="audit", setup=_create_schema)
+        self.db = db or Database.open_blocking(path, name="audit", setup=_create_schema,
+                                               incremental_vacuum=True)
         self.segment_records = segment_records  # a segment is sealed once this full
 
     @classmethod
     async def open(cls, path: Path, segment_records: int = SEGMENT_RECORDS) -> AuditLog:
-        return cls(path, db=await Database.open(path, name="audit", setup=_create_schema),
+        return cls(path, db=await Database.open(path, name="audit", setup=_create_schema,
+                                                incremental_vacuum=True),
                    segment_records=segment_records)
 
     def __enter__(self) -> AuditLog:

@@ -69,7 +69,7 @@ class SqliteTaskStore:
     async def open(cls, path: Path, checkpoints: CheckpointPolicy | None = None,
                    commit_on_loop: bool = COMMIT_ON_LOOP) -> SqliteTaskStore:
         checkpoints = checkpoints or CheckpointPolicy()
-        db = await Database.open(path, name="tasks", setup=create_schema,
+        db = await Database.open(path, name="tasks", setup=create_schema, incremental_vacuum=True,
                                  pragmas=checkpoints.pragmas())
         return cls(db, checkpoints, commit_on_loop)
 

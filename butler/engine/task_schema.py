@@ -80,9 +80,6 @@ def create_schema(conn: sqlite3.Connection) -> None:
     if schema_version(conn, "tasks", VERSION) == VERSION:
         return
     legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
-    if legacy is None:
-        # Before any table: free pages then go back to the file system (purge).
-        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     conn.execute("BEGIN IMMEDIATE")
     try:
         if legacy is not None:

@@ -76,13 +76,14 @@ class Database:
 
     def __init__(self, path: Path, *, name: str, setup: Setup | None = None,
                  busy_timeout: float = 10.0, pragmas: tuple[str, ...] = (),
-                 tighten_folder: bool = True) -> None:
+                 tighten_folder: bool = True, incremental_vacuum: bool = False) -> None:
         self.path = path
         self.name = name
         self._setup = setup
         self._busy_timeout = busy_timeout
         self._pragmas = pragmas
         self._tighten_folder = tighten_folder
+        self._incremental_vacuum = incremental_vacuum
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._opened: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._finished: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -223,6 +224,11 @@ class Database:
         private_file(self.path)
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_timeout)
         try:
+            if self._incremental_vacuum:
+                # Only a new, empty file takes it, and only before anything is written to
+                # it, the switch to WAL included: freed pages then go back to the file
+                # system (``PRAGMA incremental_vacuum``). An older file keeps its mode.
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash or
             # power loss can roll back the last transactions (docs/tasks.md).
