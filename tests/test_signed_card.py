@@ -179,3 +179,28 @@ def test_the_fast_path_writes_the_same_bytes_as_the_careful_one() -> None:
                 canonical(bad)
         else:
             assert canonical(bad) == expected
+
+
+async def test_hostile_cards_and_receipts_are_bad_signatures_not_crashes(swarm: Swarm) -> None:
+    """What a peer sends is checked for shape at every level: wrong JSON types and
+    non-ASCII where base64url belongs are ``BadSignature``, never a TypeError or a
+    UnicodeEncodeError out of the delegation."""
+    from butler.identity.key_file import load_identity as identity_of
+    from internal.protocol.a2a.codec.card_signature import key_rotations
+    from internal.signing import verify_jws
+
+    home = await swarm.start("home", skills=[ECHO])
+    async with home.session.get(f"{home.url}/.well-known/agent-card.json") as resp:
+        card = await resp.json()
+    for extensions in (5, "x", [5], [{"uri": 5}], None):
+        bent = copy.deepcopy(card)
+        bent["capabilities"]["extensions"] = extensions
+        assert key_rotations(bent) == ()
+        assert claimed_key(bent) is None
+        with pytest.raises(BadSignature):
+            verify_card(bent)  # no longer the card that was signed: said so, no TypeError
+    key = identity_of(home.daemon.config.data_dir).key.public
+    protected, _, signature = card["signatures"][0]["protected"], "", "x"
+    for jws in (f"{protected}.\u00e9t\u00e9.{signature}", "a.b", f"{protected}.e30.\u00e9"):
+        with pytest.raises(BadSignature):
+            verify_jws(jws, key)

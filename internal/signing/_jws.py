@@ -106,5 +106,6 @@ def verify_jws(jws: str, key: Verifier, *, payload: bytes | None = None) -> byte
         raise BadSignature(f"signed by key {header.get('kid')}, not {key.kid}")
     if payload is not None:
         body = b64url(payload)
+    decoded = unb64url(body)  # BadSignature for anything but base64url, before it is signed
     key.verify(unb64url(signature), f"{protected}.{body}".encode("ascii"))
-    return unb64url(body)
+    return decoded

@@ -88,24 +88,25 @@ def card_signer(key: IdentityKey) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 def claimed_key(card: Mapping[str, Any]) -> PublicKey | None:
     """The identity key the card names in the swarm extension's params, if any."""
-    caps = card.get("capabilities")
-    for ext in caps.get("extensions") or [] if isinstance(caps, dict) else []:
-        if isinstance(ext, dict) and ext.get("uri") == SWARM_EXTENSION_URI:
-            params = ext.get("params")
-            if isinstance(params, dict) and KEY_PARAM in params:
-                return public_key_from_jwk(params[KEY_PARAM])
-    return None
+    params = _swarm_params(card)
+    return public_key_from_jwk(params[KEY_PARAM]) if KEY_PARAM in params else None
 
 
 def key_rotations(card: Mapping[str, Any]) -> tuple[str, ...]:
+    found = _swarm_params(card).get(ROTATIONS_PARAM)
+    return tuple(r for r in found if isinstance(r, str)) if isinstance(found, list) else ()
+
+
+def _swarm_params(card: Mapping[str, Any]) -> dict[str, Any]:
+    """The swarm extension's params on ``card``; empty when any level of it is missing or
+    not of the right JSON type (a card is a peer's claim)."""
     caps = card.get("capabilities")
-    for ext in caps.get("extensions") or [] if isinstance(caps, dict) else []:
+    extensions = caps.get("extensions") if isinstance(caps, dict) else None
+    for ext in extensions if isinstance(extensions, list) else ():
         if isinstance(ext, dict) and ext.get("uri") == SWARM_EXTENSION_URI:
             params = ext.get("params")
-            found = params.get(ROTATIONS_PARAM) if isinstance(params, dict) else None
-            return tuple(r for r in found if isinstance(r, str)) if isinstance(found, list) \
-                else ()
-    return ()
+            return params if isinstance(params, dict) else {}
+    return {}
 
 
 def verify_card(card: Mapping[str, Any]) -> PublicKey:
