@@ -252,3 +252,14 @@ async def test_new_files_give_purged_pages_back(tmp_path: Path) -> None:
             assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2, name  # INCREMENTAL
         finally:
             conn.close()
+
+
+def test_state_codes_on_disk_are_fixed() -> None:
+    """Rows carry these numbers: a new TaskState gets a new one, none is ever renumbered,
+    whatever order the enum is written in."""
+    from butler.engine.task_row import STATE_CODES
+
+    assert {s.value: c for s, c in STATE_CODES.items()} == {
+        "submitted": 0, "working": 1, "input-required": 2, "auth-required": 3,
+        "completed": 4, "failed": 5, "canceled": 6, "rejected": 7}
+    assert set(STATE_CODES) == set(TaskState)

@@ -290,10 +290,6 @@ def now_stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _fetchall(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
-    return conn.execute(sql, params).fetchall()
-
-
 def failed(checked: int, seq: int | None, reason: str) -> VerifyResult:
     return VerifyResult(ok=False, checked=checked, first_bad_seq=seq, reason=reason)
 

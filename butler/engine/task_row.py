@@ -30,7 +30,11 @@ from internal.protocol.a2a.model import (
 )
 
 # Stored codes: append only, never renumber (rows on disk carry them).
-STATE_CODES: dict[TaskState, int] = {state: code for code, state in enumerate(TaskState)}
+STATE_CODES: dict[TaskState, int] = {
+    TaskState.SUBMITTED: 0, TaskState.WORKING: 1, TaskState.INPUT_REQUIRED: 2,
+    TaskState.AUTH_REQUIRED: 3, TaskState.COMPLETED: 4, TaskState.FAILED: 5,
+    TaskState.CANCELED: 6, TaskState.REJECTED: 7,
+}
 CODE_STATES: dict[int, TaskState] = {code: state for state, code in STATE_CODES.items()}
 TERMINAL_CODES = tuple(code for state, code in STATE_CODES.items() if state.terminal)
 OPEN_CODES = tuple(code for state, code in STATE_CODES.items() if not state.terminal)
