@@ -185,3 +185,35 @@ async def test_a_streams_last_status_update_carries_the_receipt(swarm: Swarm,
     last = events[-1].get("statusUpdate", events[-1])
     receipts = last["metadata"][SWARM_EXTENSION_URI]["receipts"]
     assert receipt_claims(receipts[0])["state"] == "canceled"
+
+
+async def test_hostile_claims_signed_by_a_real_key_are_refused_not_crashes(mesh: Mesh) -> None:
+    """A signer can sign anything: a NaN cost, children that are not receipt ids, a result
+    that is not parts. Each is a BadSignature naming it, never a traceback."""
+    from butler.identity.key_file import load_identity
+    from butler.identity.receipts import RECEIPT_TYPE
+    from internal.protocol.a2a.codec.jcs import canonical
+    from internal.signing import sign_jws
+
+    raw, agents = await three_hops(mesh)
+    card_of = card_reader(mesh.session)
+    key = load_identity(agents["c"].daemon.config.data_dir).key
+    leaf = len(raw["receipts"]) - 1
+    assert receipt_claims(raw["receipts"][leaf])["agent"] == "c"
+
+    def signed(**changes: Any) -> str:
+        claims = {**receipt_claims(raw["receipts"][leaf]), **changes}
+        return sign_jws(key, canonical(claims), {"typ": RECEIPT_TYPE, "jwk": key.public.jwk})
+
+    cases = []
+    for changes in ({"total_usd": "NaN"}, {"cost_usd": "sNaN"}, {"children": 5},
+                    {"children": [{"id": 1}]}):
+        case = copy.deepcopy(raw)
+        case["receipts"][leaf] = signed(**changes)
+        cases.append(case)
+    bent_result = copy.deepcopy(raw)
+    bent_result["result"] = {"parts": 5}
+    cases.append(bent_result)
+    for case in cases:
+        with pytest.raises(BadSignature):
+            await verify_receipts(case, card_of)

@@ -39,27 +39,30 @@ class Receipt:
 
 def _money(claims: Mapping[str, Any], name: str) -> Decimal:
     try:
-        return Decimal(str(claims.get(name)))
+        value = Decimal(str(claims.get(name)))
     except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite():
         raise BadSignature(f"receipt {claims.get('receipt_id')}: {name} is not a "
-                           "decimal") from None
+                           "decimal")
+    return value
 
 
 async def _signer(jws: str, claims: Mapping[str, Any], card_of: CardFetcher,
-                  cards: dict[str, PublicKey]) -> PublicKey:
+                  cards: dict[str, tuple[PublicKey, Mapping[str, Any]]]) -> PublicKey:
     """The receipt's key, once its signer's card is checked to name it (or a successor)."""
     rid, url = claims.get("receipt_id"), claims.get("url")
     if not isinstance(url, str):
         raise BadSignature(f"receipt {rid} names no signer URL")
     header, _ = jws_payload(jws)
     key = public_key_from_jwk(header.get("jwk"))
-    card = await card_of(url)
-    if url not in cards:
+    if url not in cards:  # each signer's card is read and checked once
+        card = await card_of(url)
         try:
-            cards[url] = verify_card(card)
+            cards[url] = (verify_card(card), card)
         except BadSignature as exc:
             raise BadSignature(f"the card at {url}: {exc}") from None
-    named = cards[url]
+    named, card = cards[url]
     if key.kid != named.kid and not rotated_to(key, named.kid, key_rotations(card)):
         raise BadSignature(f"receipt {rid} is signed by key {key.kid}, which the card at "
                            f"{url} (key {named.kid}) does not lead from")
@@ -77,7 +80,7 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
     if not isinstance(receipts, list) or not receipts:
         raise BadSignature("the task carries no receipts")
     found: dict[str, Receipt] = {}
-    cards: dict[str, PublicKey] = {}
+    cards: dict[str, tuple[PublicKey, Mapping[str, Any]]] = {}
     for jws in receipts:
         claims = receipt_claims(jws)
         rid = claims.get("receipt_id")
@@ -91,7 +94,11 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
     pending = [root]
     while pending:
         node = pending.pop()
-        for child_id in node.claims.get("children") or []:
+        children = node.claims.get("children") or []
+        if not isinstance(children, list) or not all(isinstance(c, str) for c in children):
+            raise BadSignature(f"receipt {node.claims['receipt_id']}: children is not a list "
+                               "of receipt ids")
+        for child_id in children:
             child = found.get(child_id)
             if child is None or child_id in seen:
                 raise BadSignature(f"receipt {node.claims['receipt_id']} lists child "
@@ -119,5 +126,8 @@ def _check_root(claims: Mapping[str, Any], task: Mapping[str, Any]) -> None:
         raise BadSignature(f"receipt {rid} says {claims.get('state')}, the task "
                            f"{task.get('state')}")
     result = task.get("result")
-    if claims.get("digest") != result_digest(result if isinstance(result, dict) else {}):
+    result = result if isinstance(result, dict) else {}
+    if any(not isinstance(result.get(k) or [], list) for k in ("parts", "artifacts")):
+        raise BadSignature(f"receipt {rid}: the task's result is not parts and artifacts")
+    if claims.get("digest") != result_digest(result):
         raise BadSignature(f"receipt {rid}: the task's result is not the one signed")
