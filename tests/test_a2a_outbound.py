@@ -123,8 +123,10 @@ async def test_an_unusable_stream_falls_back_to_a_plain_send(swarm: Swarm) -> No
     goes again, without streaming, and that answer is taken."""
     token, _ = new_pair()
     sends: list[str] = []
+    card_reads: list[str | None] = []
 
     async def card(request: web.Request) -> web.Response:
+        card_reads.append(request.headers.get("Authorization"))
         base = f"http://127.0.0.1:{request.url.port}"
         return web.json_response({
             "name": "odd", "description": "odd", "url": base + "/rpc", "version": "1",
@@ -161,3 +163,6 @@ async def test_an_unusable_stream_falls_back_to_a_plain_send(swarm: Swarm) -> No
         await runner.cleanup()
     assert sends == ["message/stream", "message/send"]
     assert task["state"] == "completed" and task["output"] == "cba", task.get("error")
+    # The card is read once, without the token (key continuity), and that very card says
+    # where the task goes.
+    assert card_reads == [None]

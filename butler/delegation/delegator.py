@@ -244,12 +244,13 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 try:
+                    card = None
                     if self.identities is not None:
-                        await self.identities.check(
+                        card = await self.identities.check(
                             cand, lambda: self._public_card(cand, deadline))
                     if cand.protocol == "a2a":
                         task = await self._standard(cand, request, chain, grant, headers,
-                                                    deadline)
+                                                    deadline, card)
                     else:
                         task = await client.submit(replace(request, blocking=True),
                                                    chain=chain, budget=grant, headers=headers,
@@ -288,9 +289,11 @@ class PeerDelegator:
         )
 
     async def _standard(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
-                        grant: Decimal, headers: dict[str, str], deadline: float) -> Task:
+                        grant: Decimal, headers: dict[str, str], deadline: float,
+                        card: dict[str, Any] | None) -> Task:
         """A standard A2A agent: it reports no spend, so a completed task is charged the
-        ``cost_usd`` its peer entry says it costs."""
+        ``cost_usd`` its peer entry says it costs. ``card``: the one key continuity read
+        (without the token) and checked, so it is not read twice."""
         guard, session = self._http(cand.rules)
         client = A2APeerClient(cand.url, cand.token, session=session, name=cand.name,
                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
@@ -298,7 +301,7 @@ class PeerDelegator:
                                tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
                                guard=guard, ca_file=cand.ca_file)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
-                                deadline=deadline)
+                                deadline=deadline, card=card)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")
         return replace(task, budget=Budget(grant, min(spent, grant)))
 

@@ -55,10 +55,12 @@ class PeerIdentities:
                 return None
         return pinned
 
-    async def check(self, cand: Candidate, read_card: CardReader) -> None:
+    async def check(self, cand: Candidate, read_card: CardReader) -> dict[str, Any] | None:
         """Raises ``peer_identity_changed`` (a ``DelegationFailed``) unless ``cand`` may
-        have its token; pins the key on first contact and follows rotations."""
-        await self._check(cand, agent_key(cand.name), read_card)
+        have its token; pins the key on first contact and follows rotations. Returns the
+        card it checked (None when the peer has none), for the delegation to use: the
+        interface it sends to is then the one on the card that was checked."""
+        return await self._check(cand, agent_key(cand.name), read_card)
 
     async def answered(self, cand: Candidate, receipts: Sequence[str],
                        read_card: CardReader) -> None:
@@ -75,17 +77,18 @@ class PeerIdentities:
             if pinned is None or not _signed_by(receipts[0], pinned):
                 raise changed(cand, "its answer's receipt is not signed by its pinned key")
 
-    async def _check(self, cand: Candidate, name: str, read_card: CardReader) -> None:
+    async def _check(self, cand: Candidate, name: str, read_card: CardReader
+                     ) -> dict[str, Any] | None:
         expected = self._expected(cand)
         try:
             card = await read_card()
         except DelegationFailed as err:
             if expected is None and err.code == "peer_error":
-                return  # no card, nothing pinned: an agent that never proved a key
+                return None  # no card, nothing pinned: an agent that never proved a key
             raise
         if not card.get("signatures"):
             if expected is None:
-                return
+                return card
             raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned")
         try:
             key = self._verify(name, card)
@@ -94,12 +97,12 @@ class PeerIdentities:
         if expected is None or key.kid == expected.kid:
             if self.pins.get(name) is None:
                 self.pins.pin(name, key)
-            return
+            return card
         if rotated_to(expected, key.kid, key_rotations(card)):
             log.info("peer %s rotated its key %s -> %s; pinned the new one", cand.name,
                      expected.kid, key.kid)
             self.pins.pin(name, key)
-            return
+            return card
         raise changed(cand, f"its card is signed by key {key.kid}, but key {expected.kid} is "
                             "pinned for it and did not sign the change")
 

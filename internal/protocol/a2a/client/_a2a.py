@@ -307,9 +307,11 @@ class A2APeerClient:
 
     async def run(self, request: TaskRequest, *, chain: tuple[str, ...],
                   budget: Decimal | None, headers: Mapping[str, str] | None = None,
-                  deadline: float) -> Task:
-        """Send ``request``; the task once it ended or waits on its caller."""
-        card = await self.card(deadline)
+                  deadline: float, card: dict[str, Any] | None = None) -> Task:
+        """Send ``request``; the task once it ended or waits on its caller. ``card``: the
+        peer's card as the caller already read (and checked) it, else it is read here."""
+        if card is None:
+            card = await self.card(deadline)
         iface = choose_interface(card, self.name)
         extra = dict(headers or {})
         hdrs = {VERSION_HEADER: iface.version, **swarm_extension.envelope_headers(chain, budget),
