@@ -16,7 +16,7 @@ import yaml
 
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
-from tests.support import REPO, config_dict
+from tests.support import ECHO, REPO, Swarm, config_dict, post_task
 
 ACTION_ITEMS = skill("office.action_items", "0.03", name="Action items",
                      description="Pending action items and to-dos from office meetings",
@@ -236,3 +236,25 @@ async def test_cli_route_offline_uses_the_config_and_its_threshold(tmp_path: Pat
     code, out, _ = await _butler_route("the lights in the hall and the porch", "-c",
                                        str(path))
     assert code == 1 and "closest: home.lights" in out
+
+
+async def test_skills_a_provider_adds_later_are_routed_to(swarm: Swarm) -> None:
+    """An MCP server's tools arrive after start (and change with each restart of it): the
+    router's index is rebuilt when the catalog changes, not kept from the first task."""
+    from butler.config.model import SkillConfig
+    from butler.skills.catalog import Skill
+
+    home = await swarm.start("home", skills=[ECHO, LIGHTS])
+    status, before = await post_task(home, {"task": "what does the weather station say"})
+    assert status == 200 and before.get("error", {}).get("code") == "no_capable_skill", before
+
+    async def station(ctx: Any) -> str:
+        return "sunny"
+
+    config = SkillConfig(id="weather.station", name="Weather station",
+                         description="the weather station's readings",
+                         capabilities=("weather.station",), expose=True)
+    home.daemon.catalog.provide("weather", [Skill(config, station)])
+    status, after = await post_task(home, {"task": "what does the weather station say"})
+    assert status == 200 and after["state"] == "completed", after
+    assert after["skill"] == "weather.station"

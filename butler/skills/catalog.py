@@ -87,6 +87,8 @@ class SkillCatalog:
         self._skills = self._configured
         self._allowed = None if allowed_capabilities is None else frozenset(allowed_capabilities)
         self._visible: dict[str | None, list[Skill]] = {}
+        # Bumped whenever the set of skills changes: what others built from it is stale.
+        self.generation = 0
 
     def provide(self, source: str, skills: Sequence[Skill]) -> None:
         """Set the skills a provider (an MCP server, by its entry's id) has now, in place of
@@ -106,6 +108,7 @@ class SkillCatalog:
         self._skills = self._configured + tuple(
             s for provided in self._provided.values() for s in provided)
         self._visible.clear()
+        self.generation += 1
 
     def _advertised(self, skill: Skill) -> bool:
         if self._allowed is None:

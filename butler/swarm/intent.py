@@ -45,7 +45,9 @@ class IntentRouter:
         # "ask my office about the budget", arriving at office: "office" is the address,
         # not what is asked for, so the words of this agent's own id are not read.
         self._own = frozenset(words(agent_id))
-        self._indexes: dict[str | None, tuple[tuple[RouteCandidate, ...], RouteIndex]] = {}
+        # Per tier: the peer routes and catalog generation an index was built from.
+        self._indexes: dict[str | None,
+                            tuple[tuple[RouteCandidate, ...], int, RouteIndex]] = {}
 
     async def candidates(self, peers: PeerRoutes | None) -> tuple[RouteCandidate, ...]:
         return await peers.route_candidates() if peers is not None else ()
@@ -53,14 +55,16 @@ class IntentRouter:
     def index(self, caller: Identity | None, peer_routes: tuple[RouteCandidate, ...]
               ) -> RouteIndex:
         """The index of what ``caller`` may see here plus ``peer_routes``; built once per
-        tier (visibility depends on it alone) and set of peer cards."""
+        tier (visibility depends on it alone), set of peer cards and set of local skills
+        (an MCP server's tools come and go with it)."""
         tier = None if caller is None else caller.tier
+        generation = self.catalog.generation
         cached = self._indexes.get(tier)
-        if cached is not None and cached[0] is peer_routes:
-            return cached[1]
+        if cached is not None and cached[0] is peer_routes and cached[1] == generation:
+            return cached[2]
         local = [local_candidate(s.config) for s in self.catalog.visible(caller)]
         index = RouteIndex([*local, *peer_routes])
-        self._indexes[tier] = (peer_routes, index)
+        self._indexes[tier] = (peer_routes, generation, index)
         return index
 
     async def rank(self, caller: Identity | None, text: str, chain: Sequence[str],
