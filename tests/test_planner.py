@@ -353,3 +353,19 @@ async def test_a_peer_the_model_was_not_offered_is_refused(
     assert told["role"] == "tool" and "planner_bad_response" in told["content"]
     assert "'office'" in told["content"] and "not among the peers" in told["content"]
     assert body["state"] == "completed"
+
+
+async def test_a_tool_that_raises_is_in_the_audit_trail(swarm: Swarm, tmp_path: Path) -> None:
+    """A plugin's own exception ends the plan as it ends any run, and its call is still one
+    planner_tool record beside the model's call."""
+    from tests.support import plugin_skill
+
+    boom = plugin_skill("boom", "tests.plugins.sample:explode", expose=True)
+    async with chat_server(Reply(tool_calls=(call("boom", {"text": "go"}),))) as server:
+        home = await swarm.start("home", skills=[PLAN, boom], extra={
+            "planner": _planner(tmp_path, server.url)})
+        status, body = await post_task(home, {"task": "x", "skill": "plan"})
+        await swarm.stop(home)
+    assert status == 200 and body["state"] == "failed", body
+    tools = [r for r in await _audit(home) if r["kind"] == "planner_tool"]
+    assert [(r["decision"], r["code"]) for r in tools] == [("error", "internal_error")]

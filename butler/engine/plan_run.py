@@ -25,6 +25,7 @@ from butler.skills.catalog import Skill
 from butler.swarm.ledger import BudgetLedger
 from internal.protocol.a2a.model import (
     Artifact,
+    ButlerError,
     CostNode,
     Identity,
     Part,
@@ -124,8 +125,11 @@ class PlanSteps:
             # Any other failure is the tool's answer: the model may try another way.
             return ToolOutcome(_json({"error": {"code": exc.code, "message": exc.message}}),
                                TaskState.FAILED.value, exc.code)
-        except Refusal as exc:
+        except ButlerError as exc:  # a refusal, or the run could not go on: the task ends
             self._audit("planner_tool", "error", exc.code, self._detail(step))
+            raise
+        except Exception:  # a plugin's own exception: the task fails as any run does
+            self._audit("planner_tool", "error", "internal_error", self._detail(step))
             raise
         self._audit("planner_tool", outcome.state, outcome.code or None, self._detail(step))
         return outcome
