@@ -204,3 +204,16 @@ async def test_hostile_cards_and_receipts_are_bad_signatures_not_crashes(swarm: 
     for jws in (f"{protected}.\u00e9t\u00e9.{signature}", "a.b", f"{protected}.e30.\u00e9"):
         with pytest.raises(BadSignature):
             verify_jws(jws, key)
+
+
+@pytest.mark.parametrize("text", ['{"key": 5}', "[1, 2]", '{"key": {"kty": 5}}', "not json",
+                                  '{"key": {"kty": "OKP"}, "rotations": 7}'])
+def test_a_damaged_key_file_is_a_setup_error(tmp_path: Any, text: str) -> None:
+    """Start-up says what is wrong with the file and what to do; no traceback."""
+    from butler.identity.key_file import read_identity
+    from internal.protocol.a2a.model import SetupError
+
+    (tmp_path / KEY_FILE).write_text(text)
+    with pytest.raises(SetupError) as err:
+        read_identity(tmp_path)
+    assert err.value.code == "bad_identity_key"

@@ -60,7 +60,7 @@ def read_identity(data_dir: Path) -> AgentIdentity | None:
         rotations = tuple(str(r) for r in raw.get("rotations", []))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise SetupError("bad_identity_key",
                          f"{path}: cannot read the identity key ({exc}); restore it from a "
                          "backup, or remove it to start as a new identity") from None
