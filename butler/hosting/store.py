@@ -1,0 +1,39 @@
+"""The hosted agents added at run time, kept in ``<data_dir>/hosted_agents.json`` so a
+restart serves them again. Each is kept as it was sent (the config's shape: token hashes,
+never tokens) and read again by the same parser at the next start."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from butler.storage import replace_private
+from internal.protocol.a2a.codec import exact_json
+from internal.protocol.a2a.model import ButlerError, SetupError
+
+HOSTED_FILE = "hosted_agents.json"
+
+
+class HostedStore:
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / HOSTED_FILE
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """By id, in the order they were added."""
+        try:
+            data = exact_json.loads(self.path.read_bytes(), max_depth=64)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ButlerError) as exc:
+            raise SetupError("invalid_config",
+                             f"{self.path}: cannot read the hosted agents: {exc}") from None
+        agents = data.get("agents") if isinstance(data, dict) else None
+        if not isinstance(agents, list) or not all(
+                isinstance(a, dict) and isinstance(a.get("id"), str) for a in agents):
+            raise SetupError("invalid_config",
+                             f"{self.path}: expected {{\"agents\": [{{\"id\": ...}}, ...]}}")
+        return {a["id"]: a for a in agents}
+
+    def save(self, agents: Mapping[str, Mapping[str, Any]]) -> None:
+        replace_private(self.path, exact_json.dumps_bytes({"agents": list(agents.values())}))

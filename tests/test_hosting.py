@@ -1,0 +1,192 @@
+"""Several agents in one daemon: each under /{id}/ with its own card, key, tokens, tasks
+and swarm limits; delegation between them under the swarm rules."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import aiohttp
+
+from butler.config import load_config
+from butler.daemon import Daemon
+from internal.protocol.a2a.codec.card_signature import verify_card
+from internal.protocol.a2a.model import TaskRequest, TaskState
+from tests.a2a_support import (
+    JSONRPC,
+    V1,
+    plain_message,
+    sdk_client,
+    send_request,
+    text,
+    user_message,
+)
+from tests.delegation_support import free_port, skill
+from tests.hosting_support import get_json, hosted, hosted_entry, peer_to
+from tests.support import Swarm, post_task
+
+
+async def test_each_agent_serves_its_own_signed_card_and_takes_tasks(swarm: Swarm) -> None:
+    alpha, alpha_tokens = hosted_entry("alpha")
+    beta, beta_tokens = hosted_entry("beta", description="the second one")
+    top = await swarm.start("top", extra={"agents": [alpha, beta]})
+    agents = {"alpha": hosted(top, "alpha", alpha_tokens),
+              "beta": hosted(top, "beta", beta_tokens)}
+    kids = {top.daemon.identity.kid}
+    for agent_id, inst in agents.items():
+        status, card = await get_json(top.session, f"{inst.url}/.well-known/agent-card.json",
+                                      headers=V1)
+        assert status == 200 and card["name"] == f"{agent_id} agent"
+        assert {i["url"] for i in card["supportedInterfaces"]} == {
+            f"{top.url}/{agent_id}", f"{top.url}/{agent_id}{JSONRPC}"}
+        assert verify_card(card).kid == inst.daemon.identity.kid
+        kids.add(inst.daemon.identity.kid)
+        assert inst.daemon.config.data_dir == top.daemon.config.data_dir / "agents" / agent_id
+        async with sdk_client(inst) as client:
+            events = [e async for e in client.send_message(send_request(user_message(
+                text("hello"), metadata={"skill": "echo"})))]
+        assert events[-1].task.status.state == 3  # TASK_STATE_COMPLETED
+    assert len(kids) == 3  # each agent its own key
+    status, card = await get_json(top.session, f"{top.url}/.well-known/agent-card.json",
+                                  headers=V1)
+    assert status == 200 and card["name"] == "top butler"  # the daemon's own agent, as before
+
+
+async def test_tokens_are_per_agent_and_an_unknown_agent_is_404(swarm: Swarm) -> None:
+    alpha, alpha_tokens = hosted_entry("alpha")
+    beta, beta_tokens = hosted_entry("beta")
+    top = await swarm.start("top", extra={"agents": [alpha, beta]})
+    http = top.session
+    task = {"task": "hi", "skill": "echo"}
+    for url, token, expected in (
+            (f"{top.url}/alpha", alpha_tokens["operator"], 200),
+            (f"{top.url}/beta", alpha_tokens["operator"], 401),
+            (top.url, alpha_tokens["operator"], 401),
+            (f"{top.url}/alpha", top.tokens["operator"], 401),
+            (f"{top.url}/alpha", beta_tokens["operator"], 401)):
+        async with http.post(f"{url}/v2/tasks", json=task,
+                             headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert resp.status == expected, (url, expected)
+    auth = {"Authorization": f"Bearer {top.tokens['operator']}", **V1}
+    async with http.post(f"{top.url}/nobody{JSONRPC}", headers=auth, json={
+            "jsonrpc": "2.0", "id": 7, "method": "SendMessage",
+            "params": {"message": plain_message()}}) as resp:
+        body = await resp.json()
+        assert resp.status == 404 and body["jsonrpc"] == "2.0" and "error" in body
+    async with http.get(f"{top.url}/nobody/tasks/x", headers=auth) as resp:
+        body = await resp.json()
+        assert resp.status == 404 and body["error"]["status"] == "NOT_FOUND"
+    for path in ("/nobody/.well-known/agent-card.json", "/nobody/v2/tasks"):
+        status, body = await get_json(http, top.url + path, top.tokens["operator"])
+        assert status == 404 and body["error"]["code"] == "not_found", path
+    # Without a token, a route that needs one says 401 first, as at the daemon's own /.
+    status, _ = await get_json(http, f"{top.url}/nobody/.well-known/agent-card.json")
+    assert status == 404
+    status, _ = await get_json(http, f"{top.url}/nobody/v2/tasks")
+    assert status == 401
+    # The daemon's own routes keep their answers: a wrong method is still 405.
+    async with http.delete(f"{top.url}/tasks/x", headers=auth) as resp:
+        assert resp.status == 405
+
+
+async def test_cohosted_agents_delegate_under_the_swarm_rules(tmp_path: Path,
+                                                               swarm: Swarm) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    alpha, alpha_tokens = hosted_entry("alpha", callers={"operator": {}, "beta": {}},
+                                       skills=[])
+    beta, beta_tokens = hosted_entry("beta", callers={"operator": {}, "alpha": {}},
+                                     skills=[skill("x.echo", "0.25")],
+                                     swarm={"max_depth": 3})
+    alpha["peers"] = [peer_to(tmp_path, f"{base}/beta", beta_tokens["alpha"], "beta",
+                              ["x.echo", "x.loop"])]
+    # beta knows alpha under another name: only alpha's own admission can see the loop.
+    beta["peers"] = [peer_to(tmp_path, f"{base}/alpha", alpha_tokens["beta"], "helper",
+                             ["x.loop"])]
+    top = await swarm.start("top", configurations={"a2a": {"port": port}},
+                            extra={"agents": [alpha, beta]})
+    client = hosted(top, "alpha", alpha_tokens).client()
+
+    done = await client.submit(TaskRequest(text="go", capabilities_needed=("x.echo",)))
+    assert done.state is TaskState.COMPLETED, done.error
+    assert done.cost is not None and [c.agent for c in done.cost.children] == ["beta"]
+    assert done.budget is not None and done.budget.spent_usd == Decimal("0.25")
+
+    loop = await client.submit(TaskRequest(text="go", capabilities_needed=("x.loop",)))
+    assert loop.state is TaskState.FAILED
+    assert loop.error is not None and loop.error.code == "loop_detected"
+
+    status, poor = await post_task(hosted(top, "alpha", alpha_tokens), {
+        "task": "x", "capabilities_needed": ["x.echo"], "budget": "0.10"})
+    assert poor["state"] == "failed" and poor["error"]["code"] == "budget_exhausted"
+    assert poor["budget"]["spent_usd"] == "0"
+    # beta's own swarm limits, not the daemon's: a chain deeper than its max_depth.
+    status, deep = await post_task(hosted(top, "beta", beta_tokens), {
+        "task": "x", "skill": "x.echo", "caller_chain": ["a", "b", "c", "operator"]})
+    assert status == 422 and deep["error"]["code"] == "depth_exceeded"
+
+
+async def test_agents_added_and_removed_at_run_time_and_kept(swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}})
+    http = top.session
+    admin = f"{top.url}/v2/admin/agents"
+    gamma, gamma_tokens = hosted_entry("gamma")
+    async with http.post(admin, json=gamma, headers=top.headers()) as resp:
+        assert resp.status == 403  # not an admin
+    async with http.post(admin, json=gamma, headers=top.headers("root")) as resp:
+        assert resp.status == 201, await resp.text()
+        assert (await resp.json())["url"] == f"{top.url}/gamma"
+    async with http.post(admin, json=gamma, headers=top.headers("root")) as resp:
+        assert resp.status == 409 and (await resp.json())["error"]["code"] == "agent_exists"
+    for bad in ({**gamma, "id": "v2"}, {**gamma, "id": "Not A Slug"}, {"id": "x"}, [1]):
+        async with http.post(admin, json=bad, headers=top.headers("root")) as resp:
+            assert resp.status == 400, bad
+    task = {"task": "hi", "skill": "echo"}
+    gamma_auth = {"Authorization": f"Bearer {gamma_tokens['operator']}"}
+    async with http.post(f"{top.url}/gamma/v2/tasks", json=task, headers=gamma_auth) as resp:
+        assert resp.status == 200 and (await resp.json())["state"] == "completed"
+
+    # Kept across a restart of the daemon, from its data folder.
+    await swarm.stop(top)
+    again = Daemon(load_config(top.config_path))
+    await again.start()
+    try:
+        async with http.post(f"{again.url}/gamma/v2/tasks", json=task,
+                             headers=gamma_auth) as resp:
+            assert resp.status == 200
+        status, listed = await get_json(http, f"{again.url}/v2/admin/agents",
+                                        top.tokens["root"])
+        assert status == 200 and [a["id"] for a in listed["agents"]] == ["gamma"]
+        async with http.delete(f"{again.url}/v2/admin/agents/gamma",
+                               headers=top.headers("root")) as resp:
+            assert resp.status == 200
+        async with http.post(f"{again.url}/gamma/v2/tasks", json=task,
+                             headers=top.headers("root")) as resp:
+            assert resp.status == 404
+        status, _ = await get_json(http, f"{again.url}/gamma/.well-known/agent-card.json")
+        assert status == 404
+        async with http.delete(f"{again.url}/v2/admin/agents/gamma",
+                               headers=top.headers("root")) as resp:
+            assert resp.status == 404
+    finally:
+        await again.stop()
+    # Removed is removed for good.
+    final = Daemon(load_config(top.config_path))
+    await final.start()
+    try:
+        status, _ = await get_json(http, f"{final.url}/gamma/.well-known/agent-card.json")
+        assert status == 404
+    finally:
+        await final.stop()
+
+
+async def test_a_config_agent_cannot_be_removed_at_run_time(swarm: Swarm,
+                                                            http: aiohttp.ClientSession) -> None:
+    alpha, _ = hosted_entry("alpha")
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}},
+                            extra={"agents": [alpha]})
+    async with http.delete(f"{top.url}/v2/admin/agents/alpha",
+                           headers=top.headers("root")) as resp:
+        assert resp.status == 400
+    status, _ = await get_json(http, f"{top.url}/alpha/.well-known/agent-card.json")
+    assert status == 200
