@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import yaml
 
 from butler.config import load_config
 from butler.daemon import Daemon
@@ -23,7 +25,8 @@ from tests.a2a_support import (
 )
 from tests.delegation_support import free_port, skill
 from tests.hosting_support import get_json, hosted, hosted_entry, peer_to
-from tests.support import Swarm, post_task
+from tests.registry.registry_support import TOKENS, sqlite_registry
+from tests.support import Swarm, post_task, run_cli
 
 
 async def test_each_agent_serves_its_own_signed_card_and_takes_tasks(swarm: Swarm) -> None:
@@ -190,3 +193,66 @@ async def test_a_config_agent_cannot_be_removed_at_run_time(swarm: Swarm,
         assert resp.status == 400
     status, _ = await get_json(http, f"{top.url}/alpha/.well-known/agent-card.json")
     assert status == 200
+
+
+async def test_the_cli_adds_lists_and_removes_agents(tmp_path: Path, swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}})
+    delta, delta_tokens = hosted_entry("delta")
+    entry_file = tmp_path / "delta.yaml"
+    entry_file.write_text(yaml.safe_dump(delta))
+    root = top.tokens["root"]
+    code, out, err = await run_cli("agents", "add", top.url, str(entry_file), token=root)
+    assert code == 0, err
+    assert out.strip() == f"hosting delta at {top.url}/delta"
+    inst = hosted(top, "delta", delta_tokens)
+    status, task = await post_task(inst, {"task": "hi", "skill": "echo"})
+    assert status == 200 and task["state"] == "completed"
+    code, out, err = await run_cli("agents", "list", top.url, token=root)
+    assert code == 0 and out.startswith(f"delta  {top.url}/delta  (admin)  skills: echo"), err
+    code, out, err = await run_cli("agents", "add", top.url, str(entry_file), token=root)
+    assert code == 1 and "agent_exists" in err
+    code, out, err = await run_cli("agents", "remove", top.url, "delta",
+                                   token=top.tokens["operator"])
+    assert code == 1 and "forbidden" in err
+    code, out, err = await run_cli("agents", "remove", top.url, "delta", token=root)
+    assert code == 0 and out.strip() == "removed delta", err
+    status, _ = await get_json(top.session, f"{top.url}/delta/.well-known/agent-card.json")
+    assert status == 404
+
+
+async def test_each_agent_is_its_own_registry_entry(tmp_path: Path, swarm: Swarm) -> None:
+    async with sqlite_registry(tmp_path) as registry:
+        (tmp_path / "alice.token").write_text(TOKENS["alice"])
+        announce = {"self_register": True, "url": registry.url, "health_ttl_minutes": 1,
+                    "token_file": str(tmp_path / "alice.token")}
+        alpha, _ = hosted_entry("alpha", skills=[skill("alpha.work")])
+        beta, _ = hosted_entry("beta", skills=[skill("beta.work")])
+        quiet, _ = hosted_entry("quiet", registry={"self_register": False})
+        top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}},
+                                configurations={"registry": announce},
+                                extra={"agents": [alpha, beta, quiet]})
+        listed = await registry_agents(top.session, registry.url)
+        assert {a["name"]: a["url"] for a in listed} == {
+            "top": top.url, "alpha": f"{top.url}/alpha", "beta": f"{top.url}/beta"}
+        keys = {a["name"]: a["card"]["identity_key"] for a in listed}
+        assert keys["alpha"] == hosted(top, "alpha", {}).daemon.identity.key.public.jwk
+        assert len({str(k) for k in keys.values()}) == 3  # each its own key
+        gamma, _ = hosted_entry("gamma")
+        async with top.session.post(f"{top.url}/v2/admin/agents", json=gamma,
+                                    headers=top.headers("root")) as resp:
+            assert resp.status == 201
+        assert "gamma" in {a["name"] for a in await registry_agents(top.session, registry.url)}
+        async with top.session.delete(f"{top.url}/v2/admin/agents/gamma",
+                                      headers=top.headers("root")) as resp:
+            assert resp.status == 200
+        assert {a["name"] for a in await registry_agents(top.session, registry.url)} == {
+            "top", "alpha", "beta"}
+        await swarm.close()
+
+
+async def registry_agents(http: aiohttp.ClientSession, url: str) -> list[dict[str, Any]]:
+    async with http.get(f"{url}/v1/agents",
+                        headers={"Authorization": f"Bearer {TOKENS['root']}"}) as resp:
+        assert resp.status == 200
+        agents: list[dict[str, Any]] = (await resp.json())["agents"]
+        return agents
