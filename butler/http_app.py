@@ -86,7 +86,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     app.add_routes(admin_routes)
     a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
         cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
-        grpc_url or (lambda: None), agent)
+        grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
     app.add_routes(a2a_routes)
 
     async def healthz(request: web.Request) -> web.Response:

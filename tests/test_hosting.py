@@ -18,6 +18,7 @@ from tests.a2a_support import (
     JSONRPC,
     V1,
     plain_message,
+    rpc,
     sdk_client,
     send_request,
     text,
@@ -26,7 +27,7 @@ from tests.a2a_support import (
 from tests.delegation_support import free_port, skill
 from tests.hosting_support import get_json, hosted, hosted_entry, peer_to
 from tests.registry.registry_support import TOKENS, sqlite_registry
-from tests.support import Swarm, post_task, run_cli
+from tests.support import Instance, Swarm, post_task, run_cli
 
 
 async def test_each_agent_serves_its_own_signed_card_and_takes_tasks(swarm: Swarm) -> None:
@@ -256,3 +257,24 @@ async def registry_agents(http: aiohttp.ClientSession, url: str) -> list[dict[st
         assert resp.status == 200
         agents: list[dict[str, Any]] = (await resp.json())["agents"]
         return agents
+
+
+async def test_the_tenant_field_names_the_agent_at_the_url(swarm: Swarm) -> None:
+    alpha, alpha_tokens = hosted_entry("alpha")
+    top = await swarm.start("top", extra={"agents": [alpha]})
+    inst = hosted(top, "alpha", alpha_tokens)
+
+    async def send(at: Instance, tenant: object) -> tuple[int, Any]:
+        params = {"message": plain_message(metadata={"skill": "echo"}), "tenant": tenant}
+        return await rpc(at, "SendMessage", params)
+
+    for tenant in ("alpha", ""):
+        status, body = await send(inst, tenant)
+        assert status == 200 and body["result"]["task"]["status"]["state"] == \
+            "TASK_STATE_COMPLETED", body
+    for at, tenant in ((inst, "beta"), (top, "alpha"), (inst, 7)):
+        status, body = await send(at, tenant)
+        assert status == 200 and "error" in body and "result" not in body, (tenant, body)
+    async with top.session.post(f"{inst.url}/message:send", headers={
+            **inst.headers(), **V1}, json={"message": plain_message(), "tenant": "top"}) as resp:
+        assert resp.status == 404
