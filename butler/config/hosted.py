@@ -29,6 +29,9 @@ from internal.protocol.a2a.codec import exact_json
 
 # A path segment as it is, with no escaping: lowercase letters, digits, _ and -.
 AGENT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# The first path segments of the daemon's own routes (the /mcp endpoint's too, served or
+# not), so a hosted agent's id never depends on what else is configured.
+RESERVED_IDS = frozenset({"v2", "a2a", "tasks", "dashboard", "healthz", "metrics", "mcp"})
 HOSTED_FOLDER = "agents"  # <data_dir>/agents/<id>/: each hosted agent's own data folder
 _KEYS = {"id", "name", "description", "version", "token_hashes", "skills", "peers", "swarm",
          "registry"}
@@ -43,6 +46,9 @@ def parse_hosted(node: Node, base: Path, *, planner: bool) -> m.HostedAgentConfi
     if not AGENT_ID.fullmatch(agent_id):
         k["id"].fail("must be 1-64 lowercase letters, digits, _ and - (it is a URL path "
                      "segment), starting with a letter or digit")
+    if agent_id in RESERVED_IDS:
+        k["id"].fail(f"{agent_id!r} is a path of the daemon's own "
+                     f"({', '.join(sorted(RESERVED_IDS))} are taken)")
     if "token_hashes" not in k:
         node.fail("a hosted agent needs token_hashes: no one could call it otherwise")
     token_nodes = list(k["token_hashes"].items())

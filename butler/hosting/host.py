@@ -124,8 +124,8 @@ class AgentHost:
 
     async def _start(self, agent: HostedAgentConfig, source: str) -> Hosted:
         if agent.id in self._reserved:
-            raise RequestError("invalid_request", f"agent id {agent.id!r} is one of the "
-                               "daemon's own routes; pick another")
+            raise SetupError("invalid_config", f"hosted agent id {agent.id!r} is the first "
+                             "segment of one of the daemon's own routes; pick another")
         daemon = self.spawn(hosted_config(self.config, agent, self.agent_url(agent.id)))
         await daemon.start()
         hosted = self.running[agent.id] = Hosted(agent, daemon, source)
