@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import yaml
+from a2a.types import TaskState as TaskState_pb
 
 from butler.config import load_config
 from butler.daemon import Daemon
@@ -46,10 +47,14 @@ async def test_each_agent_serves_its_own_signed_card_and_takes_tasks(swarm: Swar
         assert verify_card(card).kid == inst.daemon.identity.kid
         kids.add(inst.daemon.identity.kid)
         assert inst.daemon.config.data_dir == top.daemon.config.data_dir / "agents" / agent_id
-        async with sdk_client(inst) as client:
-            events = [e async for e in client.send_message(send_request(user_message(
-                text("hello"), metadata={"skill": "echo"})))]
-        assert events[-1].task.status.state == 3  # TASK_STATE_COMPLETED
+        for streaming in (False, True):  # a stream leaves the daemon's in-flight count too
+            async with sdk_client(inst, streaming=streaming) as client:
+                events = [e async for e in client.send_message(send_request(user_message(
+                    text("hello"), metadata={"skill": "echo"})))]
+            last = events[-1]
+            state = last.task.status.state if last.HasField("task") else \
+                last.status_update.status.state
+            assert state == TaskState_pb.TASK_STATE_COMPLETED, events
     assert len(kids) == 3  # each agent its own key
     status, card = await get_json(top.session, f"{top.url}/.well-known/agent-card.json",
                                   headers=V1)

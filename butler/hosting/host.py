@@ -27,7 +27,7 @@ from butler.config.model import Config, HostedAgentConfig
 from butler.config.node import ConfigError
 from butler.hosting.store import HostedStore
 from butler.http_app import PUBLIC_PATHS
-from internal.http import render_error
+from internal.http import IDENTITY, render_error
 from internal.protocol.a2a.model import RequestError, SetupError, StateConflict
 
 log = logging.getLogger("butler.hosting")
@@ -79,9 +79,11 @@ class AgentHost:
                 firsts.add(first)
         self._reserved = frozenset(firsts)
         taken = "|".join(re.escape(name) for name in sorted(firsts)) or "(?!)"
-        app.router.add_route(
-            "*", f"/{{agent:(?!(?:{taken})/)[a-z0-9][a-z0-9_-]{{0,63}}}}/{{tail:.*}}",
-            self.dispatch)
+        path = f"/{{agent:(?!(?:{taken})/)[a-z0-9][a-z0-9_-]{{0,63}}}}/{{tail:.*}}"
+        # The methods the bindings use, not "*": any token is a method to aiohttp, and the
+        # request metrics label each route by its method.
+        for method in ("GET", "POST", "DELETE"):
+            app.router.add_route(method, path, self.dispatch)
 
     def inner_gate(self, path: str) -> bool:
         """Whether ``path`` goes to a hosted agent, whose own gate checks its token. For an
@@ -100,9 +102,13 @@ class AgentHost:
         hosted = self.running.get(name)
         if hosted is None:
             return render_error(inner, RequestError("not_found", f"no agent {name!r} here"))
-        # aiohttp's own step from a request to its app's handler (the daemon's listener
-        # took the first): the agent's router, then its middlewares, then the handler.
-        return await hosted.daemon.app._handle(inner)
+        try:
+            # aiohttp's own step from a request to its app's handler (the daemon's listener
+            # took the first): the agent's router, then its middlewares, then the handler.
+            return await hosted.daemon.app._handle(inner)
+        finally:
+            if IDENTITY in inner:  # for the daemon's request log: who called
+                request[IDENTITY] = inner[IDENTITY]
 
     # --- the table -----------------------------------------------------------------
 
