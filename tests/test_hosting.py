@@ -18,6 +18,7 @@ from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.a2a_support import (
     JSONRPC,
     V1,
+    WAIT,
     plain_message,
     rpc,
     sdk_client,
@@ -28,7 +29,7 @@ from tests.a2a_support import (
 from tests.delegation_support import free_port, skill
 from tests.hosting_support import get_json, hosted, hosted_entry, peer_to
 from tests.registry.registry_support import TOKENS, sqlite_registry
-from tests.support import Instance, Swarm, post_task, run_cli
+from tests.support import Instance, Swarm, post_task, run_cli, wait_task
 
 
 async def test_each_agent_serves_its_own_signed_card_and_takes_tasks(swarm: Swarm) -> None:
@@ -283,3 +284,27 @@ async def test_the_tenant_field_names_the_agent_at_the_url(swarm: Swarm) -> None
     async with top.session.post(f"{inst.url}/message:send", headers={
             **inst.headers(), **V1}, json={"message": plain_message(), "tenant": "top"}) as resp:
         assert resp.status == 404
+
+
+async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
+        swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}},
+                            extra={"server": {"shutdown_grace_seconds": 0.2}})
+    http = top.session
+    admin = f"{top.url}/v2/admin/agents"
+    gamma, gamma_tokens = hosted_entry("gamma", skills=[WAIT])
+    async with http.post(admin, json=gamma, headers=top.headers("root")) as resp:
+        assert resp.status == 201
+    inst = hosted(top, "gamma", gamma_tokens)
+    key = inst.daemon.identity.kid
+    status, task = await post_task(inst, {"task": "x", "skill": "wait", "mode": "async"})
+    assert status in (200, 202), task
+    await wait_task(inst, task["id"], {"working"}, message="waiting")
+    async with http.delete(f"{admin}/gamma", headers=top.headers("root")) as resp:
+        assert resp.status == 200
+    async with http.post(admin, json=gamma, headers=top.headers("root")) as resp:
+        assert resp.status == 201  # the same id again: its data folder was kept
+    again = hosted(top, "gamma", gamma_tokens)
+    assert again.daemon.identity.kid == key
+    ended = await wait_task(again, task["id"])
+    assert ended["state"] in ("canceled", "failed"), ended

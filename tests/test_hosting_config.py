@@ -10,6 +10,7 @@ import pytest
 
 from butler.config import ConfigError, parse_config
 from butler.config.hosted import hosted_config
+from tests.support import run_cli
 
 HASH = "a" * 64
 TOP = ("agent: {id: top}\ndata_dir: /srv/top\n"
@@ -59,3 +60,17 @@ def test_two_agents_of_one_id_are_refused() -> None:
     with pytest.raises(ConfigError, match="duplicate hosted agent id 'a'"):
         parse_config(TOP + f'agents: [{{id: a, token_hashes: ["{HASH}"]}}, '
                            f'{{id: a, token_hashes: ["{"c" * 64}"]}}]\n')
+
+
+async def test_check_config_counts_hosted_agents_and_imports_their_plugins(
+        tmp_path: Path) -> None:
+    body = ("configurations: {a2a: {enabled: true, token_hashes: ['" + "b" * 64 + "']}}\n"
+            f'agents: [{{id: a, token_hashes: ["{HASH}"], skills: [SKILL]}}]\n')
+    good = tmp_path / "good.yaml"
+    good.write_text(body.replace("SKILL", "{id: e, builtin: echo}"))
+    code, out, err = await run_cli("check-config", str(good))
+    assert code == 0 and out.strip().endswith("(0 skill(s), 0 peer(s), 1 hosted agent(s))"), err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(body.replace("SKILL", "{id: p, python: 'no.such.module:fn'}"))
+    code, out, err = await run_cli("check-config", str(bad))
+    assert code == 2 and "agents[0].skills[0].python:" in err

@@ -61,20 +61,31 @@ def _check(args: argparse.Namespace) -> int:
         if skill.expose and is_reserved(skill.id):
             print(f"butler: {config.source}: skills[{i}].id: {skill.id!r} is in a reserved "
                   "namespace (a2a., butler., admin.) and is never exposed", file=sys.stderr)
-    for warning in token_hash_warnings([t.digest for t in config.a2a.tokens]):
+    for warning in token_hash_warnings(_token_digests(config)):
         print(f"butler: {config.source}: warning: {warning}", file=sys.stderr)
-    print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s))")
+    hosted = f", {len(config.agents)} hosted agent(s)" if config.agents else ""
+    print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s)"
+          f"{hosted})")
     return 0
+
+
+def _token_digests(config: Config) -> list[bytes]:
+    """The hashes of the daemon's own callers and of its hosted agents' (``agents:``)."""
+    return [t.digest for t in (*config.a2a.tokens, *(t for a in config.agents
+                                                      for t in a.tokens))]
 
 
 def _skill_problem(config: Config) -> str | None:
     """Plugins are imported here too, so a typo shows before the daemon is started."""
-    for i, skill in enumerate(config.skills):
+    skills = [(f"skills[{i}]", s) for i, s in enumerate(config.skills)]
+    skills += [(f"agents[{a}].skills[{i}]", s) for a, agent in enumerate(config.agents)
+               for i, s in enumerate(agent.skills)]
+    for where, skill in skills:
         if skill.python is not None:
             try:
                 load_plugin(skill.python)
             except PluginError as exc:
-                return f"skills[{i}].python: {exc}"
+                return f"{where}.python: {exc}"
     return None
 
 
@@ -95,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"butler: {config.source}: {problem}", file=sys.stderr)
         return 2
     setup_logging(config.logging)
-    for warning in token_hash_warnings([t.digest for t in config.a2a.tokens]):
+    for warning in token_hash_warnings(_token_digests(config)):
         log.warning("%s: %s", config.source, warning)
     return asyncio.run(run_daemon(config))
 
