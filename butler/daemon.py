@@ -166,7 +166,10 @@ class Daemon:
             stack.push_async_callback(_cancel, retention)  # stopped before the log
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
-        stack.callback(self.tracer_provider.shutdown)
+        # Each agent is a service of its own in traces (``butler-<id>``); an exporter handed
+        # in is the daemon's, shut down by it, not by the agents it hosts.
+        if not (self.hosted and self.span_exporter is not None):
+            stack.callback(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
         store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")

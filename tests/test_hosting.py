@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import yaml
 from a2a.types import TaskState as TaskState_pb
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from butler.config import load_config
 from butler.daemon import Daemon
@@ -113,14 +114,24 @@ async def test_cohosted_agents_delegate_under_the_swarm_rules(tmp_path: Path,
     # beta knows alpha under another name: only alpha's own admission can see the loop.
     beta["peers"] = [peer_to(tmp_path, f"{base}/alpha", alpha_tokens["beta"], "helper",
                              ["x.loop"])]
+    spans = InMemorySpanExporter()
     top = await swarm.start("top", configurations={"a2a": {"port": port}},
-                            extra={"agents": [alpha, beta]})
+                            extra={"agents": [alpha, beta]},
+                            daemon_kwargs={"span_exporter": spans})
     client = hosted(top, "alpha", alpha_tokens).client()
 
     done = await client.submit(TaskRequest(text="go", capabilities_needed=("x.echo",)))
     assert done.state is TaskState.COMPLETED, done.error
     assert done.cost is not None and [c.agent for c in done.cost.children] == ["beta"]
     assert done.budget is not None and done.budget.spent_usd == Decimal("0.25")
+    # One trace across the hop, each agent a service of its own in it.
+    tasks = {s.resource.attributes["service.name"]: s for s in spans.get_finished_spans()
+             if s.name == "butler.task" and s.context is not None
+             and format(s.context.trace_id, "032x") == done.trace_id}
+    assert set(tasks) == {"butler-alpha", "butler-beta"}
+    beta_attributes = tasks["butler-beta"].attributes
+    assert beta_attributes is not None and list(
+        beta_attributes["butler.caller_chain"]) == ["operator", "alpha"]  # type: ignore[arg-type]
 
     loop = await client.submit(TaskRequest(text="go", capabilities_needed=("x.loop",)))
     assert loop.state is TaskState.FAILED
