@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 from a2a.types import TaskState as TaskState_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -15,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from butler.config import load_config
 from butler.daemon import Daemon
 from internal.protocol.a2a.codec.card_signature import verify_card
-from internal.protocol.a2a.model import TaskRequest, TaskState
+from internal.protocol.a2a.model import SetupError, TaskRequest, TaskState
 from tests.a2a_support import (
     JSONRPC,
     V1,
@@ -30,7 +31,15 @@ from tests.a2a_support import (
 from tests.delegation_support import free_port, skill
 from tests.hosting_support import get_json, hosted, hosted_entry, peer_to
 from tests.registry.registry_support import TOKENS, sqlite_registry
-from tests.support import Instance, Swarm, post_task, run_cli, wait_task
+from tests.support import (
+    Instance,
+    Swarm,
+    config_dict,
+    post_task,
+    run_cli,
+    wait_task,
+    write_config,
+)
 
 
 async def test_each_agent_serves_its_own_signed_card_and_takes_tasks(swarm: Swarm) -> None:
@@ -319,3 +328,20 @@ async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
     assert again.daemon.identity.kid == key
     ended = await wait_task(again, task["id"])
     assert ended["state"] in ("canceled", "failed"), ended
+
+
+@pytest.mark.parametrize(("kept", "problem"), [
+    (b'{"agents": [{"id": "x", "token_hashes": ["nothex"]}]}', "agent 'x': token_hashes[0]"),
+    (b'{"agents": [{"id": "x", "token_hashes": []}], ', "cannot read the hosted agents"),
+    (b'{"agents": {"x": 1}}', "expected"),
+])
+async def test_a_damaged_hosted_agents_file_stops_start_up_naming_it(
+        tmp_path: Path, kept: bytes, problem: str) -> None:
+    cfg, _ = config_dict(tmp_path, "top")
+    config = load_config(write_config(tmp_path, "top", cfg))
+    config.data_dir.mkdir(parents=True)
+    (config.data_dir / "hosted_agents.json").write_bytes(kept)
+    daemon = Daemon(config)
+    with pytest.raises(SetupError) as info:
+        await daemon.start()
+    assert "hosted_agents.json" in info.value.message and problem in info.value.message

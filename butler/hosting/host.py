@@ -125,7 +125,12 @@ class AgentHost:
                 log.warning("hosted agent %r is in the config file now: the one added at "
                             "run time is not served", agent_id)
                 continue
-            await self._start(parse_hosted_json(entry, self.config), "admin")
+            try:
+                agent = parse_hosted_json(entry, self.config)
+            except ConfigError as err:
+                raise SetupError("invalid_config", f"{self.store.path}: agent {agent_id!r}: "
+                                 f"{err.path}: {err.problem}") from None
+            await self._start(agent, "admin")
             self._added[agent_id] = entry
 
     async def _start(self, agent: HostedAgentConfig, source: str) -> Hosted:
