@@ -171,6 +171,19 @@ async def test_agents_added_and_removed_at_run_time_and_kept(swarm: Swarm) -> No
     for bad in ({**gamma, "id": "v2"}, {**gamma, "id": "Not A Slug"}, {"id": "x"}, [1]):
         async with http.post(admin, json=bad, headers=top.headers("root")) as resp:
             assert resp.status == 400, bad
+    # Unless the config allows it, an admin token cannot make the daemon run code, read a
+    # file or a variable, or call a URL of its choosing.
+    token_file = {"name": "p", "url": "http://127.0.0.1:9/", "token_file": "/etc/hostname"}
+    for local, where in (({"skills": [{"id": "c", "command": ["id"]}]}, "skills[0]"),
+                         ({"skills": [{"id": "p", "python": "os:system"}]}, "skills[0]"),
+                         ({"skills": [{"id": "m", "mcp": {"url": "http://x/"}}]}, "skills[0]"),
+                         ({"peers": [token_file]}, "peers"),
+                         ({"registry": {"url": "http://169.254.169.254/"}}, "registry"),
+                         ({"description": "${HOME}"}, "description")):
+        async with http.post(admin, json={**gamma, "id": "local", **local},
+                             headers=top.headers("root")) as resp:
+            body = await resp.json()
+            assert resp.status == 400 and where in body["error"]["message"], (local, body)
     task = {"task": "hi", "skill": "echo"}
     gamma_auth = {"Authorization": f"Bearer {gamma_tokens['operator']}"}
     async with http.post(f"{top.url}/gamma/v2/tasks", json=task, headers=gamma_auth) as resp:
@@ -309,7 +322,8 @@ async def test_the_tenant_field_names_the_agent_at_the_url(swarm: Swarm) -> None
 async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
         swarm: Swarm) -> None:
     top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}},
-                            extra={"server": {"shutdown_grace_seconds": 0.2}})
+                            extra={"server": {"shutdown_grace_seconds": 0.2},
+                                   "hosting": {"allow_local_access": True}})
     http = top.session
     admin = f"{top.url}/v2/admin/agents"
     gamma, gamma_tokens = hosted_entry("gamma", skills=[WAIT])

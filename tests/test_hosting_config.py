@@ -74,3 +74,10 @@ async def test_check_config_counts_hosted_agents_and_imports_their_plugins(
     bad.write_text(body.replace("SKILL", "{id: p, python: 'no.such.module:fn'}"))
     code, out, err = await run_cli("check-config", str(bad))
     assert code == 2 and "agents[0].skills[0].python:" in err
+
+
+def test_hosting_allows_no_local_access_unless_asked() -> None:
+    assert not parse_config(TOP).hosting.allow_local_access
+    assert parse_config(TOP + "hosting: {allow_local_access: true}\n").hosting.allow_local_access
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_config(TOP + "hosting: {trust: true}\n")

@@ -92,13 +92,26 @@ def parse_hosted_list(node: Node | None, base: Path, *, top_id: str,
     return agents
 
 
-def parse_hosted_json(entry: Mapping[str, Any], parent: m.Config, *,
-                      env: Mapping[str, str] | None = None) -> m.HostedAgentConfig:
+def parse_hosting(node: Node | None) -> m.HostingConfig:
+    if node is None:
+        return m.HostingConfig()
+    k = node.mapping({"allow_local_access"})
+    return m.HostingConfig(allow_local_access=k["allow_local_access"].boolean()
+                           if "allow_local_access" in k else False)
+
+
+def parse_hosted_json(entry: Mapping[str, Any], parent: m.Config) -> m.HostedAgentConfig:
     """An entry sent to the admin API (or kept in the data folder), in the config's shape;
-    its errors name the key as the config's do."""
-    root = yaml_root(exact_json.dumps(entry), "<hosted agent>", env, True)
+    its errors name the key as the config's do. Unless ``hosting.allow_local_access``,
+    it is held to what an admin token may ask of the machine: nothing."""
+    local = parent.hosting.allow_local_access
+    # No ${VAR} either (an unset variable is an error): a variable's value on a card
+    # would be read by anyone.
+    root = yaml_root(exact_json.dumps(entry), "<hosted agent>", None if local else {}, True)
     if not isinstance(root.value, dict):
         root.fail("a hosted agent is an object")
+    if not local:
+        _no_local_access(root)
     base = Path(parent.source).resolve().parent if parent.source != "<config>" else Path.cwd()
     agent = parse_hosted(root, base, planner=parent.planner is not None)
     if agent.id == parent.agent.id:
@@ -125,3 +138,20 @@ def hosted_config(parent: m.Config, agent: m.HostedAgentConfig, public_url: str)
         metrics=replace(parent.metrics, listen=""),
         agents=(),
     )
+
+
+def _no_local_access(root: Node) -> None:
+    """Checked before anything is parsed, so no file or variable is read first."""
+    entry = root.value
+    for key in ("peers", "registry"):
+        if key in entry:
+            root.fail(f"{key}: an agent added at run time has none (its tokens would be read "
+                      "from this machine); set hosting.allow_local_access in the config, or "
+                      "add the agent to the config file")
+    skills = entry.get("skills")
+    for i, skill in enumerate(skills if isinstance(skills, list) else ()):
+        if not isinstance(skill, dict) or set(skill) & {"command", "python", "mcp"}:
+            root.fail(f"skills[{i}]: an agent added at run time has builtin skills only (a "
+                      "command, plugin or MCP server would run on this machine); set "
+                      "hosting.allow_local_access in the config, or add the agent to the "
+                      "config file")

@@ -11,7 +11,7 @@ from pathlib import Path
 from butler.config import model as m
 from butler.config.a2a_standard import push_notifications
 from butler.config.common import ident, url
-from butler.config.hosted import parse_hosted_list
+from butler.config.hosted import parse_hosted_list, parse_hosting
 from butler.config.node import Node, read_config_file, yaml_root
 from butler.config.operations import (
     parse_audit,
@@ -57,6 +57,7 @@ def parse_config(
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
         "audit", "telemetry", "logging", "rate_limits", "metrics", "planner", "agents",
+        "hosting",
     })
     base = base_dir or Path.cwd()
     agent = _agent(top.get("agent"))
@@ -96,6 +97,7 @@ def parse_config(
         planner=planner,
         agents=parse_hosted_list(top.get("agents"), base, top_id=agent.id,
                                  planner=planner is not None),
+        hosting=parse_hosting(top.get("hosting")),
         secret_env=frozenset(root.secret_vars),
     )
 

@@ -239,6 +239,15 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class HostingConfig:
+    """``hosting:``: what the admin API may give an agent it adds at run time."""
+
+    # False: only builtin skills, no peers, the daemon's registry settings, no ${VAR}: an
+    # admin token cannot make the daemon run code, read a file or variable, or call a URL.
+    allow_local_access: bool = False
+
+
+@dataclass(frozen=True)
 class HostedAgentConfig:
     """One more agent served by this daemon under ``/{id}/`` (``agents:``; docs/hosting.md):
     its own name, callers' tokens, skills, peers, swarm limits and registry announcement.
@@ -276,6 +285,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     planner: PlannerConfig | None = None
     agents: tuple[HostedAgentConfig, ...] = ()  # served under /{id}/ beside this one
+    hosting: HostingConfig = field(default_factory=HostingConfig)
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
 
