@@ -104,6 +104,8 @@ async def test_tokens_are_per_agent_and_an_unknown_agent_is_404(swarm: Swarm) ->
     assert status == 404
     status, _ = await get_json(http, f"{top.url}/nobody/v2/tasks")
     assert status == 401
+    async with http.head(f"{top.url}/alpha/.well-known/agent-card.json") as resp:
+        assert resp.status == 200
     # The daemon's own routes keep their answers: a wrong method is still 405.
     async with http.delete(f"{top.url}/tasks/x", headers=auth) as resp:
         assert resp.status == 405

@@ -82,7 +82,7 @@ class AgentHost:
         path = f"/{{agent:(?!(?:{taken})/)[a-z0-9][a-z0-9_-]{{0,63}}}}/{{tail:.*}}"
         # The methods the bindings use, not "*": any token is a method to aiohttp, and the
         # request metrics label each route by its method.
-        for method in ("GET", "POST", "DELETE"):
+        for method in ("GET", "HEAD", "POST", "DELETE"):
             app.router.add_route(method, path, self.dispatch)
 
     def inner_gate(self, path: str) -> bool:
