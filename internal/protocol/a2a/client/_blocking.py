@@ -81,7 +81,7 @@ class BlockingPeerClient:
             try:
                 return self._x.decode(resp.status, self._read_capped(conn, resp, deadline))
             finally:
-                conn.close()
+                _close(conn, resp)
 
     def events(self, task_id: str) -> Iterator[tuple[str, Any]]:
         """Server-sent events of a task: (event name, decoded data) until the stream ends.
@@ -96,7 +96,7 @@ class BlockingPeerClient:
                 while chunk := resp.read1(_READ):
                     yield from stream.feed(chunk)
             finally:
-                conn.close()
+                _close(conn, resp)
 
     def _exchange(self, call: Prepared, deadline: float | None
                   ) -> tuple[_PinnedConnection, http.client.HTTPResponse]:
@@ -111,9 +111,13 @@ class BlockingPeerClient:
                 conn.putheader("Content-Length", str(len(call.data or b"")))
             conn.endheaders(call.data)
             resp = conn.getresponse()
-            _check_framing(resp)
         except BaseException:
             conn.close()
+            raise
+        try:
+            _check_framing(resp)
+        except BaseException:
+            _close(conn, resp)
             raise
         return conn, resp
 
@@ -191,6 +195,13 @@ class _PinnedConnection(http.client.HTTPConnection):
                 raise
             return
         raise failure
+
+
+def _close(conn: _PinnedConnection, resp: http.client.HTTPResponse) -> None:
+    """The answer too: once http.client has handed it the socket, closing the connection
+    alone leaves the socket open."""
+    resp.close()
+    conn.close()
 
 
 def _left(deadline: float | None) -> float | None:

@@ -47,7 +47,7 @@ class PeerExchange:
     def __init__(self, base_url: str, token: str, *, timeout: float, max_response_bytes: int,
                  name: str, guard: OutboundGuard | None) -> None:
         self.base_url = base_url.rstrip("/")
-        self.name = name or self.base_url
+        self.name = name or without_credentials(self.base_url)
         self.timeout = timeout
         self.max = max_response_bytes
         self._guard = guard
@@ -175,6 +175,14 @@ def mapped_errors(name: str, timeout: float, translate: Translate) -> Iterator[N
         if isinstance(exc, OSError | UnicodeDecodeError):
             raise DelegationFailed("peer_error", f"{name}: {describe(exc)}") from None
         raise
+
+
+def without_credentials(url: str) -> str:
+    """A URL as an error may show it: a password in it (which the guard refuses to send
+    anyway) must not reach a message or a log."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    return scheme + sep + authority.rpartition("@")[2] + slash + path
 
 
 def describe(exc: BaseException) -> str:
