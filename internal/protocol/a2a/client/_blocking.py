@@ -173,6 +173,7 @@ class _PinnedConnection(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, addresses: list[str],
                  tls: ssl.SSLContext | None) -> None:
         super().__init__(host, port)
+        self.default_port = 443 if tls is not None else 80  # the Host header omits it
         self._addresses = addresses
         self._tls = tls
         # The socket stays ours to time out even after http.client hands it to a response.
