@@ -13,7 +13,7 @@ from urllib.parse import quote
 import yaml
 
 from butler.cli.remote import run_remote, token_args
-from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.client import BlockingPeerClient
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -46,8 +46,8 @@ def _print(args: argparse.Namespace, data: Any, line: str) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else line)
 
 
-async def _list(args: argparse.Namespace, client: PeerClient) -> int:
-    data = await client.request("GET", PATH)
+def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+    data = client.request("GET", PATH)
     if args.json:
         _print(args, data, "")
         return 0
@@ -71,13 +71,13 @@ def _add_cmd(args: argparse.Namespace) -> int:
     return run_remote(args, _add)
 
 
-async def _add(args: argparse.Namespace, client: PeerClient) -> int:
-    data = await client.request("POST", PATH, body=args.entry)
+def _add(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+    data = client.request("POST", PATH, body=args.entry)
     _print(args, data, f"hosting {data['id']} at {data['url']}")
     return 0
 
 
-async def _remove(args: argparse.Namespace, client: PeerClient) -> int:
-    data = await client.request("DELETE", f"{PATH}/{quote(args.id, safe='')}")
+def _remove(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+    data = client.request("DELETE", f"{PATH}/{quote(args.id, safe='')}")
     _print(args, data, f"removed {args.id}")
     return 0
