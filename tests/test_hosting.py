@@ -361,3 +361,29 @@ async def test_a_damaged_hosted_agents_file_stops_start_up_naming_it(
     with pytest.raises(SetupError) as info:
         await daemon.start()
     assert "hosted_agents.json" in info.value.message and problem in info.value.message
+
+
+async def test_the_data_commands_read_a_hosted_agents_folder(swarm: Swarm) -> None:
+    alpha, alpha_tokens = hosted_entry("alpha")
+    top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}},
+                            extra={"agents": [alpha]})
+    kept, _ = hosted_entry("kept")
+    async with top.session.post(f"{top.url}/v2/admin/agents", json=kept,
+                                headers=top.headers("root")) as resp:
+        assert resp.status == 201
+    status, _ = await post_task(hosted(top, "alpha", alpha_tokens), {"task": "hi",
+                                                                      "skill": "echo"})
+    assert status == 200
+    config = str(top.config_path)
+    for agent_id in ("alpha", "kept"):
+        kid = hosted(top, agent_id, {}).daemon.identity.kid
+        code, out, err = await run_cli("key", "show", "-c", config, "--agent", agent_id)
+        assert code == 0 and out.startswith(f"kid: {kid}\n"), err
+    code, out, err = await run_cli("audit", "verify", "-c", config, "--agent", "alpha")
+    assert code == 0, err
+    code, out, err = await run_cli("audit", "tail", "-c", config, "--agent", "alpha", "--json")
+    assert code == 0 and "echo" in out, err  # alpha's task, not in the daemon's own trail
+    code, out, err = await run_cli("audit", "tail", "-c", config, "--json")
+    assert code == 0 and "echo" not in out, err
+    code, out, err = await run_cli("key", "show", "-c", config, "--agent", "nobody")
+    assert code == 2 and "no hosted agent 'nobody'" in err

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from butler.config import Config, ConfigError, load_config
+from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
 from butler.heap import settle_heap
 from butler.logs import setup_logging
@@ -38,15 +38,29 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check.set_defaults(handler=_check)
 
 
-def load_or_exit(path: str | None, *, secrets: bool = True) -> Config | None:
+def load_or_exit(path: str | None, *, secrets: bool = True,
+                 agent: str | None = None) -> Config | None:
+    """``agent``: the config of that agent the daemon hosts (``agents:``, docs/hosting.md)
+    instead of the daemon's own."""
     if not path:
         print("butler: no config file: pass -c FILE or set BUTLER_CONFIG", file=sys.stderr)
         return None
     try:
-        return load_config(path, secrets=secrets)
-    except ConfigError as err:
-        print(f"butler: {err}", file=sys.stderr)
+        config = load_config(path, secrets=secrets)
+        if agent is None:
+            return config
+        # Only when asked: the hosted agents' store and its imports.
+        from butler.hosting.store import hosted_agent_config
+
+        return hosted_agent_config(config, agent)
+    except SetupError as err:  # ConfigError included
+        print(f"butler: {err.message}", file=sys.stderr)
         return None
+
+
+def agent_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agent", metavar="ID",
+                   help="an agent this daemon hosts (agents:), instead of its own")
 
 
 def _check(args: argparse.Namespace) -> int:

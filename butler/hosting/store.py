@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from butler.config.hosted import hosted_config, parse_hosted_json
+from butler.config.model import Config
 from butler.storage import replace_private
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import ButlerError, SetupError
@@ -37,3 +39,18 @@ class HostedStore:
 
     def save(self, agents: Mapping[str, Mapping[str, Any]]) -> None:
         replace_private(self.path, exact_json.dumps_bytes({"agents": list(agents.values())}))
+
+
+def hosted_agent_config(config: Config, agent_id: str) -> Config:
+    """The whole config of the agent ``agent_id`` that the daemon of ``config`` hosts: an
+    entry of its config file, else one added at run time (kept in its data folder). For
+    the commands that read an agent's data folder (``butler audit --agent``...)."""
+    agent = next((a for a in config.agents if a.id == agent_id), None)
+    if agent is None:
+        store = HostedStore(config.data_dir)
+        entry = store.load().get(agent_id)
+        if entry is None:
+            raise SetupError("invalid_config", f"{config.source}: no hosted agent "
+                             f"{agent_id!r} (agents: in the file, or {store.path})")
+        agent = parse_hosted_json(entry, config)
+    return hosted_config(config, agent, f"{config.public_url}/{agent_id}")
