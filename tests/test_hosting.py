@@ -144,6 +144,13 @@ async def test_cohosted_agents_delegate_under_the_swarm_rules(tmp_path: Path,
     assert beta_attributes is not None and list(
         beta_attributes["butler.caller_chain"]) == ["operator", "alpha"]  # type: ignore[arg-type]
 
+    # Signed by each agent's own key, checked against each one's card at its own URL.
+    alpha_inst = hosted(top, "alpha", alpha_tokens)
+    code, out, err = await run_cli("receipt", "verify", alpha_inst.url, done.id,
+                                   token=alpha_tokens["operator"])
+    assert code == 0, err
+    assert out.splitlines()[0] == f"receipts of task {done.id}: 2 verified"
+
     loop = await client.submit(TaskRequest(text="go", capabilities_needed=("x.loop",)))
     assert loop.state is TaskState.FAILED
     assert loop.error is not None and loop.error.code == "loop_detected"
