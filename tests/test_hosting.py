@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from a2a.types import TaskState as TaskState_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from yarl import URL
 
 from internal.protocol.a2a.codec.card_signature import verify_card
 from internal.protocol.a2a.model import TaskRequest, TaskState
@@ -98,6 +99,10 @@ async def test_tokens_are_per_agent_and_an_unknown_agent_is_404(swarm: Swarm) ->
     assert status == 401
     async with http.head(f"{top.url}/alpha/.well-known/agent-card.json") as resp:
         assert resp.status == 200
+    # An agent's id spelled with %-escapes is that agent.
+    async with http.get(URL(f"{top.url}/%61lpha/v2/card", encoded=True), headers={
+            "Authorization": f"Bearer {alpha_tokens['operator']}"}) as resp:
+        assert resp.status == 200 and (await resp.json())["agent_id"] == "alpha"
     # The daemon's own routes keep their answers: a wrong method is still 405.
     async with http.delete(f"{top.url}/tasks/x", headers=auth) as resp:
         assert resp.status == 405

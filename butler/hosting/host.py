@@ -96,7 +96,8 @@ class AgentHost:
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["agent"]
-        tail = request.rel_url.raw_path[len(name) + 1:]
+        raw = request.rel_url.raw_path  # as sent: its first segment may be %-encoded
+        tail = raw[raw.index("/", 1):]
         query = request.rel_url.raw_query_string
         inner = request.clone(rel_url=URL(tail + ("?" + query if query else ""), encoded=True))
         hosted = self.running.get(name)
