@@ -114,7 +114,7 @@ class AgentHost:
     # --- the table -----------------------------------------------------------------
 
     def agent_url(self, agent_id: str) -> str:
-        return f"{self.url()}/{agent_id}"
+        return f"{self.url().rstrip('/')}/{agent_id}"
 
     async def start(self) -> None:
         """The config's agents, then the ones added at run time before (a config entry

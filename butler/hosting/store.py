@@ -53,4 +53,4 @@ def hosted_agent_config(config: Config, agent_id: str) -> Config:
             raise SetupError("invalid_config", f"{config.source}: no hosted agent "
                              f"{agent_id!r} (agents: in the file, or {store.path})")
         agent = parse_hosted_json(entry, config)
-    return hosted_config(config, agent, f"{config.public_url}/{agent_id}")
+    return hosted_config(config, agent, f"{config.public_url.rstrip('/')}/{agent_id}")
