@@ -1,26 +1,34 @@
-"""Key continuity: before a token goes to a peer, its public card (read without the
-token) must be signed by the key pinned for it, or by one the pinned key signed over to.
+"""Key continuity: a token goes to a peer only over a connection opened after the peer's
+public card (read without the token) was checked: signed by the key pinned for it, or by
+one the pinned key signed over to.
 
 The first signed card seen pins its key (trust on first use), unless the registry entry
 the peer was found in named one already. A peer whose card is unsigned is not pinned;
 once pinned, an unsigned card or another key is refused with ``peer_identity_changed``.
-The card is read on every delegation: a peer that swapped its key is refused before the
-token is sent, not one call later. Its signature is checked again only when the card
-changed (the same card, byte for byte, verified the same way before). A card can be
-replayed by whoever reads it, so what proves who answered is the answer: a peer with a
+
+The card is checked before a call opens a new connection to the peer, not before every
+call (``guarded``): a connection reaches one process, and a Butler reads its key only at
+start, so a peer that swapped its key is a new process, reached only over new
+connections, and is refused before the token is sent. A kept-alive connection is reused
+without reading the card. The first call to a peer, and the first after any failure
+with it, check the card before anything is sent. A card's signature is checked again
+only when the card changed (the same card, byte for byte, verified the same way before).
+
+A card can be replayed by whoever reads it, and a proxy can keep our connection while
+the agent behind it changes, so what proves who answered is the answer: a peer with a
 pinned key must sign its answer's receipt with it (``answered``), else the answer is
 refused (docs/receipts.md).
 """
-
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from butler.delegation.peers import Candidate
 from butler.identity.pins import PINS_FILE, PinStore
+from internal.http import before_new_connections
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.protocol.a2a.model import DelegationFailed, agent_key
 from internal.signing import (
@@ -33,6 +41,8 @@ from internal.signing import (
 
 log = logging.getLogger("butler.delegation")
 CardReader = Callable[[], Awaitable[dict[str, Any]]]
+T = TypeVar("T")
+MAX_CHECKED = 1024
 
 
 def changed(cand: Candidate, why: str) -> DelegationFailed:
@@ -45,6 +55,9 @@ class PeerIdentities:
     def __init__(self, pins: PinStore) -> None:
         self.pins = pins
         self._verified: dict[str, tuple[str, PublicKey]] = {}  # peer -> (its card, its key)
+        # peer -> the card its last check passed (None: it has none), while no call to it
+        # has failed since: its kept-alive connections were opened after that check.
+        self._checked: dict[str, dict[str, Any] | None] = {}
 
     def _expected(self, cand: Candidate) -> PublicKey | None:
         pinned = self.pins.get(agent_key(cand.name))
@@ -62,16 +75,46 @@ class PeerIdentities:
         interface it sends to is then the one on the card that was checked."""
         return await self._check(cand, agent_key(cand.name), read_card)
 
+    async def guarded(self, cand: Candidate, read_card: CardReader,
+                      call: Callable[[dict[str, Any] | None], Awaitable[T]]) -> T:
+        """``call(card)``, which sends ``cand`` its token, with the card checked before
+        each new connection it opens (none, when it reuses a kept-alive one). ``card``:
+        the card last checked, for the call to pick the interface it sends to. The first
+        call, and the first after a failed one, checks the card before it starts; the
+        connection it then opens is covered by that check, as the next request is."""
+        name = agent_key(cand.name)
+        fresh = name not in self._checked
+        if fresh:
+            if len(self._checked) >= MAX_CHECKED:  # registry peers come and go
+                self._checked.clear()
+            self._checked[name] = await self._check(cand, name, read_card)
+
+        async def before_new_connection() -> None:
+            nonlocal fresh
+            if fresh:
+                fresh = False
+                return
+            self._checked[name] = await self._check(cand, name, read_card)
+
+        try:
+            with before_new_connections(before_new_connection):
+                return await call(self._checked[name])
+        except BaseException:
+            self._checked.pop(name, None)
+            raise
+
     async def answered(self, cand: Candidate, receipts: Sequence[str],
                        read_card: CardReader) -> None:
         """The answer's own receipt (the first) must be signed by the peer's pinned key.
         Signed by another, the card is read again first: the peer may have rotated to it.
-        An answer without receipts passes (an agent that is not a Butler signs none)."""
+        An answer without receipts passes (an agent that is not a Butler signs none).
+        Refused, the peer's card is checked again before its next call sends anything."""
         name = agent_key(cand.name)
         pinned = self.pins.get(name)
         if pinned is None or not receipts:
             return
         if not _signed_by(receipts[0], pinned):
+            self._checked.pop(name, None)
             await self.check(cand, read_card)
             pinned = self.pins.get(name)
             if pinned is None or not _signed_by(receipts[0], pinned):
