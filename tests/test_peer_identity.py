@@ -169,7 +169,7 @@ async def test_an_impostor_replaying_the_card_is_caught_by_its_receipt(
         replayed = await resp.json()
     (office.daemon.config.data_dir / KEY_FILE).unlink()
     impostor = await restart(office)
-    monkeypatch.setattr(CardRoute, "_negotiated", lambda self, request: replayed)
+    monkeypatch.setattr(CardRoute, "_negotiated", lambda self, info, version: replayed)
     try:
         assert impostor.identity.kid != office.daemon.identity.kid
         assert await delegate(home) == (TaskState.FAILED, "peer_identity_changed")
