@@ -45,10 +45,12 @@ T = TypeVar("T")
 MAX_CHECKED = 1024
 
 
-def changed(cand: Candidate, why: str) -> DelegationFailed:
-    return DelegationFailed("peer_identity_changed", f"{cand.name}: {why}; no token was "
-                            f"sent (if the peer's operator replaced its key on purpose, "
-                            f"remove its entry from {PINS_FILE} in the data folder)")
+def changed(cand: Candidate, why: str, *, token_sent: bool = False) -> DelegationFailed:
+    sent = "the token went with that call: replace it (butler token new)" if token_sent \
+        else "no token was sent"
+    return DelegationFailed("peer_identity_changed", f"{cand.name}: {why}; {sent} (if the "
+                            f"peer's operator replaced its key on purpose, remove its entry "
+                            f"from {PINS_FILE} in the data folder)")
 
 
 class PeerIdentities:
@@ -68,20 +70,16 @@ class PeerIdentities:
                 return None
         return pinned
 
-    async def check(self, cand: Candidate, read_card: CardReader) -> dict[str, Any] | None:
-        """Raises ``peer_identity_changed`` (a ``DelegationFailed``) unless ``cand`` may
-        have its token; pins the key on first contact and follows rotations. Returns the
-        card it checked (None when the peer has none), for the delegation to use: the
-        interface it sends to is then the one on the card that was checked."""
-        return await self._check(cand, agent_key(cand.name), read_card)
-
     async def guarded(self, cand: Candidate, read_card: CardReader,
                       call: Callable[[dict[str, Any] | None], Awaitable[T]]) -> T:
         """``call(card)``, which sends ``cand`` its token, with the card checked before
-        each new connection it opens (none, when it reuses a kept-alive one). ``card``:
-        the card last checked, for the call to pick the interface it sends to. The first
-        call, and the first after a failed one, checks the card before it starts; the
-        connection it then opens is covered by that check, as the next request is."""
+        each new connection it opens (none, when it reuses a kept-alive one); a check
+        that fails raises ``peer_identity_changed`` (a ``DelegationFailed``) before the
+        connection is made. It pins the key on first contact and follows rotations.
+        ``card``: the card last checked (None when the peer has none), for the call to
+        pick the interface it sends to. The first call, and the first after a failed one,
+        checks the card before it starts; the first connection it then opens is covered
+        by that check, as the request after a check always was."""
         name = agent_key(cand.name)
         fresh = name not in self._checked
         if fresh:
@@ -115,13 +113,15 @@ class PeerIdentities:
             return
         if not _signed_by(receipts[0], pinned):
             self._checked.pop(name, None)
-            await self.check(cand, read_card)
+            await self._check(cand, name, read_card, token_sent=True)
             pinned = self.pins.get(name)
             if pinned is None or not _signed_by(receipts[0], pinned):
-                raise changed(cand, "its answer's receipt is not signed by its pinned key")
+                raise changed(cand, "its answer's receipt is not signed by its pinned key",
+                              token_sent=True)
 
-    async def _check(self, cand: Candidate, name: str, read_card: CardReader
-                     ) -> dict[str, Any] | None:
+    async def _check(self, cand: Candidate, name: str, read_card: CardReader, *,
+                     token_sent: bool = False) -> dict[str, Any] | None:
+        """``token_sent``: a call already sent it (its answer is being judged)."""
         expected = self._expected(cand)
         try:
             card = await read_card()
@@ -132,11 +132,13 @@ class PeerIdentities:
         if not card.get("signatures"):
             if expected is None:
                 return card
-            raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned")
+            raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned",
+                          token_sent=token_sent)
         try:
             key = self._verify(name, card)
         except BadSignature as exc:
-            raise changed(cand, f"its card's signature does not check ({exc})") from None
+            raise changed(cand, f"its card's signature does not check ({exc})",
+                          token_sent=token_sent) from None
         if expected is None or key.kid == expected.kid:
             if self.pins.get(name) is None:
                 self.pins.pin(name, key)
@@ -147,7 +149,7 @@ class PeerIdentities:
             self.pins.pin(name, key)
             return card
         raise changed(cand, f"its card is signed by key {key.kid}, but key {expected.kid} is "
-                            "pinned for it and did not sign the change")
+                            "pinned for it and did not sign the change", token_sent=token_sent)
 
     def _verify(self, name: str, card: dict[str, Any]) -> PublicKey:
         """``verify_card``, remembered for the last card of each peer: checking a
