@@ -19,6 +19,7 @@ the agent behind it changes, so what proves who answered is the answer: a peer w
 pinned key must sign its answer's receipt with it (``answered``), else the answer is
 refused (docs/receipts.md).
 """
+
 from __future__ import annotations
 
 import json
