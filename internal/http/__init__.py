@@ -76,6 +76,12 @@ if TYPE_CHECKING:
     from internal.http._listener import (
         listen as listen,
     )
+    from internal.http._new_connections import (
+        before_new_connections as before_new_connections,
+    )
+    from internal.http._new_connections import (
+        new_connection as new_connection,
+    )
     from internal.http._outbound import outbound_session as outbound_session
     from internal.http._outbound_guard import (
         CONFIGURED as CONFIGURED,
@@ -133,6 +139,7 @@ __all__, _getattr = lazy_exports(__name__, {
         "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
+    "_new_connections": ("before_new_connections", "new_connection",),
     "_outbound": ("outbound_session",),
     "_outbound_guard": (
         "CONFIGURED", "OutboundGuard", "OutboundRules", "ResolverFactory", "embedded_ipv4",
