@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from butler.identity.key_file import AgentIdentity
@@ -109,7 +108,7 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
     if len(_SEALED_IDS) >= _SEALED_IDS_MAX:  # a seal whose record never came: the oldest
         del _SEALED_IDS[next(iter(_SEALED_IDS))]
     _SEALED_IDS[own] = rid
-    return replace(task, receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
+    return task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
 
 
 @functools.lru_cache(maxsize=8)  # per identity key: one, or a few after rotations
