@@ -141,9 +141,9 @@ def main() -> None:
                               f"{res.rps:7.0f} req/s p99 {res.p99_ms:6.1f} ms bad {res.bad}",
                               flush=True)
                         if args.threads:
-                            names = _thread_names(proc.pid)
+                            named = _thread_names(proc.pid)
                             print("    " + ", ".join(
-                                f"{names.get(tid, tid)} {us:.0f}" for tid, us in
+                                f"{named.get(tid, tid)} {us:.0f}" for tid, us in
                                 sorted(used.items(), key=lambda kv: -kv[1]) if us >= 0.5))
                 finally:
                     proc.terminate()
