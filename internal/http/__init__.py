@@ -67,6 +67,9 @@ if TYPE_CHECKING:
     from internal.http._json_http import (
         read_json as read_json,
     )
+    from internal.http._json_http import (
+        render_error as render_error,
+    )
     from internal.http._listener import (
         ListenSettings as ListenSettings,
     )
@@ -127,7 +130,7 @@ __all__, _getattr = lazy_exports(__name__, {
     "_json_http": (
         "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
         "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
-        "read_json",
+        "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
     "_outbound": ("outbound_session",),
