@@ -111,6 +111,6 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
     return task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
 
 
-@functools.lru_cache(maxsize=8)  # per identity key: one, or a few after rotations
+@functools.lru_cache(maxsize=64)  # per identity key: each hosted agent's, and rotations
 def _protected(key: IdentityKey) -> str:
     return protected_header(key, {"typ": RECEIPT_TYPE, "jwk": key.public.jwk})
