@@ -146,6 +146,26 @@ async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
     assert ended["state"] in ("canceled", "failed"), ended
 
 
+async def test_the_admin_api_hosts_at_most_max_agents(swarm: Swarm) -> None:
+    alpha, _ = hosted_entry("alpha")  # of the config file: does not count
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}},
+                            extra={"agents": [alpha], "hosting": {"max_agents": 1}})
+    admin, root = f"{top.url}/v2/admin/agents", top.headers("root")
+    one, two = hosted_entry("one")[0], hosted_entry("two")[0]
+    async with top.session.post(admin, json=one, headers=root) as resp:
+        assert resp.status == 201, await resp.text()
+    async with top.session.post(admin, json=two, headers=root) as resp:
+        body = await resp.json()
+        assert resp.status == 409 and body["error"]["code"] == "too_many_agents", body
+        assert "hosting.max_agents (1)" in body["error"]["message"]
+    status, _ = await get_json(top.session, f"{top.url}/two/.well-known/agent-card.json")
+    assert status == 404  # nothing of it was started
+    async with top.session.delete(f"{admin}/one", headers=root) as resp:
+        assert resp.status == 200
+    async with top.session.post(admin, json=two, headers=root) as resp:
+        assert resp.status == 201, await resp.text()
+
+
 @pytest.mark.parametrize(("kept", "problem"), [
     (b'{"agents": [{"id": "x", "token_hashes": ["nothex"]}]}', "agent 'x': token_hashes[0]"),
     (b'{"agents": [{"id": "x", "token_hashes": []}], ', "cannot read the hosted agents"),

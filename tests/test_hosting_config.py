@@ -79,5 +79,9 @@ async def test_check_config_counts_hosted_agents_and_imports_their_plugins(
 def test_hosting_allows_no_local_access_unless_asked() -> None:
     assert not parse_config(TOP).hosting.allow_local_access
     assert parse_config(TOP + "hosting: {allow_local_access: true}\n").hosting.allow_local_access
+    assert parse_config(TOP).hosting.max_agents == 16
+    assert parse_config(TOP + "hosting: {max_agents: 0}\n").hosting.max_agents == 0
+    with pytest.raises(ConfigError, match=r"hosting\.max_agents"):
+        parse_config(TOP + "hosting: {max_agents: -1}\n")
     with pytest.raises(ConfigError, match="unknown key"):
         parse_config(TOP + "hosting: {trust: true}\n")

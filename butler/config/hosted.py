@@ -95,9 +95,13 @@ def parse_hosted_list(node: Node | None, base: Path, *, top_id: str,
 def parse_hosting(node: Node | None) -> m.HostingConfig:
     if node is None:
         return m.HostingConfig()
-    k = node.mapping({"allow_local_access"})
-    return m.HostingConfig(allow_local_access=k["allow_local_access"].boolean()
-                           if "allow_local_access" in k else False)
+    d = m.HostingConfig()
+    k = node.mapping({"allow_local_access", "max_agents"})
+    return m.HostingConfig(
+        allow_local_access=k["allow_local_access"].boolean() if "allow_local_access" in k
+        else d.allow_local_access,
+        max_agents=k["max_agents"].integer(minimum=0, maximum=1000) if "max_agents" in k
+        else d.max_agents)
 
 
 def parse_hosted_json(entry: Mapping[str, Any], parent: m.Config) -> m.HostedAgentConfig:

@@ -154,6 +154,11 @@ class AgentHost:
                                    f"{err.problem}") from None
             if agent.id in self.running:
                 raise StateConflict("agent_exists", f"agent {agent.id!r} is hosted already")
+            cap = self.config.hosting.max_agents
+            if len(self._added) >= cap:
+                raise StateConflict("too_many_agents", f"{len(self._added)} agents added at "
+                                    f"run time are hosted, the most hosting.max_agents "
+                                    f"({cap}) allows; remove one first")
             try:
                 hosted = await self._start(agent, "admin")
             except (SetupError, OSError) as err:
