@@ -166,6 +166,19 @@ async def test_the_admin_api_hosts_at_most_max_agents(swarm: Swarm) -> None:
         assert resp.status == 201, await resp.text()
 
 
+async def test_no_agent_is_added_once_the_hosted_ones_are_stopping(swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}})
+    host = top.daemon.agents
+    assert host is not None
+    await host.close()  # the daemon's stop does this first, while it still listens
+    one, _ = hosted_entry("one")
+    async with top.session.post(f"{top.url}/v2/admin/agents", json=one,
+                                headers=top.headers("root")) as resp:
+        body = await resp.json()
+        assert resp.status == 503 and body["error"]["code"] == "overloaded", body
+    assert host.running == {}  # else a daemon no one would ever stop
+
+
 @pytest.mark.parametrize(("kept", "problem"), [
     (b'{"agents": [{"id": "x", "token_hashes": ["nothex"]}]}', "agent 'x': token_hashes[0]"),
     (b'{"agents": [{"id": "x", "token_hashes": []}], ', "cannot read the hosted agents"),

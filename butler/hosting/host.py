@@ -28,7 +28,7 @@ from butler.config.node import ConfigError
 from butler.hosting.store import HostedStore
 from butler.http_app import PUBLIC_PATHS
 from internal.http import IDENTITY, render_error
-from internal.protocol.a2a.model import RequestError, SetupError, StateConflict
+from internal.protocol.a2a.model import RequestError, SetupError, StateConflict, Unavailable
 
 log = logging.getLogger("butler.hosting")
 
@@ -64,7 +64,8 @@ class AgentHost:
         self.store = HostedStore(config.data_dir)
         self.running: dict[str, Hosted] = {}
         self._added: dict[str, dict[str, Any]] = {}  # added at run time, as sent: kept
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # one add, remove or close at a time
+        self._closed = False
         self._reserved: frozenset[str] = frozenset()
 
     # --- routing -------------------------------------------------------------------
@@ -147,6 +148,8 @@ class AgentHost:
     async def add(self, entry: dict[str, Any]) -> Hosted:
         """An agent added at run time; kept, so the next start serves it again."""
         async with self._lock:
+            if self._closed:  # an agent started now would never be stopped
+                raise Unavailable("overloaded", "the daemon is stopping", retry_after=1)
             try:
                 agent = parse_hosted_json(entry, self.config)
             except ConfigError as err:
@@ -186,8 +189,11 @@ class AgentHost:
             log.info("stopped hosting agent %s", agent_id)
 
     async def close(self) -> None:
-        """All at once: each gives its running tasks the same grace, not one after another."""
-        stopping, self.running = list(self.running.values()), {}
+        """All at once: each gives its running tasks the same grace, not one after another.
+        After an add or remove in progress, and before any other: none starts from now on."""
+        async with self._lock:
+            self._closed = True
+            stopping, self.running = list(self.running.values()), {}
         results = await asyncio.gather(*(h.daemon.stop() for h in stopping),
                                        return_exceptions=True)
         for hosted, result in zip(stopping, results, strict=True):
