@@ -45,6 +45,7 @@ agents:
     ("{id: v2, token_hashes: [HASH]}", "agents[0].id", "path of the daemon's own"),
     ("{id: top, token_hashes: [HASH]}", "agents[0]", "daemon's own agent.id"),
     ("{id: a}", "agents[0]", "needs token_hashes"),
+    ("{id: a, token_hashes: []}", "agents[0].token_hashes", "at least one"),
     ("{token_hashes: [HASH]}", "agents[0]", "needs an id"),
     ("{id: a, token_hashes: [HASH], skills: [{id: p, builtin: planner}]}", "agents[0].skills[0]",
      "planner"),

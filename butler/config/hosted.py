@@ -52,6 +52,8 @@ def parse_hosted(node: Node, base: Path, *, planner: bool) -> m.HostedAgentConfi
     if "token_hashes" not in k:
         node.fail("a hosted agent needs token_hashes: no one could call it otherwise")
     token_nodes = list(k["token_hashes"].items())
+    if not token_nodes:
+        k["token_hashes"].fail("needs at least one token hash: no one could call it otherwise")
     tokens = tuple(parse_token_entry(n, with_limits=True) for n in token_nodes)
     unique(k["token_hashes"], [t.digest.hex() for t in tokens], "token hash")
     skills = tuple(parse_skill(n, base) for n in k["skills"].items()) if "skills" in k else ()
