@@ -3,11 +3,13 @@ across restarts, and the commands that read a hosted agent's data folder."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from butler.config import load_config
 from butler.daemon import Daemon
@@ -119,6 +121,33 @@ async def test_the_cli_adds_lists_and_removes_agents(tmp_path: Path, swarm: Swar
     assert code == 0 and out.strip() == "removed delta", err
     status, _ = await get_json(top.session, f"{top.url}/delta/.well-known/agent-card.json")
     assert status == 404
+
+
+@pytest.mark.parametrize("answer", [[], {"agents": [{}]}, {"agents": [1]}, {},
+                                    {"id": 1, "url": "u", "source": "admin", "skills": []}])
+async def test_the_cli_says_so_in_one_line_when_the_url_is_no_daemon(
+        tmp_path: Path, answer: object) -> None:
+    async def junk(request: web.Request) -> web.Response:
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_route("*", "/v2/admin/agents", junk)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    entry = tmp_path / "e.yaml"
+    entry.write_text(yaml.safe_dump(hosted_entry("e")[0]))
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        for argv in (("list", url), ("add", url, str(entry))):
+            code, _, err = await run_cli("agents", *argv, token="t")
+            assert code == 1 and re.fullmatch(r"butler: peer_error: [^\n]+\n", err), (argv, err)
+    finally:
+        await runner.cleanup()
+    entry.write_bytes(b"\xff\xfe")  # not UTF-8: read before any request
+    code, _, err = await run_cli("agents", "add", "http://127.0.0.1:9", str(entry), token="t")
+    assert code == 2 and err.startswith(f"butler: cannot read {entry}:") and "Traceback" not in err
 
 
 async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
