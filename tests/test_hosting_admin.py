@@ -150,6 +150,28 @@ async def test_the_cli_says_so_in_one_line_when_the_url_is_no_daemon(
     assert code == 2 and err.startswith(f"butler: cannot read {entry}:") and "Traceback" not in err
 
 
+async def test_an_agent_that_cannot_be_kept_is_neither_added_nor_removed(
+        swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}})
+    admin, root = f"{top.url}/v2/admin/agents", top.headers("root")
+    one, _ = hosted_entry("one")
+    async with top.session.post(admin, json=one, headers=root) as resp:
+        assert resp.status == 201
+    kept = top.daemon.config.data_dir / "hosted_agents.json"
+    kept.unlink()
+    kept.mkdir()  # the file can no longer be replaced
+    two, _ = hosted_entry("two")
+    for method, url, body in (("POST", admin, two), ("DELETE", f"{admin}/one", None)):
+        async with top.session.request(method, url, json=body, headers=root) as resp:
+            answer = await resp.json()
+            assert resp.status == 503 and answer["error"]["code"] == "overloaded", answer
+            assert "hosted_agents.json" in answer["error"]["message"]
+    for agent_id, served in (("one", 200), ("two", 404)):  # as before either request
+        status, _ = await get_json(top.session,
+                                   f"{top.url}/{agent_id}/.well-known/agent-card.json")
+        assert status == served, agent_id
+
+
 async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
         swarm: Swarm) -> None:
     top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}},

@@ -167,9 +167,22 @@ class AgentHost:
             except (SetupError, OSError) as err:
                 raise RequestError("invalid_request",
                                    f"agent {agent.id!r} cannot start: {err}") from None
+            try:
+                self._keep({**self._added, agent.id: entry})
+            except Unavailable:  # not kept, so not served: as if never added
+                del self.running[agent.id]
+                await hosted.daemon.stop()
+                raise
             self._added[agent.id] = entry
-            self.store.save(self._added)
             return hosted
+
+    def _keep(self, added: dict[str, dict[str, Any]]) -> None:
+        try:
+            self.store.save(added)
+        except OSError as err:
+            raise Unavailable("overloaded", f"the hosted agents cannot be written to "
+                              f"{self.store.path.name}: {err.strerror or err}; nothing "
+                              "changed", retry_after=5) from None
 
     async def remove(self, agent_id: str) -> None:
         """Its routes answer 404 from now on; its running tasks get the daemon's
@@ -182,9 +195,10 @@ class AgentHost:
             if hosted.source == "config":
                 raise RequestError("invalid_request", f"agent {agent_id!r} is in the config "
                                    "file: remove it there and restart")
+            remaining = {k: v for k, v in self._added.items() if k != agent_id}
+            self._keep(remaining)  # first: an agent not forgotten is not stopped either
+            self._added = remaining
             del self.running[agent_id]
-            self._added.pop(agent_id, None)
-            self.store.save(self._added)
             await hosted.daemon.stop()
             log.info("stopped hosting agent %s", agent_id)
 
