@@ -162,6 +162,17 @@ async def test_the_cli_says_why_in_one_line() -> None:
 
 
 
+
+async def test_a_peers_error_message_cannot_forge_lines_or_rewrite_the_terminal() -> None:
+    body = (b'{"error": {"code": "bad\\u001b[31m", "message": '
+            b'"one\\nbutler: ok: forged\\u001b]0;title\\u0007"}}')
+    reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    async with Peer(reply).running() as peer:
+        code, _, err = await run_cli("tasks", "get", f"http://127.0.0.1:{peer.port}", "x",
+                                     token=TOKEN)
+    assert code == 1 and re.fullmatch(r"butler: peer_error: [^\n]+\n", err), err
+    assert "\x1b" not in err and "\x07" not in err and "forged" in err
+
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 EVENT = b'event: status\ndata: {"state": "completed"}\n\n'
 
