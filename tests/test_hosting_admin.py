@@ -4,6 +4,8 @@ across restarts, and the commands that read a hosted agent's data folder."""
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -123,10 +125,9 @@ async def test_the_cli_adds_lists_and_removes_agents(tmp_path: Path, swarm: Swar
     assert status == 404
 
 
-@pytest.mark.parametrize("answer", [[], {"agents": [{}]}, {"agents": [1]}, {},
-                                    {"id": 1, "url": "u", "source": "admin", "skills": []}])
-async def test_the_cli_says_so_in_one_line_when_the_url_is_no_daemon(
-        tmp_path: Path, answer: object) -> None:
+@asynccontextmanager
+async def answering(answer: object) -> AsyncIterator[str]:
+    """The URL of a server that answers /v2/admin/agents with ``answer``, whatever is asked."""
     async def junk(request: web.Request) -> web.Response:
         return web.json_response(answer)
 
@@ -136,18 +137,32 @@ async def test_the_cli_says_so_in_one_line_when_the_url_is_no_daemon(
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("answer", [[], {"agents": [{}]}, {"agents": [1]}, {},
+                                    {"id": 1, "url": "u", "source": "admin", "skills": []}])
+async def test_the_cli_says_so_in_one_line_when_the_url_is_no_daemon(
+        tmp_path: Path, answer: object) -> None:
     entry = tmp_path / "e.yaml"
     entry.write_text(yaml.safe_dump(hosted_entry("e")[0]))
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    try:
+    async with answering(answer) as url:
         for argv in (("list", url), ("add", url, str(entry))):
             code, _, err = await run_cli("agents", *argv, token="t")
             assert code == 1 and re.fullmatch(r"butler: peer_error: [^\n]+\n", err), (argv, err)
-    finally:
-        await runner.cleanup()
     entry.write_bytes(b"\xff\xfe")  # not UTF-8: read before any request
     code, _, err = await run_cli("agents", "add", "http://127.0.0.1:9", str(entry), token="t")
     assert code == 2 and err.startswith(f"butler: cannot read {entry}:") and "Traceback" not in err
+
+
+async def test_the_cli_prints_what_a_daemon_says_without_control_characters() -> None:
+    forged = {"id": "x\x1b[2J\nforged", "url": "u", "source": "admin", "skills": []}
+    async with answering({"agents": [forged]}) as url:
+        code, out, err = await run_cli("agents", "list", url, token="t")
+    assert code == 0 and out == "x [2J forged  u  (admin)  skills: -\n", (out, err)
 
 
 async def test_an_agent_that_cannot_be_kept_is_neither_added_nor_removed(

@@ -13,6 +13,7 @@ from urllib.parse import quote
 import yaml
 
 from butler.cli.remote import run_remote, token_args
+from butler.cli.render import one_line
 from internal.protocol.a2a.client import BlockingPeerClient
 from internal.protocol.a2a.model import DelegationFailed
 
@@ -68,8 +69,8 @@ def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
         _print(args, data, "")
         return 0
     for agent in (_agent(client, a) for a in agents):
-        print(f"{agent['id']}  {agent['url']}  ({agent['source']})  "
-              f"skills: {', '.join(agent['skills']) or '-'}")
+        print(one_line(f"{agent['id']}  {agent['url']}  ({agent['source']})  "
+                       f"skills: {', '.join(agent['skills']) or '-'}", 2000))
     return 0
 
 
@@ -89,7 +90,7 @@ def _add_cmd(args: argparse.Namespace) -> int:
 
 def _add(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     data = _agent(client, client.request("POST", PATH, body=args.entry))
-    _print(args, data, f"hosting {data['id']} at {data['url']}")
+    _print(args, data, one_line(f"hosting {data['id']} at {data['url']}", 2000))
     return 0
 
 
