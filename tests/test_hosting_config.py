@@ -45,6 +45,7 @@ agents:
     ("{id: v2, token_hashes: [HASH]}", "agents[0].id", "path of the daemon's own"),
     ("{id: top, token_hashes: [HASH]}", "agents[0]", "daemon's own agent.id"),
     ("{id: a}", "agents[0]", "needs token_hashes"),
+    ("{id: a, token_hashes: []}", "agents[0].token_hashes", "at least one"),
     ("{token_hashes: [HASH]}", "agents[0]", "needs an id"),
     ("{id: a, token_hashes: [HASH], skills: [{id: p, builtin: planner}]}", "agents[0].skills[0]",
      "planner"),
@@ -79,5 +80,9 @@ async def test_check_config_counts_hosted_agents_and_imports_their_plugins(
 def test_hosting_allows_no_local_access_unless_asked() -> None:
     assert not parse_config(TOP).hosting.allow_local_access
     assert parse_config(TOP + "hosting: {allow_local_access: true}\n").hosting.allow_local_access
+    assert parse_config(TOP).hosting.max_agents == 16
+    assert parse_config(TOP + "hosting: {max_agents: 0}\n").hosting.max_agents == 0
+    with pytest.raises(ConfigError, match=r"hosting\.max_agents"):
+        parse_config(TOP + "hosting: {max_agents: -1}\n")
     with pytest.raises(ConfigError, match="unknown key"):
         parse_config(TOP + "hosting: {trust: true}\n")
