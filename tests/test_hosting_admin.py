@@ -44,6 +44,7 @@ async def test_agents_added_and_removed_at_run_time_and_kept(swarm: Swarm) -> No
                          ({"skills": [{"id": "m", "mcp": {"url": "http://x/"}}]}, "skills[0]"),
                          ({"peers": [token_file]}, "peers"),
                          ({"registry": {"url": "http://169.254.169.254/"}}, "registry"),
+                         ({"skills": [{"id": "p", "builtin": "planner"}]}, "has no planner"),
                          ({"description": "${HOME}"}, "description")):
         async with http.post(admin, json={**gamma, "id": "local", **local},
                              headers=top.headers("root")) as resp:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from butler.config import ConfigError, parse_config
-from butler.config.hosted import hosted_config
+from butler.config.hosted import hosted_config, parse_hosted_json
 from tests.support import run_cli
 
 HASH = "a" * 64
@@ -86,3 +86,18 @@ def test_hosting_allows_no_local_access_unless_asked() -> None:
         parse_config(TOP + "hosting: {max_agents: -1}\n")
     with pytest.raises(ConfigError, match="unknown key"):
         parse_config(TOP + "hosting: {trust: true}\n")
+
+
+def test_an_agent_added_at_run_time_never_gets_the_registrys_peer_token(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PEER_SECRET", "operator-peer-token")
+    registry = ("configurations: {a2a: {token_hashes: ['" + "b" * 64 + "']}, registry: "
+                "{url: 'http://127.0.0.1:9', peer_token_env: PEER_SECRET, "
+                "trusted_registrants: [bob]}}\n")
+    entry = {"id": "a", "token_hashes": [HASH]}
+    for local, kept in ((False, ""), (True, "operator-peer-token")):
+        parent = parse_config("agent: {id: top}\n" + registry + (
+            "hosting: {allow_local_access: true}\n" if local else ""))
+        assert parent.registry.peer_token == "operator-peer-token"
+        agent = parse_hosted_json(entry, parent)
+        assert hosted_config(parent, agent, "u").registry.peer_token == kept

@@ -122,6 +122,11 @@ def parse_hosted_json(entry: Mapping[str, Any], parent: m.Config) -> m.HostedAge
     agent = parse_hosted(root, base, planner=parent.planner is not None)
     if agent.id == parent.agent.id:
         root.fail(f"{agent.id!r} is the daemon's own agent.id")
+    if not local:
+        # It is announced as the daemon's agents are, but never given the registry's
+        # peer_token: callers the admin chose would otherwise delegate with the
+        # operator's token to whatever the registry lists.
+        agent = replace(agent, registry=replace(parent.registry, peer_token=""))
     return agent
 
 
@@ -156,6 +161,11 @@ def _no_local_access(root: Node) -> None:
                       "add the agent to the config file")
     skills = entry.get("skills")
     for i, skill in enumerate(skills if isinstance(skills, list) else ()):
+        if isinstance(skill, dict) and skill.get("builtin") == "planner":
+            root.fail(f"skills[{i}]: an agent added at run time has no planner (it would "
+                      "spend on the daemon's model key for callers the admin chose); set "
+                      "hosting.allow_local_access in the config, or add the agent to the "
+                      "config file")
         if not isinstance(skill, dict) or set(skill) & {"command", "python", "mcp"}:
             root.fail(f"skills[{i}]: an agent added at run time has builtin skills only (a "
                       "command, plugin or MCP server would run on this machine); set "
