@@ -230,7 +230,7 @@ async def test_a_version_0_file_is_migrated_in_place(tmp_path: Path) -> None:
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
         assert conn.execute("SELECT max(seq) FROM tasks").fetchone()[0] == 41
     finally:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from butler.engine.receipt_rows import Signers
 from butler.engine.task_row import (
     STATE_CODES,
     TERMINAL_CODES,
@@ -60,9 +62,10 @@ class SqliteTaskStore:
     """``await SqliteTaskStore.open(path)``."""
 
     def __init__(self, db: Database, checkpoints: CheckpointPolicy,
-                 commit_on_loop: bool) -> None:
+                 commit_on_loop: bool, signers: Signers) -> None:
         self._db = db
-        self._writer = BatchWriter(db, UPSERT, row_columns, key=_task_id,
+        self._signers = signers
+        self._writer = BatchWriter(db, UPSERT, self._columns, key=_task_id,
                                    checkpoints=checkpoints, commit_on_loop=commit_on_loop)
 
     @classmethod
@@ -71,18 +74,27 @@ class SqliteTaskStore:
         checkpoints = checkpoints or CheckpointPolicy()
         db = await Database.open(path, name="tasks", setup=create_schema, incremental_vacuum=True,
                                  pragmas=checkpoints.pragmas())
-        return cls(db, checkpoints, commit_on_loop)
+        return cls(db, checkpoints, commit_on_loop, await db.run(Signers.load))
 
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
         ``defer``: a first write may wait up to that many seconds for the task's next
-        write, which then commits in its place (``BatchWriter.submit``)."""
+        write, which then commits in its place (``BatchWriter.submit``). A receipt by a
+        signer the file does not know yet has it recorded first (``receipt_rows``)."""
+        if task.receipts and (new := self._signers.unknown(task.receipts)):
+            self._signers.add(await self._db.transaction(Signers.register, new), new)
         await self._writer.submit(task, defer)
+
+    def _columns(self, task: Task) -> tuple[Any, ...]:
+        return row_columns(task, self._signers)
+
+    def _task(self, row: Sequence[Any]) -> Task:
+        return decode_row(*row, signers=self._signers)
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._db.fetchone(f"SELECT {_COLUMNS} FROM tasks WHERE id=?",
                                       (hex_bytes(task_id),))
-        return decode_row(*row) if row else None
+        return self._task(row) if row else None
 
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
@@ -137,19 +149,19 @@ class SqliteTaskStore:
         rows = rows[:limit]
         next_cursor = _encode_cursor(rows[-1][0], rows[-1][5] if by_update else None) \
             if more and rows else None
-        return TaskPage(tuple(decode_row(*r[1:]) for r in rows), next_cursor, total)
+        return TaskPage(tuple(self._task(r[1:]) for r in rows), next_cursor, total)
 
     async def open_tasks(self) -> list[Task]:
         rows = await self._db.fetchall(
             f"SELECT {_COLUMNS} FROM tasks WHERE state IN ({OPEN_STATES})")
-        return [decode_row(*r) for r in rows]
+        return [self._task(r) for r in rows]
 
     async def ended_since(self, updated_at: str) -> list[Task]:
         """Terminal tasks last updated at or after ``updated_at`` (start-up recovery)."""
         rows = await self._db.fetchall(
             f"SELECT {_COLUMNS} FROM tasks WHERE updated>=? AND state IN ({_TERMINAL})",
             (_micros(updated_at),))
-        return [decode_row(*r) for r in rows]
+        return [self._task(r) for r in rows]
 
     async def purge_terminal(self, updated_before: str) -> list[str]:
         """Delete terminal tasks last updated before then; returns their ids.

@@ -10,6 +10,7 @@ owner and state, instead of a count over every matching row.
 one JSON body per task, text times and states) is rewritten on open: each row is
 decoded the old way and written the new way, in one transaction, and the file is then
 vacuumed with incremental auto-vacuum turned on, so purged pages go back to the disk.
+A version 1 file only gains ``receipt_signers``: its rows read as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sqlite3
 from dataclasses import replace
 from decimal import Decimal
 
+from butler.engine.receipt_rows import SIGNERS_TABLE
 from butler.engine.task_row import OPEN_CODES, row_columns
 from butler.storage import schema_version
 from internal.protocol.a2a.codec import butler_v2, exact_json
@@ -26,7 +28,7 @@ from internal.protocol.a2a.model import Message, Task
 
 log = logging.getLogger("butler.engine")
 
-VERSION = 1
+VERSION = 2  # 1: the compact row; 2: receipt_signers (receipts kept compact)
 
 _TABLES = ("""
 CREATE TABLE tasks (
@@ -43,7 +45,7 @@ CREATE TABLE task_counts (
     state INTEGER NOT NULL,
     n INTEGER NOT NULL,
     PRIMARY KEY (owner, state)
-) WITHOUT ROWID""")
+) WITHOUT ROWID""", SIGNERS_TABLE)
 
 _INDEXES = (
     "CREATE INDEX tasks_owner ON tasks(owner, seq)",
@@ -77,11 +79,19 @@ _MIGRATE_CHUNK = 5000
 
 def create_schema(conn: sqlite3.Connection) -> None:
     """On open: create, or migrate, or nothing (the file is current)."""
-    if schema_version(conn, "tasks", VERSION) == VERSION:
+    version = schema_version(conn, "tasks", VERSION)
+    if version == VERSION:
         return
     legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if legacy is not None and version >= 1:
+            # Rows of version 1 keep their receipts as text, which version 2 reads as
+            # it is: only the signers' table is new.
+            conn.execute(SIGNERS_TABLE)
+            conn.execute(f"PRAGMA user_version={VERSION}")
+            conn.execute("COMMIT")
+            return
         if legacy is not None:
             conn.execute("ALTER TABLE tasks RENAME TO tasks_v0")
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index' "

@@ -1,0 +1,129 @@
+"""Receipts in the task store: kept compact (a signer number, the receipt id, the
+signature, the claims the task does not give), given back byte for byte, still
+verifying; anything that cannot be rebuilt exactly is kept as its text."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+from butler.engine.store import SqliteTaskStore
+from butler.engine.task_row import decode_row, row_columns
+from butler.identity.key_file import AgentIdentity
+from butler.identity.receipts import seal
+from butler.storage import hex_bytes
+from internal.protocol.a2a.model import Part, TaskState, scoped_task_id
+from internal.signing import IdentityKey, b64url, sign_jws, verify_jws
+from tests.test_task_storage import echo
+
+URL = "http://127.0.0.1:8081"
+
+
+def _body(path: Path, task_id: str) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        row = conn.execute("SELECT body FROM tasks WHERE id=?", (hex_bytes(task_id),))
+        return str(row.fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_a_sealed_task_keeps_its_receipt_compact_and_exact(tmp_path: Path) -> None:
+    me = AgentIdentity(IdentityKey.generate())
+    task = seal(echo(1), me, "home", URL)
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    try:
+        await store.put(task)
+        assert await store.get(task.id) == task
+    finally:
+        await store.close()
+    body = _body(tmp_path / "tasks.db", task.id)
+    protected, payload, signature = task.receipts[0].split(".")
+    assert protected not in body and payload not in body and signature in body
+    assert len(body) < 370  # the receipt alone was about 850 bytes as text
+
+    again = await SqliteTaskStore.open(tmp_path / "tasks.db")  # signers read from the file
+    try:
+        back = await again.get(task.id)
+    finally:
+        await again.close()
+    assert back is not None and back.receipts == task.receipts
+    claims = json.loads(verify_jws(back.receipts[0], me.key.public))
+    assert claims["task_id"] == task.wire_id and claims["agent"] == "home"
+
+
+async def test_a_delegated_tree_and_odd_receipts_come_back_byte_for_byte(
+        tmp_path: Path) -> None:
+    me, peer = AgentIdentity(IdentityKey.generate()), AgentIdentity(IdentityKey.generate())
+    child = seal(replace(echo(2), id="peer-task", state=TaskState.COMPLETED,
+                         parts=(Part(text="from the peer"),)), peer, "office", "http://peer")
+    key = IdentityKey.generate()
+    spaced = sign_jws(key, b'{"receipt_id": "r-x", "agent": "a"}', {"typ": "butler-receipt+jws"})
+    odd = (
+        "not a jws at all",
+        "a.b.c",
+        spaced,  # its payload is not in canonical form
+        sign_jws(key, json.dumps({"receipt_id": "r-1", "cost_usd": 0.1}).encode(),
+                 {"typ": "butler-receipt+jws"}),  # a number, not text
+        sign_jws(key, b"[1,2]", {"typ": "butler-receipt+jws"}),  # not an object
+        spaced.rsplit(".", 1)[0] + "." + b64url(b"\x00" * 64)[:-1] + "B",  # odd base64
+    )
+    # Its own receipt after the peer's, on a task whose id its caller chose (scoped).
+    mine = seal(replace(echo(3), id=scoped_task_id("chosen", "alice"),
+                        receipts=(*child.receipts, *odd)), me, "home", URL)
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    try:
+        await store.put(mine)
+        back = await store.get(mine.id)
+    finally:
+        await store.close()
+    assert back is not None and back.receipts == mine.receipts
+    verify_jws(back.receipts[0], me.key.public)
+    verify_jws(back.receipts[1], peer.key.public)
+    body = _body(tmp_path / "tasks.db", mine.id)
+    for jws in (mine.receipts[0], child.receipts[0]):
+        assert jws.split(".")[0] not in body  # both signers' headers are kept once
+    for jws in odd:
+        assert json.dumps(jws) in body  # kept as the text it is
+
+
+def test_without_known_signers_a_receipt_is_kept_as_text() -> None:
+    task = seal(echo(4), AgentIdentity(IdentityKey.generate()), "home", URL)
+    columns = row_columns(task)
+    assert task.receipts[0] in columns[-1]
+    assert decode_row(*columns) == task
+
+
+async def test_a_version_1_file_gains_the_signers_and_reads_as_it_was(
+        tmp_path: Path) -> None:
+    me = AgentIdentity(IdentityKey.generate())
+    old = seal(echo(5), me, "home", URL)
+    path = tmp_path / "tasks.db"
+    store = await SqliteTaskStore.open(path)
+    await store.close()
+    conn = sqlite3.connect(path)  # as version 1 wrote it: receipts as text, no signers
+    conn.execute("DROP TABLE receipt_signers")
+    from butler.engine.task_schema import INSERT
+    conn.execute(INSERT, row_columns(old))
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+
+    store = await SqliteTaskStore.open(path)
+    new = seal(echo(6), me, "home", URL)
+    try:
+        assert await store.get(old.id) == old
+        await store.put(new)
+        assert await store.get(new.id) == new
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM receipt_signers").fetchone()[0] == 1
+    finally:
+        conn.close()
+    assert old.receipts[0] in _body(path, old.id)
+    assert new.receipts[0] not in _body(path, new.id)
