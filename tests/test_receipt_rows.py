@@ -96,7 +96,7 @@ def test_without_known_signers_a_receipt_is_kept_as_text() -> None:
     assert decode_row(*columns) == task
 
 
-async def test_a_version_1_file_gains_the_signers_and_reads_as_it_was(
+async def test_a_version_1_file_gains_the_signers_loses_three_indexes_and_reads_as_it_was(
         tmp_path: Path) -> None:
     me = AgentIdentity(IdentityKey.generate())
     old = seal(echo(5), me, "home", URL)
@@ -105,7 +105,10 @@ async def test_a_version_1_file_gains_the_signers_and_reads_as_it_was(
     await store.close()
     conn = sqlite3.connect(path)  # as version 1 wrote it: receipts as text, no signers
     conn.execute("DROP TABLE receipt_signers")
-    from butler.engine.task_schema import INSERT
+    conn.execute("CREATE INDEX tasks_owner ON tasks(owner, seq)")
+    conn.execute("CREATE INDEX tasks_owner_updated ON tasks(owner, updated, seq)")
+    conn.execute("CREATE INDEX tasks_updated ON tasks(updated, seq)")
+    from butler.engine.task_schema import INSERT, VERSION
     conn.execute(INSERT, row_columns(old))
     conn.execute("PRAGMA user_version=1")
     conn.commit()
@@ -121,8 +124,11 @@ async def test_a_version_1_file_gains_the_signers_and_reads_as_it_was(
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION == 3
         assert conn.execute("SELECT count(*) FROM receipt_signers").fetchone()[0] == 1
+        indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE "
+                                              "type='index' AND tbl_name='tasks'")}
+        assert not indexes & {"tasks_owner", "tasks_owner_updated", "tasks_updated"}
     finally:
         conn.close()
     assert old.receipts[0] in _body(path, old.id)

@@ -102,9 +102,10 @@ class SqliteTaskStore:
         by_update: bool = False,
     ) -> TaskPage:
         """Newest first by creation; with ``by_update`` by last update (ties by creation),
-        and then with the total number of matching tasks. Each filter combination has an
-        index in that order (``task_schema``); a total without a context or time filter is
-        read from ``task_counts``."""
+        and then with the total number of matching tasks. Each filter is an index walk in
+        that order (``task_schema``): without a state, by an owner or by last update, one
+        walk per state, merged. A total without a context or time filter is read from
+        ``task_counts``."""
         where: list[str] = []
         args: list[Any] = []
         # With a context, its index and no other: the planner would rather take one that
@@ -122,8 +123,7 @@ class SqliteTaskStore:
         if updated_after is not None:
             where.append(f"{other}updated>=?")
             args.append(_micros(updated_after))
-        count_sql, count_args = _count_query(where, args, owner, state,
-                                             context_id is None and updated_after is None)
+        count_sql, count_args = _count_query(where, args, owner, state, context_id)
         if cursor is not None:
             position = _decode_cursor(cursor, by_update)
             if by_update:
@@ -133,11 +133,14 @@ class SqliteTaskStore:
                 where.append("seq<?")
                 args.append(position[1])
         order = "updated DESC, seq DESC" if by_update else "seq DESC"
-        sql = f"SELECT seq, {_COLUMNS} FROM tasks"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order} LIMIT ?"
-        args.append(limit + 1)
+        if context_id is None and state is None and (owner is not None or by_update):
+            sql, args = _merged(where, args, order, limit + 1)
+        else:
+            sql = f"SELECT seq, {_COLUMNS} FROM tasks"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += f" ORDER BY {order} LIMIT ?"
+            args.append(limit + 1)
 
         def query(conn: sqlite3.Connection) -> tuple[list[Any], int | None]:
             rows = conn.execute(sql, args).fetchall()
@@ -183,12 +186,14 @@ class SqliteTaskStore:
 
 
 _TERMINAL = ",".join(map(str, TERMINAL_CODES))
+ALL_CODES = tuple(STATE_CODES.values())
+_ALL = ",".join(map(str, ALL_CODES))
 
 
 def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:
     rows = conn.execute(
-        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks INDEXED BY tasks_updated "
-        f"WHERE updated<? AND state IN ({_TERMINAL}) ORDER BY updated LIMIT ?) RETURNING id",
+        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks INDEXED BY tasks_state_updated "
+        f"WHERE state IN ({_TERMINAL}) AND updated<? LIMIT ?) RETURNING id",
         (updated_before, PURGE_CHUNK),
     ).fetchall()
     if rows:
@@ -196,10 +201,28 @@ def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:
     return [str(hex_text(r[0])) for r in rows]
 
 
+def _merged(where: list[str], args: list[Any], order: str,
+            limit: int) -> tuple[str, list[Any]]:
+    """The listing as one index walk per state (each at most ``limit`` long, in
+    ``order``), merged: no index holds an owner's tasks, or everyone's by last update,
+    in that order across states."""
+    walk = " AND ".join(["state=?", *where])
+    columns = "seq, updated" if "updated" in order else "seq"
+    walks = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {columns} FROM tasks WHERE {walk} ORDER BY {order} LIMIT ?)"
+        for _ in ALL_CODES)
+    return (f"SELECT seq, {_COLUMNS} FROM tasks WHERE seq IN (SELECT seq FROM ({walks}) "
+            f"ORDER BY {order} LIMIT ?) ORDER BY {order}",
+            [a for code in ALL_CODES for a in (code, *args, limit)] + [limit])
+
+
 def _count_query(where: list[str], args: list[Any], owner: str | None,
-                 state: TaskState | None, counted: bool) -> tuple[str, list[Any]]:
-    """The total's query: from ``task_counts`` when the filters are owner and state only."""
-    if not counted:
+                 state: TaskState | None, context_id: str | None) -> tuple[str, list[Any]]:
+    """The total's query: from ``task_counts`` when the filters are owner and state only;
+    else a count over the index of the filters (every state's, without a state)."""
+    if context_id is not None or len(where) > (owner is not None) + (state is not None):
+        if state is None and context_id is None:
+            where = [f"state IN ({_ALL})", *where]
         return "SELECT COUNT(*) FROM tasks" + (
             " WHERE " + " AND ".join(where) if where else ""), list(args)
     sql = "SELECT coalesce(sum(n), 0) FROM task_counts"

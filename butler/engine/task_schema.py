@@ -1,10 +1,13 @@
 """The task store's schema, and its migration in place from older files.
 
-Every query the store makes has an index that serves both its filter and its order
-(docs/tasks.md#storage): listing by creation (``seq``) or by last update (``updated``),
-by owner, state, or both, and by context; purging and recovery walk ``updated``. The
-totals the A2A ListTasks answer carries come from ``task_counts``, which triggers keep per
-owner and state, instead of a count over every matching row.
+Every query the store makes is an index walk (docs/tasks.md#storage): listing by
+creation (``seq``) or by last update (``updated``) by a state, or an owner and a state,
+walks an index in that order; by an owner alone, or everyone's by last update, walks
+the owner's (or everyone's) index once per state and merges the walks, each at most a
+page long; a context is found by its index. Purging and recovery walk each terminal
+state's ``updated``. The totals the A2A ListTasks answer carries come from
+``task_counts``, which triggers keep per owner and state, instead of a count over every
+matching row.
 
 ``PRAGMA user_version`` says which schema a file has. A file from before it (version 0,
 one JSON body per task, text times and states) is rewritten on open: each row is
@@ -28,7 +31,9 @@ from internal.protocol.a2a.model import Message, Task
 
 log = logging.getLogger("butler.engine")
 
-VERSION = 2  # 1: the compact row; 2: receipt_signers (receipts kept compact)
+# 1: the compact row; 2: receipt_signers (receipts kept compact); 3: five listing
+# indexes, not eight (an owner's or everyone's tasks are walked state by state, merged).
+VERSION = 3
 
 _TABLES = ("""
 CREATE TABLE tasks (
@@ -48,13 +53,10 @@ CREATE TABLE task_counts (
 ) WITHOUT ROWID""", SIGNERS_TABLE)
 
 _INDEXES = (
-    "CREATE INDEX tasks_owner ON tasks(owner, seq)",
     "CREATE INDEX tasks_owner_state ON tasks(owner, state, seq)",
-    "CREATE INDEX tasks_owner_updated ON tasks(owner, updated, seq)",
     "CREATE INDEX tasks_owner_state_updated ON tasks(owner, state, updated, seq)",
     "CREATE INDEX tasks_state ON tasks(state, seq)",
     "CREATE INDEX tasks_state_updated ON tasks(state, updated, seq)",
-    "CREATE INDEX tasks_updated ON tasks(updated, seq)",
     "CREATE INDEX tasks_context ON tasks(context_id, seq)",
     """CREATE TRIGGER tasks_counted AFTER INSERT ON tasks BEGIN
     INSERT INTO task_counts(owner, state, n) VALUES (new.owner, new.state, 1)
@@ -68,6 +70,9 @@ END""", """CREATE TRIGGER tasks_uncounted AFTER DELETE ON tasks BEGIN
     UPDATE task_counts SET n = n - 1 WHERE owner = old.owner AND state = old.state;
 END""",
 )
+
+_UPGRADE = (SIGNERS_TABLE, "DROP INDEX IF EXISTS tasks_owner",
+            "DROP INDEX IF EXISTS tasks_owner_updated", "DROP INDEX IF EXISTS tasks_updated")
 
 INSERT = ("INSERT INTO tasks(id, owner, context_id, state, updated, body) "
           "VALUES (?,?,?,?,?,?)")
@@ -86,9 +91,11 @@ def create_schema(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if legacy is not None and version >= 1:
-            # Rows of version 1 keep their receipts as text, which version 2 reads as
-            # it is: only the signers' table is new.
-            conn.execute(SIGNERS_TABLE)
+            # Rows of version 1 keep their receipts as text, which is read as it is:
+            # only the signers' table is new, and three indexes go. Their pages are
+            # reused by new rows, and given back by the purges' incremental vacuum.
+            for statement in _UPGRADE:
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version={VERSION}")
             conn.execute("COMMIT")
             return
