@@ -7,14 +7,19 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from butler.engine.receipt_rows import SIGNERS_TABLE, Signers
 from butler.engine.store import SqliteTaskStore
 from butler.engine.task_row import decode_row, row_columns
 from butler.identity.key_file import AgentIdentity
 from butler.identity.receipts import seal
 from butler.storage import hex_bytes
-from internal.protocol.a2a.model import Part, TaskState, scoped_task_id
+from internal.protocol.a2a.model import Budget, CostNode, Part, TaskState, scoped_task_id
 from internal.signing import IdentityKey, b64url, sign_jws, verify_jws
 from tests.test_task_storage import echo
 
@@ -133,3 +138,29 @@ async def test_a_version_1_file_gains_the_signers_loses_three_indexes_and_reads_
         conn.close()
     assert old.receipts[0] in _body(path, old.id)
     assert new.receipts[0] not in _body(path, new.id)
+
+
+_ME = AgentIdentity(IdentityKey.generate())
+_money = st.decimals(min_value=0, max_value=10**6, places=4, allow_nan=False)
+
+
+@given(text=st.text(), agent=st.text(min_size=1), url=st.text(), trace=st.text(),
+       state=st.sampled_from(list(TaskState)), start=_money, spent=_money, cost=_money,
+       scoped=st.booleans())
+def test_any_sealed_task_comes_back_byte_for_byte(
+        text: str, agent: str, url: str, trace: str, state: TaskState, start: Decimal,
+        spent: Decimal, cost: Decimal, scoped: bool) -> None:
+    """Whatever the task holds (any text, any amounts, any state, an id its caller
+    chose), the row gives back the very receipt signed, compact or as text."""
+    task = replace(echo(8, state=state), parts=(Part(text=text),), trace_id=trace,
+                   budget=Budget(start, spent),
+                   cost=CostNode(agent, "echo", cost, 1, state.value),
+                   id=scoped_task_id("mine", "alice") if scoped else "task-8")
+    sealed = seal(task, _ME, agent, url)
+    conn = sqlite3.connect(":memory:")
+    conn.execute(SIGNERS_TABLE)
+    signers = Signers()
+    signers.add(Signers.register(conn, sealed.receipts))
+    columns = row_columns(sealed, signers)
+    assert decode_row(*columns, signers=signers).receipts == sealed.receipts
+    verify_jws(decode_row(*columns, signers=signers).receipts[0], _ME.key.public)

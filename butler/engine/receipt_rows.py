@@ -83,7 +83,7 @@ class Signers:
     def __init__(self, signers: Iterable[Signer] = ()) -> None:
         self._by_header: dict[str, Signer] = {}
         self._by_ref: dict[int, Signer] = {}
-        self._unusable: set[str] = set()  # headers of receipts that are not JSON claims
+        self._unusable: set[str] = set()  # headers not recorded: not tried again
         self.add(signers)
 
     @classmethod
@@ -170,8 +170,11 @@ class Signers:
         if fast is not None:  # the common case: no claim but those the task gives
             stored: list[Any] = [signer.ref, fast.group(2).decode(), signature,
                                  fast.group(1).decode()]
-            if self._jws(stored, base) == jws:
-                return stored
+            try:
+                if self._jws(stored, base) == jws:
+                    return stored
+            except ValueError:  # a text of the task's that has no UTF-8 form
+                return jws
         _, signed = _split(jws)
         if signed is None:
             return jws
