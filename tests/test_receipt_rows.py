@@ -20,19 +20,24 @@ from butler.identity.key_file import AgentIdentity
 from butler.identity.receipts import seal
 from butler.storage import hex_bytes
 from internal.protocol.a2a.model import Budget, CostNode, Part, TaskState, scoped_task_id
-from internal.signing import IdentityKey, b64url, sign_jws, verify_jws
+from internal.signing import IdentityKey, b64url, sign_jws, unb64url, verify_jws
 from tests.test_task_storage import echo
 
 URL = "http://127.0.0.1:8081"
 
 
-def _body(path: Path, task_id: str) -> str:
+def _body(path: Path, task_id: str) -> tuple[str, bytes]:
+    """A task's stored body: its JSON text, and the binary fields after it."""
     conn = sqlite3.connect(path)
     try:
         row = conn.execute("SELECT body FROM tasks WHERE id=?", (hex_bytes(task_id),))
-        return str(row.fetchone()[0])
+        body = row.fetchone()[0]
     finally:
         conn.close()
+    if isinstance(body, str):
+        return body, b""
+    text, _, binary = body.partition(b"\x00")
+    return text.decode(), binary
 
 
 async def test_a_sealed_task_keeps_its_receipt_compact_and_exact(tmp_path: Path) -> None:
@@ -44,10 +49,11 @@ async def test_a_sealed_task_keeps_its_receipt_compact_and_exact(tmp_path: Path)
         assert await store.get(task.id) == task
     finally:
         await store.close()
-    body = _body(tmp_path / "tasks.db", task.id)
+    body, binary = _body(tmp_path / "tasks.db", task.id)
     protected, payload, signature = task.receipts[0].split(".")
-    assert protected not in body and payload not in body and signature in body
-    assert len(body) < 370  # the receipt alone was about 850 bytes as text
+    assert protected not in body and payload not in body and signature not in body
+    assert unb64url(signature) in binary and len(binary) == 112  # id, digest, signature
+    assert len(body) + len(binary) < 320  # the receipt alone was about 850 bytes as text
 
     again = await SqliteTaskStore.open(tmp_path / "tasks.db")  # signers read from the file
     try:
@@ -87,9 +93,10 @@ async def test_a_delegated_tree_and_odd_receipts_come_back_byte_for_byte(
     assert back is not None and back.receipts == mine.receipts
     verify_jws(back.receipts[0], me.key.public)
     verify_jws(back.receipts[1], peer.key.public)
-    body = _body(tmp_path / "tasks.db", mine.id)
+    body, binary = _body(tmp_path / "tasks.db", mine.id)
     for jws in (mine.receipts[0], child.receipts[0]):
         assert jws.split(".")[0] not in body  # both signers' headers are kept once
+        assert unb64url(jws.split(".")[2]) in binary
     for jws in odd:
         assert json.dumps(jws) in body  # kept as the text it is
 
@@ -129,15 +136,15 @@ async def test_a_version_1_file_gains_the_signers_loses_three_indexes_and_reads_
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION == 4
         assert conn.execute("SELECT count(*) FROM receipt_signers").fetchone()[0] == 1
         indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE "
                                               "type='index' AND tbl_name='tasks'")}
         assert not indexes & {"tasks_owner", "tasks_owner_updated", "tasks_updated"}
     finally:
         conn.close()
-    assert old.receipts[0] in _body(path, old.id)
-    assert new.receipts[0] not in _body(path, new.id)
+    assert old.receipts[0] in _body(path, old.id)[0]
+    assert new.receipts[0] not in _body(path, new.id)[0]
 
 
 _ME = AgentIdentity(IdentityKey.generate())
@@ -164,3 +171,23 @@ def test_any_sealed_task_comes_back_byte_for_byte(
     columns = row_columns(sealed, signers)
     assert decode_row(*columns, signers=signers).receipts == sealed.receipts
     verify_jws(decode_row(*columns, signers=signers).receipts[0], _ME.key.public)
+
+
+async def test_a_signature_in_a_second_spelling_is_kept_as_spelled(tmp_path: Path) -> None:
+    """Base64url has two spellings of some bytes (the last character's unused bits): a
+    receipt whose signature is not in the one ``b64url`` writes keeps its text."""
+    me = AgentIdentity(IdentityKey.generate())
+    task = seal(echo(9), me, "home", URL)
+    head, _, signature = task.receipts[0].rpartition(".")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    other = signature[:-1] + alphabet[alphabet.index(signature[-1]) ^ 1]
+    assert unb64url(other) == unb64url(signature) and other != signature
+    odd = replace(task, receipts=(f"{head}.{other}",))
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    try:
+        await store.put(odd)
+        back = await store.get(odd.id)
+    finally:
+        await store.close()
+    assert back is not None and back.receipts == odd.receipts
+    assert other in _body(tmp_path / "tasks.db", odd.id)[0]

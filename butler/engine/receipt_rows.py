@@ -6,7 +6,10 @@ one key signs, and most claims are the task's own (its id, state, cost, budget, 
 and time). So a row keeps a receipt as ``[signer, id, signature, digest, changed]``:
 ``signer`` numbers its header in ``receipt_signers`` (with the agent and url first seen
 with it), ``id`` is its receipt id's hex, ``digest`` its result digest's, and ``changed``
-holds the claims that differ from those rebuilt from the task. Reading rebuilds the
+holds the claims that differ from those rebuilt from the task. Id, digest and signature
+are 112 bytes written as 165 characters: where they give their text back exactly, the
+row keeps them as bytes after its JSON body (``task_row``) and the receipt as
+``[signer, changed]``. Reading rebuilds the
 claims, their RFC 8785 form and the JWS, byte for byte. A receipt is kept that way only
 if rebuilding it when it is written gives exactly its text back; any other (an unknown
 signer, a payload in another form) is kept as the text it is.
@@ -135,10 +138,12 @@ class Signers:
                 (protected,)).fetchone()))
         return found
 
-    def stored(self, receipts: Sequence[str], task: Task) -> list[Any]:
-        """``receipts`` as the row keeps them: each compact where that gives it back."""
+    def stored(self, receipts: Sequence[str], task: Task) -> tuple[list[Any], bytes]:
+        """``receipts`` as the row keeps them, each compact where that gives it back, and
+        the binary fields of those kept as ``[signer]`` (``_packed``), in order."""
         claims: dict[str, Any] | None = None
         out: list[Any] = []
+        binary = bytearray()
         for jws in receipts:
             signer = self._by_header.get(jws.partition(".")[0]) if isinstance(jws, str) \
                 else None
@@ -147,15 +152,30 @@ class Signers:
                 continue
             if claims is None:
                 claims = claims_of(task)
-            out.append(self._compact(jws, signer, claims))
-        return out
+            stored = self._compact(jws, signer, claims)
+            packed = _packed(stored) if isinstance(stored, list) else None
+            if packed is not None:
+                binary += packed
+                stored = [stored[0], *stored[4:]]
+            out.append(stored)
+        return out, bytes(binary)
 
     def rebuilt(self, stored: Sequence[Any], claims: Callable[[], dict[str, Any]],
-                ) -> tuple[str, ...]:
-        """The receipts a row keeps (``stored``), as they were signed; ``claims`` gives
-        its task's (``task_claims``)."""
+                binary: bytes = b"") -> tuple[str, ...]:
+        """The receipts a row keeps (``stored``, ``binary``), as they were signed;
+        ``claims`` gives its task's (``task_claims``)."""
         base = claims() if any(isinstance(s, list) for s in stored) else {}
-        return tuple(s if isinstance(s, str) else self._jws(s, base) for s in stored)
+        out: list[str] = []
+        at = 0
+        for s in stored:
+            if isinstance(s, str):
+                out.append(s)
+                continue
+            if len(s) <= 2:  # its id, digest and signature are in ``binary``
+                s = [s[0], *_unpacked(binary[at:at + _PACKED]), *s[1:]]
+                at += _PACKED
+            out.append(self._jws(s, base))
+        return tuple(out)
 
     def _compact(self, jws: str, signer: Signer, base: dict[str, Any]) -> Any:
         parts = jws.split(".")
@@ -230,6 +250,30 @@ def _canonical(claims: dict[str, Any]) -> bytes:
             return canonical(claims)
         out.append(f"{encode_basestring(key)}:{text}")
     return ("{" + ",".join(out) + "}").encode()
+
+
+_PACKED = 16 + 32 + 64  # receipt id, result digest, signature
+
+
+def _packed(stored: list[Any]) -> bytes | None:
+    """A compact receipt's id (hex), digest and signature (base64url) as their bytes,
+    when each gives its text back exactly; else None (the row keeps the text)."""
+    _, rid, signature, digest = stored[:4]
+    try:
+        raw = (bytes.fromhex(rid), unb64url(digest), unb64url(signature))
+    except ValueError:  # BadSignature too
+        return None
+    if [len(r) for r in raw] != [16, 32, 64] or raw[0].hex() != rid \
+            or b64url(raw[1]) != digest or b64url(raw[2]) != signature:
+        return None
+    return b"".join(raw)
+
+
+def _unpacked(packed: bytes) -> tuple[str, str, str]:
+    """(receipt id hex, signature, digest): ``_packed`` undone."""
+    if len(packed) != _PACKED:
+        raise ValueError("a task row's receipt fields are cut short")
+    return packed[:16].hex(), b64url(packed[48:]), b64url(packed[16:48])
 
 
 def _split(jws: Any) -> tuple[str, dict[str, Any] | None]:

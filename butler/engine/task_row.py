@@ -46,9 +46,10 @@ NOT_CANONICAL = 0  # ``updated`` of a task whose time is not canonical: sorts fi
 
 
 def row_columns(task: Task, signers: Signers = NO_SIGNERS,
-                ) -> tuple[Any, str, Any, int, int, str]:
+                ) -> tuple[Any, str, Any, int, int, str | bytes]:
     """(id, owner, context_id, state, updated, body), as stored: ids Butler made (hex)
-    as their bytes (``hex_bytes``); receipts of a known signer compact (``receipt_rows``)."""
+    as their bytes (``hex_bytes``); receipts of a known signer compact (``receipt_rows``),
+    their binary fields after the JSON text, the body then a BLOB."""
     updated = stamp_micros(task.updated_at)
     body = _encode_body(task, updated, signers)
     return (hex_bytes(task.id), task.owner, hex_bytes(task.context_id), STATE_CODES[task.state],
@@ -56,7 +57,11 @@ def row_columns(task: Task, signers: Signers = NO_SIGNERS,
 
 
 def decode_row(task_id: object, owner: str, context_id: object, state: int, updated: int,
-               body: str, *, signers: Signers = NO_SIGNERS) -> Task:
+               body: str | bytes, *, signers: Signers = NO_SIGNERS) -> Task:
+    binary = b""
+    if type(body) is bytes:
+        text, _, binary = body.partition(b"\x00")
+        body = text.decode()
     data = exact_json.loads(body, max_depth=256)
     fields = list(data) + [None] * (len(_FIELDS) - len(data))
     (created, skill, history, parts, artifacts, error, status_message, budget, cost, chain,
@@ -80,7 +85,7 @@ def decode_row(task_id: object, owner: str, context_id: object, state: int, upda
         messages=tuple(_message(m) for m in messages or ()),
         reply_as_message=reply_as_message is True,
         receipts=signers.rebuilt(receipts, lambda: task_claims(
-            wire_task_id(key), task_state, costs, spent, trace_id, updated_at))
+            wire_task_id(key), task_state, costs, spent, trace_id, updated_at), binary)
         if receipts else (),
     )
 
@@ -90,7 +95,7 @@ _FIELDS = ("created", "skill", "history", "parts", "artifacts", "error", "status
            "updated_text", "receipts")
 
 
-def _encode_body(task: Task, updated: int | None, signers: Signers) -> str:
+def _encode_body(task: Task, updated: int | None, signers: Signers) -> str | bytes:
     created = stamp_micros(task.created_at)
     # created as an offset back from updated (a small number), else as text
     created_field: Any = None if task.created_at == task.updated_at else (
@@ -110,9 +115,14 @@ def _encode_body(task: Task, updated: int | None, signers: Signers) -> str:
         [_encode_message(m) for m in task.messages],
         True if task.reply_as_message else None,
         task.updated_at if updated is None else None,
-        signers.stored(task.receipts, task) if task.receipts else None,
+        None,
     ]
-    return exact_json.dumps(_trimmed(fields))
+    if not task.receipts:
+        return exact_json.dumps(_trimmed(fields))
+    fields[-1], binary = signers.stored(task.receipts, task)
+    text = exact_json.dumps(_trimmed(fields))
+    # JSON text never holds a raw NUL (it is written \u0000), so it ends the text.
+    return (text.encode() + b"\x00" + binary) if binary else text
 
 
 def _encode_request(request: TaskRequest) -> list[Any]:

@@ -32,8 +32,9 @@ from internal.protocol.a2a.model import Message, Task
 log = logging.getLogger("butler.engine")
 
 # 1: the compact row; 2: receipt_signers (receipts kept compact); 3: five listing
-# indexes, not eight (an owner's or everyone's tasks are walked state by state, merged).
-VERSION = 3
+# indexes, not eight (an owner's or everyone's tasks are walked state by state, merged);
+# 4: a body may be a BLOB (receipts' binary fields after its JSON), which 3 cannot read.
+VERSION = 4
 
 _TABLES = ("""
 CREATE TABLE tasks (
