@@ -6,7 +6,9 @@ since the epoch). The body is a JSON array of everything else, by position, trai
 empty fields left out: no key names, nothing the API derives (``status``, ``output``,
 ``depth``, totals) and times as integer offsets. A task the store writes comes back equal
 (``decode_row(*row_columns(task)) == task``); a time that is not in the store's canonical
-form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was.
+form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was. Receipts are kept
+compact (``receipt_rows``); the binary fields of those follow the JSON text after a NUL,
+which JSON text never holds raw, and the body is then a BLOB.
 """
 
 from __future__ import annotations
