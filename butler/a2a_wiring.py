@@ -41,14 +41,14 @@ def _no_grpc() -> None:
 def a2a_operations(cfg: Config, service: TaskService, catalog: SkillCatalog,
                    url: Callable[[], str], push: PushService | None = None,
                    grpc_url: GrpcUrl = _no_grpc,
-                   agent: AgentIdentity | None = None) -> A2AOperations:
+                   agent: AgentIdentity | None = None, tenant: str = "") -> A2AOperations:
     """The A2A semantics over the engine; the card is built per request from live state,
     and signed with ``agent``'s key."""
 
     def card(identity: Identity | None) -> CardInfo:
         return build_a2a_card(cfg, catalog, identity, url(), grpc_url(), agent)
 
-    return A2AOperations(service, push, card)
+    return A2AOperations(service, push, card, tenant)
 
 
 def jsonrpc_dispatcher(cfg: Config, ops: A2AOperations) -> JsonRpcDispatcher:
@@ -59,9 +59,9 @@ def jsonrpc_dispatcher(cfg: Config, ops: A2AOperations) -> JsonRpcDispatcher:
 def standard_a2a(cfg: Config, service: TaskService, catalog: SkillCatalog,
                  url: Callable[[], str], push: PushService | None = None,
                  grpc_url: GrpcUrl = _no_grpc, agent: AgentIdentity | None = None,
-                 ) -> tuple[list[web.RouteDef], list[ErrorRenderer]]:
-    """Routes and error renderers."""
-    ops = a2a_operations(cfg, service, catalog, url, push, grpc_url, agent)
+                 tenant: str = "") -> tuple[list[web.RouteDef], list[ErrorRenderer]]:
+    """Routes and error renderers; ``tenant``: a hosted agent's id (docs/hosting.md)."""
+    ops = a2a_operations(cfg, service, catalog, url, push, grpc_url, agent, tenant)
     jsonrpc = JsonRpcBinding(
         [V1Dialect(ops), V03Dialect(ops)],
         JsonRpcLimits(cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -18,30 +17,28 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer
 from yarl import URL
 
-from butler.a2a_wiring import a2a_operations, serve_grpc, standard_a2a
+from butler.a2a_wiring import a2a_operations, serve_grpc
 from butler.audit import AuditLog
 from butler.audit.retention import ARCHIVE, retention_loop
 from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
-from butler.dashboard import DAEMON_PAGE
-from butler.dashboard.overview import Overview
 from butler.data_folder import hold_data_folder
-from butler.delegation.peers import PeerStatus
 from butler.delegation.registry_link import RegistryLink
 from butler.edges.mcp_http import mount_mcp
 from butler.engine.engine import TaskEngine
 from butler.engine.run import Delegator, RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
+from butler.hosting.admin import AgentsAdmin
+from butler.hosting.host import AgentHost
+from butler.http_app import PER_CALLER, build_app, server_tls, token_verifier
 from butler.identity.key_file import AgentIdentity, load_identity
 from butler.identity.receipts import seal
 from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
-    metrics_middleware,
-    metrics_route,
     observe_audit,
     serve_metrics,
 )
@@ -54,30 +51,18 @@ from butler.swarm.admission import SwarmPolicy
 from butler.swarm.spend import SpendBook
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
-    ERROR_RENDERERS,
     INCIDENTS,
     STREAM_SLOTS,
     IncidentLog,
     ListenSettings,
     OutboundGuard,
-    StreamCaps,
-    StreamSlots,
-    TokenBuckets,
-    TokenVerifier,
-    error_middleware,
-    gate_middleware,
-    json_response,
     listen,
 )
-from internal.protocol.a2a.model import Identity
-from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBinding, RestLimits
 
 log = logging.getLogger("butler.daemon")
 
 RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
 DelegatorFactory = Callable[["Daemon"], Delegator | None]
-PER_CALLER: web.AppKey[TokenBuckets | None] = web.AppKey("butler.per_caller")
 
 
 @dataclass
@@ -91,6 +76,9 @@ class Daemon:
     # False: the engine alone, for a carrier that is not a port (``butler stdio``): no
     # listener, no metrics port, no registry announcement (there is no URL to announce).
     listen: bool = True
+    # True: a hosted agent (butler/hosting), whose app the daemon's listener serves under
+    # /{id}/: no listener, gRPC or metrics port of its own, but its own registry entry.
+    hosted: bool = False
     grpc_port: int | None = field(default=None, init=False)  # bound, when gRPC is served
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
@@ -101,6 +89,8 @@ class Daemon:
     metrics: ButlerMetrics = field(default_factory=ButlerMetrics, init=False)
     incidents: IncidentLog = field(init=False)
     identity: AgentIdentity = field(init=False)  # the key that signs its card and receipts
+    agents: AgentHost | None = field(default=None, init=False)  # the agents it hosts
+    _app: web.Application | None = field(default=None, init=False)
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
 
@@ -115,6 +105,11 @@ class Daemon:
         a2a = self.config.a2a
         return self.config.agent.url or http_url(a2a.bind_address, self.port,
                                                  tls=a2a.tls is not None)
+
+    @property
+    def app(self) -> web.Application:
+        assert self._app is not None, "the daemon is not started"
+        return self._app
 
     @property
     def grpc_url(self) -> str | None:
@@ -171,7 +166,10 @@ class Daemon:
             stack.push_async_callback(_cancel, retention)  # stopped before the log
         self.tracer_provider = build_tracer_provider(cfg.telemetry, cfg.agent.id,
                                                      self.span_exporter)
-        stack.callback(self.tracer_provider.shutdown)
+        # Each agent is a service of its own in traces (``butler-<id>``); an exporter handed
+        # in is the daemon's, shut down by it, not by the agents it hosts.
+        if not (self.hosted and self.span_exporter is not None):
+            stack.callback(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
         store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")
@@ -217,13 +215,19 @@ class Daemon:
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
         stack.push_async_callback(self.push.aclose)
-        runner = await self._http_app(stack, catalog) if self.listen else None
+        runner = await self._http_app(stack, catalog) \
+            if self.listen and not self.hosted else None
+        if self.hosted:
+            await self._hosted_app(stack, catalog)
         await self.push.start()
         await self.engine.start(audit_log)
         stack.push_async_callback(self.engine.stop, cfg.limits.shutdown_grace_seconds)
         stack.push_async_callback(_cancel, asyncio.create_task(
             _purge_workspace(workspace), name="workspace-purge"))
         if runner is None:
+            if self.hosted:
+                stack.push_async_callback(self.registry_link.stop)
+                await self.registry_link.start()
             return
         assert runner.server is not None
         server = await listen(runner.server, self._listen_settings(), self.incidents)
@@ -247,6 +251,9 @@ class Daemon:
                                       .cleanup)
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
+        assert self.agents is not None
+        stack.push_async_callback(self.agents.close)  # before the listener stops
+        await self.agents.start()
 
     async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application,
                           catalog: SkillCatalog) -> None:
@@ -259,6 +266,28 @@ class Daemon:
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
         log.info("butler %s serving A2A gRPC on %s", cfg.agent.id, self.grpc_url)
 
+    def _incident_log(self, stack: AsyncExitStack, app: web.Application) -> None:
+        self.incidents = IncidentLog(logging.getLogger("butler.http"))
+        stack.callback(self.incidents.close)
+        app[INCIDENTS] = self.incidents
+
+    async def _hosted_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> None:
+        """A hosted agent's app: frozen and started here, as no runner of its own does it."""
+        app = self._app = build_app(self.config, self.engine, catalog, self.metrics,
+                                    lambda: self.url, self.push, agent=self.identity,
+                                    hosted=True)
+        self._incident_log(stack, app)
+        app.freeze()
+        await app.startup()
+        stack.push_async_callback(app.cleanup)
+
+    def _spawn(self, config: Config) -> Daemon:
+        """A hosted agent's daemon: the same telemetry exporter, delegation, push guard and
+        clock as this one's."""
+        return Daemon(config, span_exporter=self.span_exporter,
+                      delegator_factory=self.delegator_factory, push_guard=self.push_guard,
+                      clock=self.clock, hosted=True)
+
     def _listen_settings(self) -> ListenSettings:
         cfg = self.config
         return ListenSettings(
@@ -270,12 +299,14 @@ class Daemon:
     async def _http_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> web.AppRunner:
         """The app, set up but not yet listening; its cleanup comes after the engine's."""
         cfg = self.config
-        app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url, self.push,
-                        lambda: self.grpc_url, self.identity)
-        self.incidents = IncidentLog(logging.getLogger("butler.http"))
-        stack.callback(self.incidents.close)
-        app[INCIDENTS] = self.incidents
+        agents = self.agents = AgentHost(cfg, lambda: self.url, self._spawn)
+        admin = AgentsAdmin(agents, cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds)
+        app = self._app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url,
+                                    self.push, lambda: self.grpc_url, self.identity,
+                                    hosting=agents, admin_routes=admin.routes())
+        self._incident_log(stack, app)
         await mount_mcp(app, stack, cfg, self.engine, catalog)  # before the app is frozen
+        agents.mount(app)  # last: the daemon's own routes come first
         runner = self._runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=cfg.limits.shutdown_grace_seconds,
             **self._listen_settings().handler_args(),
@@ -313,72 +344,3 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
         else:
             if purged:
                 log.info("purged %d expired workspace entries", purged)
-
-
-def token_verifier(cfg: Config) -> TokenVerifier:
-    anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
-        name="anonymous", tier=cfg.a2a.anonymous_tier)
-    return TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
-
-
-def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
-              metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
-              push: PushService | None = None,
-              grpc_url: Callable[[], str | None] | None = None,
-              agent: AgentIdentity | None = None) -> web.Application:
-    """The middleware stack, outermost first: count, map errors to JSON, limit per
-    address, cap in-flight requests, authenticate, limit per caller."""
-    verifier = token_verifier(cfg)
-    rl = cfg.rate_limits
-    per_caller = _buckets(rl.per_caller_per_second, rl.per_caller_burst)
-    app = web.Application(
-        client_max_size=cfg.limits.max_body_bytes,
-        middlewares=[
-            metrics_middleware(metrics),
-            error_middleware,
-            gate_middleware(
-                verifier=verifier, public_paths=PUBLIC_PATHS,
-                max_inflight=cfg.limits.max_inflight,
-                per_address=_buckets(rl.per_address_per_second, rl.per_address_burst),
-                per_caller=per_caller,
-                never_limited=("/healthz",)),
-        ],
-    )
-    app[PER_CALLER] = per_caller  # the gRPC port takes from the same buckets
-    app[STREAM_SLOTS] = StreamSlots(StreamCaps(cfg.limits.max_streams,
-                                               cfg.limits.max_streams_per_caller))
-    if cfg.metrics.enabled and not cfg.metrics.listen:
-        app.add_routes([metrics_route(metrics)])
-    rest = RestBinding(engine, RestLimits(cfg.limits.max_json_depth,
-                                          cfg.limits.body_timeout_seconds,
-                                          cfg.tasks.max_page_size))
-    app.add_routes(rest.routes())
-    a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
-        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
-        grpc_url or (lambda: None), agent)
-    app.add_routes(a2a_routes)
-
-    async def healthz(request: web.Request) -> web.Response:
-        return json_response({"status": "ok", "agent_id": cfg.agent.id})
-
-    async def peers() -> list[PeerStatus]:
-        delegator = engine.delegator
-        return [] if delegator is None else await delegator.peer_status()
-
-    overview = Overview(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
-                               cfg.a2a.caller_limits, metrics)
-    app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
-    return app
-
-
-def _buckets(rate: float, burst: float) -> TokenBuckets | None:
-    return TokenBuckets(rate, max(burst, 1.0)) if rate > 0 else None
-
-
-def server_tls(cfg: Config) -> ssl.SSLContext | None:
-    if cfg.a2a.tls is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cfg.a2a.tls.cert_file, cfg.a2a.tls.key_file)
-    return context

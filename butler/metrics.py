@@ -114,8 +114,10 @@ class Histogram(_Metric):
     def observe(self, *labels: str, value: float) -> None:
         key = self._key(labels)
         with self._lock:
-            counts, total = self._observed.setdefault(key, ([0] * (len(self.buckets) + 1),
-                                                            [0.0]))
+            observed = self._observed.get(key)
+            if observed is None:  # not built on every call: observed per request and task
+                observed = self._observed[key] = ([0] * (len(self.buckets) + 1), [0.0])
+            counts, total = observed
             counts[bisect.bisect_left(self.buckets, value)] += 1
             total[0] += value
 

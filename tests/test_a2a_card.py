@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,24 @@ async def test_card_caching_headers(swarm: Swarm, http: aiohttp.ClientSession) -
     assert status == 200
     status, _, _ = await fetch(http, home.url, {"If-Modified-Since": modified})
     assert status == 304
+
+
+async def test_the_card_follows_the_skills_it_lists(swarm: Swarm,
+                                                   http: aiohttp.ClientSession) -> None:
+    """The encoded card is kept while its facts stay the same, and only so long: a skill
+    that arrives later (an MCP server's tool) is on the next card, with a new ETag."""
+    home = await swarm.start("home")
+    _, first, card = await fetch(http, home.url)
+    _, again, same = await fetch(http, home.url)
+    assert again["ETag"] == first["ETag"] and same == card
+    echo = home.daemon.catalog.find("echo")
+    assert echo is not None
+    home.daemon.catalog.provide("late", [replace(echo, config=replace(echo.config,
+                                                                      id="late.echo"))])
+    _, later, changed = await fetch(http, home.url)
+    assert later["ETag"] != first["ETag"]
+    assert [s["id"] for s in changed["skills"]] == ["echo", "late.echo"]
+    assert changed["signatures"] != card["signatures"]
 
 
 async def test_legacy_0_3_fields_are_switchable(swarm: Swarm, http: aiohttp.ClientSession,

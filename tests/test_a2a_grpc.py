@@ -144,6 +144,19 @@ async def test_a_wrong_token_to_a_grpc_agent_fails_cleanly(swarm: Swarm) -> None
     assert "UNAUTHENTICATED" in task["error"]["message"]
 
 
+async def test_each_grpc_call_has_the_peers_card_checked_first(swarm: Swarm) -> None:
+    """A gRPC channel is one per call, a new connection each time: key continuity reads
+    the agent's public card (no token) before each, as before a new HTTP connection."""
+    token, _ = new_pair()
+    async with sdk_agent(token, binding="GRPC") as agent:
+        home = await butler_with_peer(swarm, agent.url, token)
+        for _ in range(2):
+            _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+            assert task["state"] == "completed", task
+        card_reads = [h for h in agent.seen.headers if "authorization" not in h]
+    assert len(card_reads) == 2
+
+
 def test_the_token_goes_only_to_the_peers_own_host() -> None:
     from internal.protocol.a2a.client._grpc import grpc_target
 

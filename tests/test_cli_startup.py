@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import importlib
 import json
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from butler.cli import COMMANDS, build_parser
-from tests.support import REPO, child_env
+from tests.support import REPO, Swarm, child_env, sample_skills
 
 HEAVY = ("aiohttp", "yaml", "opentelemetry", "butler.daemon", "butler.config", "internal.http")
 
@@ -57,12 +58,44 @@ SERVER_SIDE = ("aiohttp.web", "yaml", "opentelemetry", "butler.config", "butler.
                "internal.protocol.a2a.codec.a2a_v03", "internal.http._documents")
 
 
+# What the commands that talk to a Butler never need: their client is the blocking one
+# (internal/protocol/a2a/client/_blocking.py), with no event loop and no aiohttp.
+NO_LOOP = (*SERVER_SIDE, "aiohttp", "asyncio", "internal.protocol.a2a.client._butler")
+
+
+def _heavy(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in names))
+
+
 def test_send_loads_the_client_side_only() -> None:
     loaded = modules_after("send", "--help")
-    assert "internal.protocol.a2a.client._butler" in loaded
+    assert "internal.protocol.a2a.client._blocking" in loaded
+    assert "internal.protocol.a2a.client._exchange" in loaded
     assert "internal.http._outbound_guard" in loaded
-    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in SERVER_SIDE))
-    assert heavy == [], heavy
+    assert _heavy(loaded, NO_LOOP) == []
+
+
+async def test_talking_to_a_butler_loads_neither_aiohttp_nor_asyncio(swarm: Swarm) -> None:
+    """Run for real against a daemon (submit, follow the events, read the task), not only
+    parsed: what is imported on first use counts too."""
+    home = await swarm.start("home", skills=sample_skills())
+    token = home.tokens["operator"]
+    send = await modules_after_run(token, "send", home.url, "hi", "--skill", "echo")
+    assert "internal.protocol.a2a.client._blocking" in send
+    assert _heavy(send, NO_LOOP) == []
+    for argv in (["tasks", "list", home.url], ["top", home.url, "--once"]):
+        assert _heavy(await modules_after_run(token, *argv), NO_LOOP) == [], argv
+
+
+async def modules_after_run(token: str, *argv: str) -> set[str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PROBE, *argv, cwd=REPO, env=child_env(BUTLER_TOKEN=token),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err
+    assert out.strip() and b"Traceback" not in err, err  # the command did its work
+    loaded: list[str] = json.loads(err.decode().strip().splitlines()[-1])
+    return set(loaded)
 
 
 @pytest.mark.parametrize("package", ["internal.http", "internal.protocol.a2a.client",

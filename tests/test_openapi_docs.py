@@ -15,6 +15,7 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from butler.dashboard import REGISTRY_PAGE
 from butler.dashboard.overview import OVERVIEW_PATH
+from butler.hosting.admin import ADMIN_AGENTS_PATH
 from butler.registry.clock import ManualClock
 from butler.registry.service import build_registry_app
 from butler.registry.sqlite_store import SqliteStore
@@ -77,7 +78,9 @@ def test_operations_are_exactly_the_server_routes(which: tuple[str, str],
     if which == BUTLER_V2:
         binding = RestBinding(cast(TaskService, None), RestLimits(32, 1.0, 50))
         served = {(r.method, r.path) for r in binding.routes()}  # type: ignore[attr-defined]
-        daemon = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", OVERVIEW_PATH)}
+        daemon = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", OVERVIEW_PATH),
+                  ("GET", ADMIN_AGENTS_PATH), ("POST", ADMIN_AGENTS_PATH),
+                  ("DELETE", ADMIN_AGENTS_PATH + "/{id}")}
         assert served | daemon == documented
     else:
         served = _registry_routes(tmp_path)

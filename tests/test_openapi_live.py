@@ -14,7 +14,7 @@ import aiohttp
 
 from internal.protocol.a2a.server import BUTLER_V2
 from tests.openapi_support import ApiDoc
-from tests.support import ECHO, Instance, Swarm, command_skill, plugin_skill
+from tests.support import ECHO, Instance, Swarm, command_skill, new_pair, plugin_skill
 
 DOC = ApiDoc.packaged(BUTLER_V2)
 NOT_REACHED_HERE = {429, 503}
@@ -52,12 +52,12 @@ class Walker:
         data = await self.call(method, template, expect, **kwargs)
         assert data["error"]["code"] == code, data
 
-    async def slow_body(self, template: str, id: str = "") -> None:
+    async def slow_body(self, template: str, id: str = "", who: str = "operator") -> None:
         """Headers, then a body that never finishes: 408 after the body timeout."""
         reader, writer = await asyncio.open_connection("127.0.0.1", self.inst.daemon.port)
         path = template.replace("{id}", id)
         writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     f"Authorization: {self.inst.headers()['Authorization']}\r\n"
+                     f"Authorization: {self.inst.headers(who)['Authorization']}\r\n"
                      "Content-Length: 100\r\n\r\n{".encode())
         async with asyncio.timeout(10):
             raw = await reader.read()
@@ -84,7 +84,8 @@ async def test_every_operation_answers_as_documented(swarm: Swarm,
     home = await swarm.start(
         "home", callers={"operator": {}, "other": {}, "boss": {"tier": "admin"}}, skills=SKILLS,
         extra={"server": {"max_body_bytes": 64 * 1024, "body_timeout_seconds": 0.3},
-               "rate_limits": {"per_caller_per_second": 0, "per_address_per_second": 0}})
+               "rate_limits": {"per_caller_per_second": 0, "per_address_per_second": 0},
+               "agents": [{"id": "resident", "token_hashes": [new_pair()[1]]}]})
     w = Walker(home, http)
     huge_line = {"X-Padding": "x" * 9000}  # over aiohttp's 8190-byte header line
     long_auth = {"Authorization": "Bearer " + "x" * 5000}  # over MAX_AUTH_HEADER
@@ -101,6 +102,28 @@ async def test_every_operation_answers_as_documented(swarm: Swarm,
     assert overview["agent"]["id"] == "home" and overview["peers"] == []
     await w.error("GET", "/v2/overview", 403, "forbidden")
     assert {s["id"] for s in card["skills"]} == {"echo", "ask", "slow", "pricey"}
+
+    # the hosted agents (docs/hosting.md)
+    guest = {"id": "guest", "token_hashes": [new_pair()[1]]}
+    admin, one = "/v2/admin/agents", "/v2/admin/agents/{id}"
+    await w.error("GET", admin, 403, "forbidden")
+    await w.error("POST", admin, 403, "forbidden", json=guest)
+    assert (await w.call("POST", admin, 201, who="boss", json=guest))["source"] == "admin"
+    listed = await w.call("GET", admin, 200, who="boss")
+    assert [a["id"] for a in listed["agents"]] == ["resident", "guest"]
+    await w.error("POST", admin, 409, "agent_exists", who="boss", json=guest)
+    await w.error("POST", admin, 400, "invalid_request", who="boss", json={"id": "x"})
+    await w.error("POST", admin, 400, "malformed_json", who="boss", data=b"{",
+                  headers={"Content-Type": "application/json"})
+    await w.error("POST", admin, 413, "payload_too_large", who="boss",
+                  json={"id": "x" * 70_000})
+    await w.error("POST", admin, 415, "unsupported_media_type", who="boss", data=b"hi",
+                  headers={"Content-Type": "text/plain"})
+    await w.slow_body(admin, who="boss")
+    await w.error("DELETE", one, 403, "forbidden", id="guest")
+    await w.error("DELETE", one, 400, "invalid_request", who="boss", id="resident")
+    await w.call("DELETE", one, 200, who="boss", id="guest")
+    await w.error("DELETE", one, 404, "not_found", who="boss", id="guest")
 
     # POST /v2/tasks
     done = await w.call("POST", "/v2/tasks", 200, json={"task": "hi", "skill": "echo",

@@ -7,6 +7,8 @@ the most lenient rules each path can have, with no connection reaching the liste
   ``peer_address_refused``), and a candidate handed to the delegator as such;
 - a peer found in a real registry on port 0 whose entries advertise the URLs;
 - an agent card fetch, and an interface URL a card advertises.
+
+The CLI's blocking transport refuses the same corpus in tests/test_blocking_client.py.
 """
 
 from __future__ import annotations

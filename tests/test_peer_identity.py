@@ -3,6 +3,8 @@ its token only while the peer's card is signed by that key or one it rotated to.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -14,9 +16,9 @@ from butler.daemon import Daemon
 from butler.delegation.wiring import make_delegator
 from butler.identity.key_file import KEY_FILE, load_identity
 from butler.identity.pins import PINS_FILE
-from internal.protocol.a2a.model import TaskRequest, TaskState
+from internal.protocol.a2a.model import WELL_KNOWN_CARD_PATH, TaskRequest, TaskState
 from internal.protocol.a2a.server._card_route import CardRoute
-from tests.delegation_support import Mesh, skill
+from tests.delegation_support import Mesh, free_port, skill
 from tests.support import Instance, run_cli
 
 
@@ -31,6 +33,12 @@ async def restart(inst: Instance) -> Daemon:
 async def delegate(home: Instance) -> tuple[TaskState, str]:
     task = await home.client().submit(TaskRequest(text="t", capabilities_needed=("x.work",)))
     return task.state, task.error.code if task.error else ""
+
+
+async def refusal(home: Instance) -> str:
+    task = await home.client().submit(TaskRequest(text="t", capabilities_needed=("x.work",)))
+    assert task.error is not None and task.error.code == "peer_identity_changed"
+    return task.error.message
 
 
 async def office_task_count(mesh: Mesh, url: str, office: Instance) -> int:
@@ -66,6 +74,98 @@ async def test_a_peer_that_swaps_its_key_is_refused(mesh: Mesh) -> None:
         office.daemon = swapped  # stopped: the mesh's teardown stops it once more, harmlessly
 
 
+def card_reads(daemon: Daemon) -> float:
+    return float(daemon.metrics.requests.value(f"GET {WELL_KNOWN_CARD_PATH}", "200"))
+
+
+async def test_the_card_is_checked_per_new_connection_not_per_call(mesh: Mesh) -> None:
+    home, office = await home_and_office(mesh)
+    first = card_reads(office.daemon)
+    assert first == 1
+    for _ in range(3):
+        assert await delegate(home) == (TaskState.COMPLETED, "")
+    assert card_reads(office.daemon) == first  # the kept-alive connection: no card read
+    # The same office restarted: its connections are gone, and the next call's new one
+    # waits for the card's check.
+    office.daemon = await restart(office)
+    assert await delegate(home) == (TaskState.COMPLETED, "")
+    assert card_reads(office.daemon) == 1
+
+
+class Relay:
+    """A TCP proxy that keeps its client's connection while the server behind it
+    restarts, as a reverse proxy's keep-alive does: a client's bytes go to a backend
+    connection, opened anew once the last one closed."""
+
+    def __init__(self, backend_port: int) -> None:
+        self.port = free_port()
+        self.backend_port = backend_port
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> Relay:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.server.wait_closed()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        self.tasks.add(current)
+        backend: asyncio.StreamWriter | None = None
+        pump: asyncio.Task[None] | None = None
+        try:
+            while data := await reader.read(65536):
+                if backend is None or pump is None or pump.done():
+                    if backend is not None:
+                        backend.close()
+                    from_backend, backend = await asyncio.open_connection(
+                        "127.0.0.1", self.backend_port)
+                    pump = asyncio.create_task(self._pump(from_backend, writer))
+                    self.tasks.add(pump)
+                backend.write(data)
+        finally:
+            writer.close()
+            if backend is not None:
+                backend.close()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+
+
+async def test_behind_a_proxy_that_keeps_the_connection_a_swapped_key_gets_one_call(
+        mesh: Mesh) -> None:
+    """What the check per new connection cannot see: the agent behind a proxy replaced
+    while the proxy keeps our connection. That call's token reaches the new agent; its
+    answer's receipt is refused, and from then on the card is checked before every call
+    until one succeeds, so the next call is refused before its token is sent."""
+    mesh.agent("home", skills=[])
+    mesh.agent("office", skills=[skill("x.work")])
+    async with Relay(mesh.specs["office"]["port"]) as relay:
+        mesh.link("home", "office", ["x.work"], url=f"http://127.0.0.1:{relay.port}")
+        agents = await mesh.start()
+        home, office = agents["home"], agents["office"]
+        assert await delegate(home) == (TaskState.COMPLETED, "")
+        (office.daemon.config.data_dir / KEY_FILE).unlink()
+        swapped = await restart(office)
+        try:
+            assert "the token went with that call" in await refusal(home)
+            assert await office_task_count(mesh, swapped.url, office) == 2
+            assert "no token was sent" in await refusal(home)
+            assert await office_task_count(mesh, swapped.url, office) == 2
+        finally:
+            await swapped.stop()
+            office.daemon = swapped
+            await mesh.close()
+
+
 async def test_an_impostor_replaying_the_card_is_caught_by_its_receipt(
         mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
     """A signed card is public: whoever took the peer's address can serve it. The check
@@ -75,7 +175,7 @@ async def test_an_impostor_replaying_the_card_is_caught_by_its_receipt(
         replayed = await resp.json()
     (office.daemon.config.data_dir / KEY_FILE).unlink()
     impostor = await restart(office)
-    monkeypatch.setattr(CardRoute, "_negotiated", lambda self, request: replayed)
+    monkeypatch.setattr(CardRoute, "_negotiated", lambda self, info, version: replayed)
     try:
         assert impostor.identity.kid != office.daemon.identity.kid
         assert await delegate(home) == (TaskState.FAILED, "peer_identity_changed")

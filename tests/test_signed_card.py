@@ -166,10 +166,16 @@ def test_the_fast_path_writes_the_same_bytes_as_the_careful_one() -> None:
         {"b": [1, "x", None, True, False], "a": {"\u00e9": "\u20ac\n\t\x01\x7f\"\\/"}},
         {"\ufb33": 1, "\r": 2, "1": 3, "\u00f6": [], "z": {}}, [], "", 2**53 - 1,
         {"k": ["\u2028\u2029", "\U0001f600"]},
+        # Past the fast path's reach, deep inside: an astral key, a float, a Decimal.
+        {"a": [{"z": 1, "\U0001f600": 2, "\ufb33": 3}]}, [[0.5]], {"a": {"b": Decimal("1.5")}},
     ]
     for value in values:
         assert canonical(value) == careful(value), value
-    for bad in ({"k": "\ud83d"}, {"k": [2**53]}, {"\U0001f600": 1, "\ufb33": 2}):
+    too_deep: Any = "x"
+    for _ in range(130):
+        too_deep = [{"k": too_deep}]
+    for bad in ({"k": "\ud83d"}, {"k": [2**53]}, {"\U0001f600": 1, "\ufb33": 2}, too_deep,
+                {1: "not a string key"}):
         try:
             expected: Any = careful(bad)
         except NotCanonical:

@@ -156,3 +156,19 @@ def test_a_run_does_not_import_the_engine() -> None:
                 if isinstance(node, ast.ImportFrom)}
     assert "butler.engine.engine" not in imported
 
+
+
+@given(st.lists(st.sampled_from(sorted(EVENTS)), max_size=6))
+def test_with_changes_is_dataclasses_replace(names: list[str]) -> None:
+    """Tasks are copied by ``Task.with_changes``: the same task ``replace`` would make."""
+    task = task_in(S.SUBMITTED)
+    for name in names:
+        try:
+            task = apply(task, EVENTS[name], T1)
+        except StateConflict:
+            break
+    changes = {"updated_at": T0, "skill": "echo", "receipts": ("r",), "chain": ("a", "b")}
+    assert task.with_changes(**changes) == replace(task, **changes)
+    assert task.with_changes() == task
+    with pytest.raises(TypeError, match="no field"):
+        task.with_changes(stat=S.FAILED)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -47,6 +47,7 @@ from butler.audit.schema import (
     seal_full,
     stored_row,
 )
+from butler.engine.clock import now_utc_iso
 from butler.storage import Database
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
@@ -286,8 +287,8 @@ def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
 
 
 def now_stamp() -> str:
-    """An audit record's time: UTC, to the microsecond."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
+    """An audit record's time: UTC, to the microsecond, ``+00:00``."""
+    return now_utc_iso()
 
 
 def failed(checked: int, seq: int | None, reason: str) -> VerifyResult:

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "send": ("butler.cli.remote", "add_parsers", "submit a task and follow it until it ends"),
     "tasks": ("butler.cli.remote", "add_parsers",
               "list, show, cancel, watch or answer tasks on a Butler"),
+    "agents": ("butler.cli.agents_cmd", "add_parsers",
+               "list, add or remove the agents a daemon hosts"),
     "top": ("butler.cli.top", "add_parsers",
             "a live view of running and recent tasks and their delegation trees"),
     "audit": ("butler.cli.audit_cmd", "add_parsers", "show or verify the audit trail"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from butler.audit import AuditLog
 from butler.audit.retention import ARCHIVE
 from butler.audit.segments import export, segments, verify_history
-from butler.cli.serve import load_or_exit
+from butler.cli.serve import agent_arg, load_or_exit
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,11 +29,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                         help=f"where (default: <data_dir>/{ARCHIVE}); existing files are kept")
     for p, fn in ((tail, _tail), (verify, _verify), (export, _export)):
         p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
+        agent_arg(p)
         p.set_defaults(handler=fn)
 
 
 def _open(args: argparse.Namespace) -> AuditLog | None:
-    config = load_or_exit(args.config, secrets=False)  # the data folder only
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)  # its data folder
     if config is None:
         return None
     path = config.data_dir / "audit.db"

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from butler.cli.serve import load_or_exit
+from butler.cli.serve import agent_arg, load_or_exit
 from butler.data_folder import hold_data_folder
 from butler.identity.key_file import KEY_FILE, read_identity, rotate_identity
 from internal.protocol.a2a.model import SetupError
@@ -26,11 +26,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                                             "(stop the daemon first)")
     for p, fn in ((show, _show), (rotate, _rotate)):
         p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
+        agent_arg(p)
         p.set_defaults(handler=fn)
 
 
 def _show(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.config, secrets=False)  # the data folder only
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)  # its data folder
     if config is None:
         return 2
     try:
@@ -49,7 +50,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _rotate(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.config, secrets=False)
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)
     if config is None:
         return 2
     try:

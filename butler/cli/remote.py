@@ -1,20 +1,23 @@
-"""Commands that talk to a running Butler: send, tasks."""
+"""Commands that talk to a running Butler: send, tasks.
+
+They use the blocking /v2 client (``BlockingPeerClient``): the same exchange rules and
+outbound guard as the daemon's client, without aiohttp or an event loop to start.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from butler.cli.render import print_task, print_task_header, print_task_line
-from internal.http import CONFIGURED, OutboundGuard, outbound_session
-from internal.protocol.a2a.client import PeerClient
+from internal.http import CONFIGURED, OutboundGuard
+from internal.protocol.a2a.client import BlockingPeerClient
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -105,7 +108,7 @@ def config_url(path: str | None) -> str | None:
     return http_url(host, a2a.port, tls=a2a.tls is not None)
 
 
-Action = Callable[[argparse.Namespace, PeerClient], Awaitable[int]]
+Action = Callable[[argparse.Namespace, BlockingPeerClient], int]
 
 
 def run_remote(args: argparse.Namespace, action: Action) -> int:
@@ -114,15 +117,9 @@ def run_remote(args: argparse.Namespace, action: Action) -> int:
               f"http://{args.url}", file=sys.stderr)
         return 2
     token = read_token(args)
-
-    async def go() -> int:
-        guard = OutboundGuard(CONFIGURED)
-        async with outbound_session(guard) as session:
-            client = PeerClient(args.url, token, session=session, timeout=3600, guard=guard)
-            return await action(args, client)
-
+    client = BlockingPeerClient(args.url, token, guard=OutboundGuard(CONFIGURED), timeout=3600)
     try:
-        return asyncio.run(go())
+        return action(args, client)
     except ButlerError as err:
         print(f"butler: {err.code}: {err.message}", file=sys.stderr)
         return 1
@@ -148,22 +145,22 @@ def _task_path(task_id: str, action: str = "") -> str:
     return f"/v2/tasks/{quote(task_id, safe='')}" + (f"/{action}" if action else "")
 
 
-async def _raw_task(client: PeerClient, method: str, path: str,
-                    body: Any = None) -> tuple[dict[str, Any], Task]:
+def _raw_task(client: BlockingPeerClient, method: str, path: str,
+              body: Any = None) -> tuple[dict[str, Any], Task]:
     """The daemon's answer as it sent it (for ``--json``) and decoded."""
-    data = await client.request(method, path, body=body)
+    data = client.request(method, path, body=body)
     if not isinstance(data, dict):
         raise DelegationFailed("peer_error", f"{client.name} sent an invalid task")
     return data, butler_v2.decode_task(data)
 
 
-async def _send(args: argparse.Namespace, client: PeerClient) -> int:
+def _send(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     data = _json_input(args.input)
     request = TaskRequest(text=args.text, input=data, skill=args.skill,
                           capabilities_needed=tuple(args.capability), blocking=False)
     budget = butler_v2.decode_money(args.budget, "--budget") if args.budget else None
-    raw, task = await _raw_task(client, "POST", "/v2/tasks",
-                                butler_v2.encode_request(request, budget=budget))
+    raw, task = _raw_task(client, "POST", "/v2/tasks",
+                          butler_v2.encode_request(request, budget=budget))
     if args.is_async:
         if args.json:
             _dump(raw)
@@ -172,16 +169,16 @@ async def _send(args: argparse.Namespace, client: PeerClient) -> int:
         return 0
     print(f"task {task.id}: {task.state.value}", file=sys.stderr)
     try:
-        return await _follow(args, client, task)
-    except asyncio.CancelledError:  # Ctrl-C: we stop following; the daemon does not stop
+        return _follow(args, client, task)
+    except KeyboardInterrupt:  # Ctrl-C: we stop following; the daemon does not stop
         print(f"butler: interrupted; task {task.id} goes on. Follow it with: butler tasks "
               f"watch {args.url} {task.id}  (or stop it: butler tasks cancel {args.url} "
               f"{task.id})", file=sys.stderr)
         raise
 
 
-async def _follow(args: argparse.Namespace, client: PeerClient, task: Task) -> int:
-    async for name, payload in client.events(task.id):
+def _follow(args: argparse.Namespace, client: BlockingPeerClient, task: Task) -> int:
+    for name, payload in client.events(task.id):
         if name == "status":
             print(f"  {payload['state']}: {payload['status'].get('message', '')}",
                   file=sys.stderr)
@@ -192,7 +189,7 @@ async def _follow(args: argparse.Namespace, client: PeerClient, task: Task) -> i
                 break
         elif name == "artifact":
             print(f"  artifact {payload['artifact'].get('name', '')}", file=sys.stderr)
-    raw, final = await _raw_task(client, "GET", _task_path(task.id))
+    raw, final = _raw_task(client, "GET", _task_path(task.id))
     if args.json:
         _dump(raw)
     else:
@@ -200,10 +197,10 @@ async def _follow(args: argparse.Namespace, client: PeerClient, task: Task) -> i
     return 0 if final.state.value == "completed" else 1
 
 
-async def _list(args: argparse.Namespace, client: PeerClient) -> int:
+def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     query = {"limit": str(args.limit), "state": args.state, "context_id": args.context,
              "cursor": args.cursor}
-    data = await client.request(
+    data = client.request(
         "GET", "/v2/tasks?" + urlencode({k: v for k, v in query.items() if v is not None}))
     if not isinstance(data, dict):
         raise DelegationFailed("peer_error", f"{client.name} sent an invalid task list")
@@ -220,9 +217,9 @@ async def _list(args: argparse.Namespace, client: PeerClient) -> int:
     return 0
 
 
-async def _answer(args: argparse.Namespace, client: PeerClient) -> int:
+def _answer(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     body = butler_v2.encode_request(TaskRequest(text=args.text, input=_json_input(args.input)))
-    raw, task = await _raw_task(client, "POST", _task_path(args.task_id, "input"), body)
+    raw, task = _raw_task(client, "POST", _task_path(args.task_id, "input"), body)
     if args.json:
         _dump(raw)
     else:
@@ -230,8 +227,8 @@ async def _answer(args: argparse.Namespace, client: PeerClient) -> int:
     return 0 if task.state is not TaskState.FAILED else 1
 
 
-async def _get(args: argparse.Namespace, client: PeerClient) -> int:
-    raw, task = await _raw_task(client, "GET", _task_path(args.task_id))
+def _get(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+    raw, task = _raw_task(client, "GET", _task_path(args.task_id))
     if args.json:
         _dump(raw)
     else:
@@ -239,8 +236,8 @@ async def _get(args: argparse.Namespace, client: PeerClient) -> int:
     return 0
 
 
-async def _cancel(args: argparse.Namespace, client: PeerClient) -> int:
-    raw, task = await _raw_task(client, "POST", _task_path(args.task_id, "cancel"))
+def _cancel(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+    raw, task = _raw_task(client, "POST", _task_path(args.task_id, "cancel"))
     if args.json:
         _dump(raw)
     else:
@@ -248,10 +245,10 @@ async def _cancel(args: argparse.Namespace, client: PeerClient) -> int:
     return 0
 
 
-async def _watch(args: argparse.Namespace, client: PeerClient) -> int:
+def _watch(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     """Exits 0 when the task completed, 1 when it ended otherwise (or the stream did)."""
     state = ""
-    async for name, payload in client.events(args.task_id):
+    for name, payload in client.events(args.task_id):
         if name == "status":
             state = str(payload.get("state", ""))
         if args.json:

@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from butler.config import Config, ConfigError, load_config
+from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
 from butler.heap import settle_heap
 from butler.logs import setup_logging
@@ -38,15 +38,29 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     check.set_defaults(handler=_check)
 
 
-def load_or_exit(path: str | None, *, secrets: bool = True) -> Config | None:
+def load_or_exit(path: str | None, *, secrets: bool = True,
+                 agent: str | None = None) -> Config | None:
+    """``agent``: the config of that agent the daemon hosts (``agents:``, docs/hosting.md)
+    instead of the daemon's own."""
     if not path:
         print("butler: no config file: pass -c FILE or set BUTLER_CONFIG", file=sys.stderr)
         return None
     try:
-        return load_config(path, secrets=secrets)
-    except ConfigError as err:
-        print(f"butler: {err}", file=sys.stderr)
+        config = load_config(path, secrets=secrets)
+        if agent is None:
+            return config
+        # Only when asked: the hosted agents' store and its imports.
+        from butler.hosting.store import hosted_agent_config
+
+        return hosted_agent_config(config, agent)
+    except SetupError as err:  # ConfigError included
+        print(f"butler: {err.message}", file=sys.stderr)
         return None
+
+
+def agent_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agent", metavar="ID",
+                   help="an agent this daemon hosts (agents:), instead of its own")
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -61,20 +75,31 @@ def _check(args: argparse.Namespace) -> int:
         if skill.expose and is_reserved(skill.id):
             print(f"butler: {config.source}: skills[{i}].id: {skill.id!r} is in a reserved "
                   "namespace (a2a., butler., admin.) and is never exposed", file=sys.stderr)
-    for warning in token_hash_warnings([t.digest for t in config.a2a.tokens]):
+    for warning in token_hash_warnings(_token_digests(config)):
         print(f"butler: {config.source}: warning: {warning}", file=sys.stderr)
-    print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s))")
+    hosted = f", {len(config.agents)} hosted agent(s)" if config.agents else ""
+    print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s)"
+          f"{hosted})")
     return 0
+
+
+def _token_digests(config: Config) -> list[bytes]:
+    """The hashes of the daemon's own callers and of its hosted agents' (``agents:``)."""
+    return [t.digest for t in (*config.a2a.tokens, *(t for a in config.agents
+                                                      for t in a.tokens))]
 
 
 def _skill_problem(config: Config) -> str | None:
     """Plugins are imported here too, so a typo shows before the daemon is started."""
-    for i, skill in enumerate(config.skills):
+    skills = [(f"skills[{i}]", s) for i, s in enumerate(config.skills)]
+    skills += [(f"agents[{a}].skills[{i}]", s) for a, agent in enumerate(config.agents)
+               for i, s in enumerate(agent.skills)]
+    for where, skill in skills:
         if skill.python is not None:
             try:
                 load_plugin(skill.python)
             except PluginError as exc:
-                return f"skills[{i}].python: {exc}"
+                return f"{where}.python: {exc}"
     return None
 
 
@@ -95,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"butler: {config.source}: {problem}", file=sys.stderr)
         return 2
     setup_logging(config.logging)
-    for warning in token_hash_warnings([t.digest for t in config.a2a.tokens]):
+    for warning in token_hash_warnings(_token_digests(config)):
         log.warning("%s: %s", config.source, warning)
     return asyncio.run(run_daemon(config))
 

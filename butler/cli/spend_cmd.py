@@ -10,7 +10,7 @@ import os
 import time
 from decimal import Decimal
 
-from butler.cli.serve import load_or_exit
+from butler.cli.serve import agent_arg, load_or_exit
 from butler.swarm.spend import SpendBook, caller_json
 from butler.swarm.spend_store import FILE_NAME, MinuteRow, OpenRow, SpendStore
 from butler.swarm.spend_windows import DAY, SECONDS, Usage
@@ -21,11 +21,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                                      "day) and its limits")
     p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
     p.add_argument("--json", action="store_true")
+    agent_arg(p)
     p.set_defaults(handler=_spend)
 
 
 def _spend(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.config, secrets=False)  # the data folder only
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)  # its data folder
     if config is None:
         return 2
     limits = config.a2a.caller_limits

@@ -14,16 +14,16 @@ so the view survives a daemon restart.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import sys
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from butler.cli.remote import config_url, run_remote, token_args
 from butler.cli.render import cost_lines
-from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.client import BlockingPeerClient
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import ButlerError, DelegationFailed, Task
 
@@ -73,15 +73,15 @@ def _terminal_size() -> os.terminal_size:
         return shutil.get_terminal_size()
 
 
-async def _read(client: PeerClient, limit: int) -> list[Task]:
-    data = await client.request("GET", f"/v2/tasks?limit={max(1, min(limit, 200))}")
+def _read(client: BlockingPeerClient, limit: int) -> list[Task]:
+    data = client.request("GET", f"/v2/tasks?limit={max(1, min(limit, 200))}")
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
         raise DelegationFailed("peer_error", f"{client.name} sent an invalid task list")
     return [butler_v2.decode_task(item) for item in data["tasks"]]
 
 
-async def _top(args: argparse.Namespace, client: PeerClient) -> int:
-    tasks = await _read(client, args.limit)  # errors here end the command
+def _top(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+    tasks = _read(client, args.limit)  # errors here end the command
     problem = ""
     while True:
         size = _terminal_size()
@@ -92,9 +92,9 @@ async def _top(args: argparse.Namespace, client: PeerClient) -> int:
         shown = [line[:size.columns] for line in lines[:max(size.lines - 1, 3)]]
         sys.stdout.write(CLEAR + "\n".join(shown) + "\n")
         sys.stdout.flush()
-        await asyncio.sleep(args.interval)
+        time.sleep(args.interval)
         try:
-            tasks, problem = await _read(client, args.limit), ""
+            tasks, problem = _read(client, args.limit), ""
         except ButlerError as err:  # keep the last tasks on screen, say why they are old
             problem = f"{err.code}: {err.message}"
 

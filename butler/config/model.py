@@ -239,6 +239,33 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class HostingConfig:
+    """``hosting:``: what the admin API may give an agent it adds at run time."""
+
+    # False: only builtin skills, no peers, the daemon's registry settings, no ${VAR}: an
+    # admin token cannot make the daemon run code, read a file or variable, or call a URL.
+    allow_local_access: bool = False
+
+
+@dataclass(frozen=True)
+class HostedAgentConfig:
+    """One more agent served by this daemon under ``/{id}/`` (``agents:``; docs/hosting.md):
+    its own name, callers' tokens, skills, peers, swarm limits and registry announcement.
+    The rest (listener, limits, telemetry, planner) is the daemon's."""
+
+    id: str  # the URL path segment and agent id
+    name: str
+    description: str = ""
+    version: str = "0.1.0"
+    tokens: tuple[TokenEntry, ...] = ()
+    caller_limits: Mapping[str, CallerLimits] = field(default_factory=dict)
+    skills: tuple[SkillConfig, ...] = ()
+    peers: tuple[PeerConfig, ...] = ()
+    swarm: SwarmConfig | None = None  # None: the daemon's
+    registry: RegistryConfig | None = None  # None: the daemon's
+
+
+@dataclass(frozen=True)
 class Config:
     source: str
     agent: AgentConfig
@@ -257,6 +284,8 @@ class Config:
     rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     planner: PlannerConfig | None = None
+    agents: tuple[HostedAgentConfig, ...] = ()  # served under /{id}/ beside this one
+    hosting: HostingConfig = field(default_factory=HostingConfig)
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
 

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal
 from itertools import islice
@@ -83,8 +83,11 @@ class PeerDelegator:
     def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
         if rules not in self._sessions:
             guard = OutboundGuard(rules, names=self._names)
-            # A call holds one connection at a time, inside a slot: never more are needed.
-            self._sessions[rules] = (guard, outbound_session(guard, limit=self._max_concurrency))
+            # A call holds one connection at a time, inside a slot, and while it opens one
+            # it may read the peer's card on another (key continuity): twice the slots.
+            self._sessions[rules] = (guard, outbound_session(
+                guard, limit=2 * self._max_concurrency,
+                new_connection_checks=self.identities is not None))
         return self._sessions[rules]
 
     def _pinned(self, ca_file: Path | None) -> ssl.SSLContext | None:
@@ -155,15 +158,22 @@ class PeerDelegator:
             return ()
 
     async def _read_card(self, cand: Candidate) -> dict[str, Any]:
-        guard, session = self._http(cand.rules)
-        tls = self._pinned(cand.ca_file)
-        if cand.protocol == "a2a":
-            return await A2APeerClient(
-                cand.url, cand.token, session=session, name=cand.name,
-                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
-                max_response_bytes=cand.max_response_bytes, tls=tls,
-                poll_seconds=POLL_SECONDS, guard=guard).card(time.monotonic() + cand.timeout)
-        return await self._client(cand).card()
+        """The card the intent router reads, with the peer's token: after the key check."""
+        async def read(_: dict[str, Any] | None) -> dict[str, Any]:
+            guard, session = self._http(cand.rules)
+            if cand.protocol == "a2a":
+                return await A2APeerClient(
+                    cand.url, cand.token, session=session, name=cand.name,
+                    connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+                    max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
+                    poll_seconds=POLL_SECONDS, guard=guard).card(deadline)
+            return await self._client(cand).card()
+
+        deadline = time.monotonic() + cand.timeout
+        if self.identities is None:
+            return await read(None)
+        return await self.identities.guarded(
+            cand, lambda: self._public_card(cand, deadline), read)
 
     async def _public_card(self, cand: Candidate, deadline: float) -> dict[str, Any]:
         """The peer's A2A card, read without its token: whether the token may go there
@@ -243,22 +253,24 @@ class PeerDelegator:
             self._audit("delegation_sent", **audit, budget_before=grant, budget_after=None,
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
-                try:
-                    card = None
-                    if self.identities is not None:
-                        card = await self.identities.check(
-                            cand, lambda: self._public_card(cand, deadline))
+                async def call(card: dict[str, Any] | None) -> Task:
                     if cand.protocol == "a2a":
-                        task = await self._standard(cand, request, chain, grant, headers,
+                        return await self._standard(cand, request, chain, grant, headers,
                                                     deadline, card)
+                    task = await client.submit(replace(request, blocking=True), chain=chain,
+                                               budget=grant, headers=headers,
+                                               timeout=deadline - time.monotonic())
+                    return await self._follow(client, task, deadline)
+
+                try:
+                    if self.identities is None:
+                        task = await call(None)
                     else:
-                        task = await client.submit(replace(request, blocking=True),
-                                                   chain=chain, budget=grant, headers=headers,
-                                                   timeout=deadline - time.monotonic())
-                        task = await self._follow(client, task, deadline)
-                    if self.identities is not None:
-                        await self.identities.answered(
-                            cand, task.receipts, lambda: self._public_card(cand, deadline))
+                        def read_card() -> Awaitable[dict[str, Any]]:
+                            return self._public_card(cand, deadline)
+
+                        task = await self.identities.guarded(cand, read_card, call)
+                        await self.identities.answered(cand, task.receipts, read_card)
                 except ButlerError as err:
                     span.set_attribute("butler.refusal", err.code)
                     if isinstance(err, DelegationFailed):

@@ -4,11 +4,12 @@ becomes a candidate, and again, through the same rules, when a delegation connec
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from butler.config.model import PeerConfig
 from butler.delegation.peers import Candidate
@@ -24,6 +25,8 @@ log = logging.getLogger("butler.delegation")
 CACHE_ENTRIES = 256
 # The intent router ranks at most this many registry agents (and their cards' skills).
 ROUTABLE_AGENTS = 500
+
+_T = TypeVar("_T")
 
 
 class RegistryDiscovery:
@@ -44,20 +47,22 @@ class RegistryDiscovery:
         self._ttl = cache_seconds
         self._cache: dict[tuple[str, ...], tuple[float, list[Candidate]]] = {}
         self._routable: tuple[float, tuple[tuple[Candidate, dict[str, Any]], ...]] | None = None
+        # One refresh per key at a time: tasks that miss the cache together share its answer
+        # instead of each asking the registry and resolving every entry's name again.
+        self._refreshing: dict[tuple[str, ...] | None, asyncio.Future[Any]] = {}
 
     async def __call__(self, capabilities: Sequence[str]) -> list[Candidate]:
         key = tuple(sorted(capabilities))
         hit = self._cache.get(key)
         if hit is not None and time.monotonic() - hit[0] < self._ttl:
             return hit[1]
+        return await self._once(key, lambda: self._find(key))
+
+    async def _find(self, key: tuple[str, ...]) -> list[Candidate]:
+        entries = await self._client.find(capability=key[0], max_results=200)
+        found = [c for c in await self._candidates(entries, key) if c is not None]
         while len(self._cache) >= CACHE_ENTRIES:
             del self._cache[next(iter(self._cache))]
-        entries = await self._client.find(capability=key[0], max_results=200)
-        found = []
-        for entry in entries:
-            cand = await self._candidate(entry, key)
-            if cand is not None:
-                found.append(cand)
         self._cache[key] = (time.monotonic(), found)
         return found
 
@@ -67,15 +72,41 @@ class RegistryDiscovery:
         hit = self._routable
         if hit is not None and time.monotonic() - hit[0] < self._ttl:
             return hit[1]
-        found = []
-        for entry in await self._client.find(max_results=ROUTABLE_AGENTS):
-            cand = await self._candidate(entry, ())
-            if cand is not None:
-                found.append((cand, entry.card if isinstance(entry.card, dict) else {}))
+        return await self._once(None, self._find_routable)
+
+    async def _find_routable(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
+        hit = self._routable
+        entries = await self._client.find(max_results=ROUTABLE_AGENTS)
+        found = tuple((cand, entry.card if isinstance(entry.card, dict) else {})
+                      for entry, cand in zip(entries, await self._candidates(entries, ()),
+                                             strict=True) if cand is not None)
         # Unchanged, the same tuple: the router's index of it is not rebuilt.
-        same = hit is not None and hit[1] == tuple(found)
-        self._routable = (time.monotonic(), hit[1] if hit is not None and same else tuple(found))
+        same = hit is not None and hit[1] == found
+        self._routable = (time.monotonic(), hit[1] if hit is not None and same else found)
         return self._routable[1]
+
+    async def _once(self, key: tuple[str, ...] | None,
+                    refresh: Callable[[], Awaitable[_T]]) -> _T:
+        running = self._refreshing.get(key)
+        if running is None:
+            running = asyncio.ensure_future(refresh())
+            self._refreshing[key] = running
+            running.add_done_callback(lambda done: self._done(key, done))
+        # Shielded: one waiter's cancellation (its task's deadline) does not end the
+        # refresh the others are waiting for.
+        result: _T = await asyncio.shield(running)
+        return result
+
+    def _done(self, key: tuple[str, ...] | None, done: asyncio.Future[Any]) -> None:
+        self._refreshing.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: its waiters, if any are left, have it raised
+
+    async def _candidates(self, entries: Sequence[AgentEntry],
+                          caps: tuple[str, ...]) -> list[Candidate | None]:
+        # The names are resolved side by side: 500 entries one after another would hold a
+        # task in plain words for as many DNS round trips.
+        return list(await asyncio.gather(*(self._candidate(e, caps) for e in entries)))
 
     async def _candidate(self, entry: AgentEntry, caps: tuple[str, ...]) -> Candidate | None:
         if entry.name == self._self or not set(caps) <= set(entry.capabilities):

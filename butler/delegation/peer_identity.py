@@ -1,13 +1,21 @@
-"""Key continuity: before a token goes to a peer, its public card (read without the
-token) must be signed by the key pinned for it, or by one the pinned key signed over to.
+"""Key continuity: a token goes to a peer only over a connection opened after the peer's
+public card (read without the token) was checked: signed by the key pinned for it, or by
+one the pinned key signed over to.
 
 The first signed card seen pins its key (trust on first use), unless the registry entry
 the peer was found in named one already. A peer whose card is unsigned is not pinned;
 once pinned, an unsigned card or another key is refused with ``peer_identity_changed``.
-The card is read on every delegation: a peer that swapped its key is refused before the
-token is sent, not one call later. Its signature is checked again only when the card
-changed (the same card, byte for byte, verified the same way before). A card can be
-replayed by whoever reads it, so what proves who answered is the answer: a peer with a
+
+The card is checked before a call opens a new connection to the peer, not before every
+call (``guarded``): a connection reaches one process, and a Butler reads its key only at
+start, so a peer that swapped its key is a new process, reached only over new
+connections, and is refused before the token is sent. A kept-alive connection is reused
+without reading the card. The first call to a peer, and the first after any failure
+with it, check the card before anything is sent. A card's signature is checked again
+only when the card changed (the same card, byte for byte, verified the same way before).
+
+A card can be replayed by whoever reads it, and a proxy can keep our connection while
+the agent behind it changes, so what proves who answered is the answer: a peer with a
 pinned key must sign its answer's receipt with it (``answered``), else the answer is
 refused (docs/receipts.md).
 """
@@ -17,10 +25,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from butler.delegation.peers import Candidate
 from butler.identity.pins import PINS_FILE, PinStore
+from internal.http import before_new_connections
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.protocol.a2a.model import DelegationFailed, agent_key
 from internal.signing import (
@@ -33,18 +42,25 @@ from internal.signing import (
 
 log = logging.getLogger("butler.delegation")
 CardReader = Callable[[], Awaitable[dict[str, Any]]]
+T = TypeVar("T")
+MAX_CHECKED = 1024
 
 
-def changed(cand: Candidate, why: str) -> DelegationFailed:
-    return DelegationFailed("peer_identity_changed", f"{cand.name}: {why}; no token was "
-                            f"sent (if the peer's operator replaced its key on purpose, "
-                            f"remove its entry from {PINS_FILE} in the data folder)")
+def changed(cand: Candidate, why: str, *, token_sent: bool = False) -> DelegationFailed:
+    sent = "the token went with that call: replace it (butler token new)" if token_sent \
+        else "no token was sent"
+    return DelegationFailed("peer_identity_changed", f"{cand.name}: {why}; {sent} (if the "
+                            f"peer's operator replaced its key on purpose, remove its entry "
+                            f"from {PINS_FILE} in the data folder)")
 
 
 class PeerIdentities:
     def __init__(self, pins: PinStore) -> None:
         self.pins = pins
         self._verified: dict[str, tuple[str, PublicKey]] = {}  # peer -> (its card, its key)
+        # peer -> the card its last check passed (None: it has none), while no call to it
+        # has failed since: its kept-alive connections were opened after that check.
+        self._checked: dict[str, dict[str, Any] | None] = {}
 
     def _expected(self, cand: Candidate) -> PublicKey | None:
         pinned = self.pins.get(agent_key(cand.name))
@@ -55,30 +71,58 @@ class PeerIdentities:
                 return None
         return pinned
 
-    async def check(self, cand: Candidate, read_card: CardReader) -> dict[str, Any] | None:
-        """Raises ``peer_identity_changed`` (a ``DelegationFailed``) unless ``cand`` may
-        have its token; pins the key on first contact and follows rotations. Returns the
-        card it checked (None when the peer has none), for the delegation to use: the
-        interface it sends to is then the one on the card that was checked."""
-        return await self._check(cand, agent_key(cand.name), read_card)
+    async def guarded(self, cand: Candidate, read_card: CardReader,
+                      call: Callable[[dict[str, Any] | None], Awaitable[T]]) -> T:
+        """``call(card)``, which sends ``cand`` its token, with the card checked before
+        each new connection it opens (none, when it reuses a kept-alive one); a check
+        that fails raises ``peer_identity_changed`` (a ``DelegationFailed``) before the
+        connection is made. It pins the key on first contact and follows rotations.
+        ``card``: the card last checked (None when the peer has none), for the call to
+        pick the interface it sends to. The first call, and the first after a failed one,
+        checks the card before it starts; the first connection it then opens is covered
+        by that check, as the request after a check always was."""
+        name = agent_key(cand.name)
+        fresh = name not in self._checked
+        if fresh:
+            if len(self._checked) >= MAX_CHECKED:  # registry peers come and go
+                self._checked.clear()
+            self._checked[name] = await self._check(cand, name, read_card)
+
+        async def before_new_connection() -> None:
+            nonlocal fresh
+            if fresh:
+                fresh = False
+                return
+            self._checked[name] = await self._check(cand, name, read_card)
+
+        try:
+            with before_new_connections(before_new_connection):
+                return await call(self._checked[name])
+        except BaseException:
+            self._checked.pop(name, None)
+            raise
 
     async def answered(self, cand: Candidate, receipts: Sequence[str],
                        read_card: CardReader) -> None:
         """The answer's own receipt (the first) must be signed by the peer's pinned key.
         Signed by another, the card is read again first: the peer may have rotated to it.
-        An answer without receipts passes (an agent that is not a Butler signs none)."""
+        An answer without receipts passes (an agent that is not a Butler signs none).
+        Refused, the peer's card is checked again before its next call sends anything."""
         name = agent_key(cand.name)
         pinned = self.pins.get(name)
         if pinned is None or not receipts:
             return
         if not _signed_by(receipts[0], pinned):
-            await self.check(cand, read_card)
+            self._checked.pop(name, None)
+            await self._check(cand, name, read_card, token_sent=True)
             pinned = self.pins.get(name)
             if pinned is None or not _signed_by(receipts[0], pinned):
-                raise changed(cand, "its answer's receipt is not signed by its pinned key")
+                raise changed(cand, "its answer's receipt is not signed by its pinned key",
+                              token_sent=True)
 
-    async def _check(self, cand: Candidate, name: str, read_card: CardReader
-                     ) -> dict[str, Any] | None:
+    async def _check(self, cand: Candidate, name: str, read_card: CardReader, *,
+                     token_sent: bool = False) -> dict[str, Any] | None:
+        """``token_sent``: a call already sent it (its answer is being judged)."""
         expected = self._expected(cand)
         try:
             card = await read_card()
@@ -89,11 +133,13 @@ class PeerIdentities:
         if not card.get("signatures"):
             if expected is None:
                 return card
-            raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned")
+            raise changed(cand, f"its card is unsigned, but key {expected.kid} is pinned",
+                          token_sent=token_sent)
         try:
             key = self._verify(name, card)
         except BadSignature as exc:
-            raise changed(cand, f"its card's signature does not check ({exc})") from None
+            raise changed(cand, f"its card's signature does not check ({exc})",
+                          token_sent=token_sent) from None
         if expected is None or key.kid == expected.kid:
             if self.pins.get(name) is None:
                 self.pins.pin(name, key)
@@ -104,7 +150,7 @@ class PeerIdentities:
             self.pins.pin(name, key)
             return card
         raise changed(cand, f"its card is signed by key {key.kid}, but key {expected.kid} is "
-                            "pinned for it and did not sign the change")
+                            "pinned for it and did not sign the change", token_sent=token_sent)
 
     def _verify(self, name: str, card: dict[str, Any]) -> PublicKey:
         """``verify_card``, remembered for the last card of each peer: checking a

@@ -174,8 +174,8 @@ class TaskEngine:
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
-            task = replace(apply(task, Started(), task.updated_at),
-                           skill=skill.id if skill else DELEGATE_SKILL)
+            task = apply(task, Started(), task.updated_at).with_changes(
+                skill=skill.id if skill else DELEGATE_SKILL)
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)

@@ -121,9 +121,9 @@ def apply(task: Task, event: Event, at: str) -> Task:
             grown = tuple(replace(a, parts=a.parts + artifact.parts)
                           if a.artifact_id == artifact.artifact_id else a
                           for a in task.artifacts)
-            return replace(task, artifacts=grown, updated_at=at)
+            return task.with_changes(artifacts=grown, updated_at=at)
         case ArtifactAdded(artifact=artifact):
-            return replace(task, artifacts=(*task.artifacts, artifact), updated_at=at)
+            return task.with_changes(artifacts=(*task.artifacts, artifact), updated_at=at)
         case Canceled(by=by):
             return _move(task, TaskState.CANCELED, f"canceled by {by}", at)
         case Finished():
@@ -144,11 +144,11 @@ def _move(task: Task, state: TaskState, message: str | None, at: str, **changes:
         changes["history"] = (*task.history, StatusEntry(state, at, message or ""))
         # A new state without a message clears the old one, as its history entry does.
         changes["status_message"] = message or ""
-    return replace(task, updated_at=at, state=state, **changes)
+    return task.with_changes(updated_at=at, state=state, **changes)
 
 
 def interrupted(task: Task, code: str, message: str, at: str) -> Task:
     """A task cut off before its run could end it (a restart, a failed first write):
     failed, with a budget even if it never had one."""
-    return replace(apply(task, failed(code, message), at),
-                   budget=task.budget or Budget(Decimal("0")))
+    return apply(task, failed(code, message), at).with_changes(
+        budget=task.budget or Budget(Decimal("0")))

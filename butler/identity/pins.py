@@ -25,6 +25,7 @@ class PinStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._pins: dict[str, dict[str, Any]] = self._read()
+        self._keys: dict[str, PublicKey | None] = {}  # each entry's key, read once
 
     def _read(self) -> dict[str, dict[str, Any]]:
         try:
@@ -39,14 +40,19 @@ class PinStore:
             if isinstance(raw, dict) else {}
 
     def get(self, peer: str) -> PublicKey | None:
+        if peer in self._keys:
+            return self._keys[peer]
         entry = self._pins.get(peer)
         if entry is None:
             return None
         try:
-            return public_key_from_jwk(entry.get("jwk"))
+            key: PublicKey | None = public_key_from_jwk(entry.get("jwk"))
         except BadSignature:
-            return None
+            key = None
+        self._keys[peer] = key
+        return key
 
     def pin(self, peer: str, key: PublicKey) -> None:
         self._pins[peer] = {"jwk": key.jwk, "kid": key.kid, "pinned_at": now_iso()}
+        self._keys[peer] = key
         replace_private(self.path, json.dumps(self._pins, indent=2, sort_keys=True).encode())

@@ -14,9 +14,9 @@ tree and ``butler receipt verify`` checks it against each signer's card
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from butler.identity.key_file import AgentIdentity
@@ -24,10 +24,21 @@ from butler.ids import IDS
 from internal.protocol.a2a.codec.butler_v2 import encode_artifact, encode_part
 from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
 from internal.protocol.a2a.model import Task
-from internal.signing import BadSignature, b64url, jws_claims, sign_jws
+from internal.signing import (
+    BadSignature,
+    IdentityKey,
+    b64url,
+    jws_claims,
+    protected_header,
+    sign_protected,
+)
 
 RECEIPT_TYPE = "butler-receipt+jws"
 MAX_RECEIPTS = 256  # in one task's answer: a tree is bounded by depth and fan-out anyway
+# The ids of the receipts sealed last, by receipt: the task's final audit record, written
+# just after its seal, names its receipt without decoding the JWS again (``receipt_id``).
+_SEALED_IDS: dict[str, str] = {}
+_SEALED_IDS_MAX = 1024  # more than the tasks that end between a seal and its record
 
 
 def result_digest(result: Mapping[str, Any]) -> str:
@@ -52,6 +63,9 @@ def receipt_claims(jws: str) -> dict[str, Any]:
 
 
 def receipt_id(jws: str) -> str:
+    known = _SEALED_IDS.pop(jws, None)
+    if known is not None:
+        return known
     try:
         return str(receipt_claims(jws).get("receipt_id", ""))
     except BadSignature:
@@ -74,8 +88,9 @@ def direct_children(receipts: Iterable[str]) -> list[str]:
 def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
     """``task`` (terminal, its descendants' receipts in ``receipts``) with its own first."""
     cost, budget = task.cost, task.budget
+    rid = "r-" + IDS.hex128()
     claims = {
-        "receipt_id": "r-" + IDS.hex128(),
+        "receipt_id": rid,
         "agent": agent_id,
         "url": url,
         "task_id": task.wire_id,
@@ -89,6 +104,13 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
         "children": direct_children(task.receipts),
         "at": task.updated_at,
     }
-    own = sign_jws(identity.key, canonical(claims),
-                   {"typ": RECEIPT_TYPE, "jwk": identity.key.public.jwk})
-    return replace(task, receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
+    own = sign_protected(identity.key, canonical(claims), _protected(identity.key))
+    if len(_SEALED_IDS) >= _SEALED_IDS_MAX:  # a seal whose record never came: the oldest
+        del _SEALED_IDS[next(iter(_SEALED_IDS))]
+    _SEALED_IDS[own] = rid
+    return task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
+
+
+@functools.lru_cache(maxsize=64)  # per identity key: each hosted agent's, and rotations
+def _protected(key: IdentityKey) -> str:
+    return protected_header(key, {"typ": RECEIPT_TYPE, "jwk": key.public.jwk})

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from butler.config.loader import parse_token_entry
 from butler.config.node import Node, read_config_file, yaml_root
+from butler.config.sections import parse_token_entry
 from butler.registry.store import redact_url
 from internal.http import TokenEntry
 

@@ -67,11 +67,20 @@ if TYPE_CHECKING:
     from internal.http._json_http import (
         read_json as read_json,
     )
+    from internal.http._json_http import (
+        render_error as render_error,
+    )
     from internal.http._listener import (
         ListenSettings as ListenSettings,
     )
     from internal.http._listener import (
         listen as listen,
+    )
+    from internal.http._new_connections import (
+        before_new_connections as before_new_connections,
+    )
+    from internal.http._new_connections import (
+        new_connection as new_connection,
     )
     from internal.http._outbound import outbound_session as outbound_session
     from internal.http._outbound_guard import (
@@ -127,9 +136,10 @@ __all__, _getattr = lazy_exports(__name__, {
     "_json_http": (
         "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
         "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
-        "read_json",
+        "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
+    "_new_connections": ("before_new_connections", "new_connection",),
     "_outbound": ("outbound_session",),
     "_outbound_guard": (
         "CONFIGURED", "OutboundGuard", "OutboundRules", "ResolverFactory", "embedded_ipv4",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import hdrs
 
+from internal.http._new_connections import new_connection_tracing
 from internal.http._outbound_guard import OutboundGuard
 
 # Enough for every peer a busy instance talks to at once; each idle connection is
@@ -24,8 +25,11 @@ _SKIPPED_HEADERS = (hdrs.ACCEPT_ENCODING, hdrs.USER_AGENT)
 
 
 def outbound_session(guard: OutboundGuard, *, limit: int = CONNECTION_LIMIT,
-                     keepalive_seconds: float = KEEPALIVE_SECONDS) -> aiohttp.ClientSession:
-    """A session whose every request and connection passes ``guard``; close it when done."""
+                     keepalive_seconds: float = KEEPALIVE_SECONDS,
+                     new_connection_checks: bool = False) -> aiohttp.ClientSession:
+    """A session whose every request and connection passes ``guard``; close it when done.
+    ``new_connection_checks``: a request about to open a connection first awaits the
+    check its context set (``before_new_connections``)."""
     connector = aiohttp.TCPConnector(
         resolver=guard.resolver(), limit=limit, keepalive_timeout=keepalive_seconds,
         ttl_dns_cache=10,  # only addresses that passed the guard are ever cached
@@ -37,4 +41,5 @@ def outbound_session(guard: OutboundGuard, *, limit: int = CONNECTION_LIMIT,
         skip_auto_headers=_SKIPPED_HEADERS,
         trust_env=False,
         middlewares=(guard.middleware,),
+        trace_configs=[new_connection_tracing()] if new_connection_checks else None,
     )

@@ -27,15 +27,17 @@ import functools
 import ipaddress
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from internal.protocol.a2a.model import OutboundRefused
+
+if TYPE_CHECKING:  # aiohttp only where a session uses the guard (a blocking client does not)
+    from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+    from aiohttp.abc import AbstractResolver
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -75,17 +77,19 @@ class OutboundRules:
 # LAN and same-host use is the point; metadata and link-local stay refused.
 CONFIGURED = OutboundRules(allow_loopback=True, allow_private=True)
 
-ResolverFactory = Callable[[], AbstractResolver]
+ResolverFactory = Callable[[], "AbstractResolver"]
 
 
 class OutboundGuard:
     """Judges URLs and addresses under ``rules``; ``names`` builds the resolver that host
-    names go through (the system's by default; tests map names to addresses with it)."""
+    names go through in an aiohttp session (the system's by default; tests map names to
+    addresses with it). The blocking transport resolves with the system's resolver and
+    hands what it got to ``check_addresses``, the same step 2."""
 
     def __init__(self, rules: OutboundRules = OutboundRules(), *,
                  names: ResolverFactory | None = None) -> None:
         self.rules = rules
-        self._names: ResolverFactory = names or DefaultResolver
+        self._names = names
         # Judgements by address: the rules never change, and judging costs tens of
         # microseconds (the ipaddress module), twice per call, on every hop.
         self._judged: dict[str, str | None] = {}
@@ -134,6 +138,14 @@ class OutboundGuard:
         if why is not None:
             raise OutboundRefused(host, why)
 
+    def check_addresses(self, host: str, addresses: Sequence[str]) -> None:
+        """Step 2, whichever transport resolved ``host``: it must have an address, and
+        every address it has must pass (one bad answer refuses the name: DNS rebinding)."""
+        if not addresses:
+            raise OutboundRefused(host, "the name has no address")
+        for address in addresses:
+            self.check_address(host, address)
+
     def check_target(self, url: str | URL) -> URL:
         """Step 1: the URL itself, without resolving anything. Returns it parsed."""
         try:
@@ -162,7 +174,7 @@ class OutboundGuard:
         host = parsed.raw_host or ""
         if ip_literal(host) is not None:
             return
-        resolver = _PinnedResolver(self, self._names())
+        resolver = self.resolver()
         try:
             await resolver.resolve(host, parsed.port or 0, socket.AF_UNSPEC)
         except OSError as exc:
@@ -172,7 +184,10 @@ class OutboundGuard:
 
     def resolver(self) -> AbstractResolver:
         """Step 2: the connector's resolver. Each connector owns (and closes) its own."""
-        return _PinnedResolver(self, self._names())
+        from internal.http._pinned_resolver import PinnedResolver, system_resolver
+
+        inner = self._names() if self._names is not None else system_resolver()
+        return PinnedResolver(self.check_addresses, inner, repr(self))
 
     async def middleware(self, request: ClientRequest,
                          handler: ClientHandlerType) -> ClientResponse:
@@ -228,27 +243,3 @@ def ip_literal(host: str) -> str | None:
     if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
         raise OutboundRefused(host, "malformed host name")
     return None
-
-
-class _PinnedResolver(AbstractResolver):
-    """Resolves through the inner resolver, then refuses the connection unless every
-    address passes: what aiohttp connects to is what was judged."""
-
-    def __init__(self, guard: OutboundGuard, inner: AbstractResolver) -> None:
-        self._guard = guard
-        self._inner = inner
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)  # OSError: unreachable
-        if not results:
-            raise OutboundRefused(host, "the name has no address")
-        for result in results:
-            self._guard.check_address(host, result["host"])
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-    def __repr__(self) -> str:
-        return f"_PinnedResolver({self._guard!r})"

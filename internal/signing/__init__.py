@@ -7,7 +7,9 @@ from internal.signing._jws import (
     b64url,
     jws_claims,
     jws_payload,
+    protected_header,
     sign_jws,
+    sign_protected,
     unb64url,
     verify_jws,
 )
@@ -21,10 +23,12 @@ __all__ = [
     "b64url",
     "jws_claims",
     "jws_payload",
+    "protected_header",
     "public_key_from_jwk",
     "rotated_to",
     "rotation_statement",
     "sign_jws",
+    "sign_protected",
     "unb64url",
     "verify_jws",
 ]

@@ -53,8 +53,18 @@ def unb64url(text: str) -> bytes:
 
 def sign_jws(key: Signer, payload: bytes, header: dict[str, Any]) -> str:
     """The compact JWS of ``payload``; ``header`` gets ``alg`` and ``kid``."""
-    protected = b64url(json.dumps({**header, "alg": ALG, "kid": key.kid},
-                                  separators=(",", ":"), sort_keys=True).encode())
+    return sign_protected(key, payload, protected_header(key, header))
+
+
+def protected_header(key: Signer, header: dict[str, Any]) -> str:
+    """The first part of a JWS by ``key`` with ``header``: made once by a signer that
+    signs many payloads under the same header (``sign_protected``)."""
+    return b64url(json.dumps({**header, "alg": ALG, "kid": key.kid},
+                             separators=(",", ":"), sort_keys=True).encode())
+
+
+def sign_protected(key: Signer, payload: bytes, protected: str) -> str:
+    """The compact JWS of ``payload`` under ``protected`` (``protected_header``)."""
     body = b64url(payload)
     signature = key.sign(f"{protected}.{body}".encode("ascii"))
     return f"{protected}.{body}.{b64url(signature)}"

@@ -1,5 +1,6 @@
 """The outbound client: Butler /v2 peers and standard A2A agents (1.0 or 0.3), over
-sessions from ``internal.http.outbound_session``.
+sessions from ``internal.http.outbound_session``; for one-shot commands, the same /v2
+exchange over a blocking standard-library transport (``BlockingPeerClient``).
 """
 
 from typing import TYPE_CHECKING
@@ -19,12 +20,16 @@ if TYPE_CHECKING:
     from internal.protocol.a2a.client._a2a import (
         offered_interfaces as offered_interfaces,
     )
+    from internal.protocol.a2a.client._blocking import (
+        BlockingPeerClient as BlockingPeerClient,
+    )
     from internal.protocol.a2a.client._butler import PeerClient as PeerClient
     from internal.protocol.a2a.client._butler import transport_errors as transport_errors
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
     "_a2a": ("A2APeerClient", "Interface", "choose_interface", "offered_interfaces",),
+    "_blocking": ("BlockingPeerClient",),
     "_butler": ("PeerClient", "transport_errors"),
 })
 if not TYPE_CHECKING:

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from internal.http import OutboundGuard
+from internal.http import OutboundGuard, new_connection
 from internal.protocol.a2a.client._butler import transport_errors
 from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, swarm_extension
 from internal.protocol.a2a.codec.envelope import TRACE_HEADER, TREE_HEADER
@@ -343,6 +343,7 @@ class A2APeerClient:
         from internal.protocol.a2a.client._grpc import GrpcPeer
 
         with self._mapped(self._left(deadline)):
+            await new_connection()  # a channel per call: what a new connection must pass
             peer = await GrpcPeer.connect(
                 iface.url, self._token, peer_url=self.base_url, name=self.name,
                 guard=self._guard, ca_file=self._ca_file, max_response_bytes=self._max,

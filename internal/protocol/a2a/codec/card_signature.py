@@ -82,7 +82,9 @@ def sign_card(card: dict[str, Any], key: IdentityKey) -> dict[str, Any]:
     return {**card, "signatures": [{"protected": protected, "signature": signature}]}
 
 
+@functools.lru_cache(maxsize=8)
 def card_signer(key: IdentityKey) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The same signer for the same key: cards built from the same facts compare equal."""
     return functools.partial(sign_card, key=key)
 
 

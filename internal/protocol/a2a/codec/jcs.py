@@ -54,29 +54,38 @@ _DUMPS = json.JSONEncoder(ensure_ascii=False, check_circular=False, allow_nan=Fa
 
 def _plain(value: Any) -> bool:
     """Whether ``json.dumps`` would write ``value`` canonically (see ``canonical``)."""
-    pending = [(value, 0)]
+    if type(value) not in (dict, list, tuple):
+        return _plain_scalar(value)
+    # Containers only go on the stack: a receipt's claims (a dozen strings) are judged in
+    # one pass over one dict, their keys with one search for a character past the BMP.
+    pending: list[tuple[Any, int]] = [(value, 0)]
     while pending:
         node, depth = pending.pop()
-        kind = type(node)
-        if kind is str or node is None or kind is bool:
-            continue
-        if kind is int:
-            if abs(node) >= _SAFE_INTEGER:
-                return False
-        elif kind is dict:
-            if depth >= MAX_DEPTH:
-                return False
-            for key, item in node.items():
-                if type(key) is not str or _ASTRAL.search(key):
+        if depth >= MAX_DEPTH:
+            return False
+        if type(node) is dict:
+            for key in node:
+                if type(key) is not str:
                     return False
-                pending.append((item, depth + 1))
-        elif kind is list or kind is tuple:
-            if depth >= MAX_DEPTH:
+            if _ASTRAL.search("".join(node)):
                 return False
-            pending.extend((item, depth + 1) for item in node)
-        else:
-            return False  # floats, Decimals and anything else take the careful path
+            node = node.values()
+        for item in node:
+            kind = type(item)
+            if kind is str or item is None or kind is bool:
+                continue
+            if kind is dict or kind is list or kind is tuple:
+                pending.append((item, depth + 1))
+            elif kind is not int or abs(item) >= _SAFE_INTEGER:
+                return False  # floats, Decimals and anything else take the careful path
     return True
+
+
+def _plain_scalar(value: Any) -> bool:
+    kind = type(value)
+    if kind is int:
+        return bool(abs(value) < _SAFE_INTEGER)
+    return kind is str or value is None or kind is bool
 
 
 def number(value: float) -> str:

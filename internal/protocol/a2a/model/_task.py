@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from dataclasses import dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
 
@@ -201,6 +202,24 @@ class Task:
         """The id its caller knows it by: ``id`` without a scope (``scoped_task_id``)."""
         return wire_task_id(self.id)
 
+    def with_changes(self, **changes: Any) -> Task:
+        """``dataclasses.replace(self, **changes)`` at about half its cost: a task is
+        copied four to six times on its way (each state change, its receipt), and
+        ``replace`` walks the fields' metadata and calls the frozen ``__init__``,
+        which sets each field through ``object.__setattr__`` by name."""
+        if not changes.keys() <= _TASK_FIELD_SET:
+            raise TypeError(f"Task has no field {sorted(changes.keys() - _TASK_FIELD_SET)}")
+        task = _new(Task)
+        for name, value in zip(_TASK_FIELDS, _task_values(self), strict=True):
+            _set(task, name, changes.get(name, value))
+        return task
+
+
+_TASK_FIELDS = tuple(f.name for f in fields(Task))  # no __post_init__, each one in __init__
+_TASK_FIELD_SET = frozenset(_TASK_FIELDS)
+_task_values = operator.attrgetter(*_TASK_FIELDS)
+_new = object.__new__
+_set = object.__setattr__
 
 SCOPE_MARK = "~"  # never in an id a caller may choose
 

@@ -81,7 +81,9 @@ class A2ARestBinding:
         self._check_version(request)
         body = await read_json(request, max_depth=self.max_json_depth,
                                body_seconds=self.body_seconds)
-        return proto3.obj(body, "request body")
+        request_body = proto3.obj(body, "request body")
+        self.ops.check_tenant(request_body)
+        return request_body
 
     async def send(self, request: web.Request) -> web.Response:
         params = a2a_v1.decode_send_params(await self._body(request))

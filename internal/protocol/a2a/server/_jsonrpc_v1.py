@@ -33,6 +33,7 @@ class V1Dialect:
     async def call(self, method: str, caller: Identity, params: dict[str, Any],
                    headers: Mapping[str, str]) -> Any:
         ops = self.ops
+        ops.check_tenant(params)
         if method in ("SendMessage", "SendStreamingMessage"):
             send = a2a_v1.decode_send_params(params)
             envelope = envelope_of(send, headers)

@@ -117,10 +117,26 @@ def envelope_of(params: SendParams, headers: Mapping[str, str]) -> Envelope:
 
 
 class A2AOperations:
-    def __init__(self, service: TaskService, push: PushService | None, card: CardSource) -> None:
+    def __init__(self, service: TaskService, push: PushService | None, card: CardSource,
+                 tenant: str = "") -> None:
+        """``tenant``: the one A2A 1.0 tenant this agent is, the path segment it is served
+        under when a daemon hosts several ("": the daemon's own agent, at ``/``)."""
         self.service = service
         self.push = push
         self.card = card
+        self.tenant = tenant
+
+    def check_tenant(self, request: Mapping[str, Any]) -> None:
+        """A request's ``tenant`` names the agent at this URL, or is left out: one agent
+        cannot take another's requests (each checks its own callers' tokens)."""
+        asked = request.get("tenant")
+        if asked is None or asked == "" or asked == self.tenant:
+            return
+        if not isinstance(asked, str):
+            raise bad("tenant must be a string")
+        where = f"tenant {self.tenant!r}" if self.tenant else "the daemon's own agent"
+        raise RequestError("not_found", f"tenant {asked[:64]!r} is not served at this URL "
+                           f"({where} is); a hosted agent is served under /{{tenant}}/")
 
     def _pushes(self) -> PushService:
         if self.push is None or not self.push.enabled:

@@ -1,0 +1,115 @@
+"""One agent's aiohttp app: its middlewares and every route it serves (/v2, the standard
+A2A bindings, the card, the dashboard). The daemon's own agent gets the whole stack; a
+hosted agent (``butler/hosting``) an app behind the daemon's, whose outer middlewares
+already counted, limited and capped the request."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from aiohttp import web
+
+from butler.a2a_wiring import standard_a2a
+from butler.config.model import Config
+from butler.dashboard import DAEMON_PAGE
+from butler.dashboard.overview import Overview
+from butler.delegation.peers import PeerStatus
+from butler.engine.engine import TaskEngine
+from butler.identity.key_file import AgentIdentity
+from butler.metrics import ButlerMetrics, metrics_middleware, metrics_route
+from butler.skills.catalog import SkillCatalog
+from internal.http import (
+    ERROR_RENDERERS,
+    STREAM_SLOTS,
+    StreamCaps,
+    StreamSlots,
+    TokenBuckets,
+    TokenVerifier,
+    error_middleware,
+    gate_middleware,
+    json_response,
+)
+from internal.protocol.a2a.model import Identity
+from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBinding, RestLimits
+
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
+PER_CALLER: web.AppKey[TokenBuckets | None] = web.AppKey("butler.per_caller")
+
+
+class Hosting(Protocol):
+    """The hosted agents, as the daemon's own app sees them (``butler.hosting``)."""
+
+    def inner_gate(self, path: str) -> bool: ...
+
+
+def token_verifier(cfg: Config) -> TokenVerifier:
+    anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
+        name="anonymous", tier=cfg.a2a.anonymous_tier)
+    return TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
+
+
+def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
+              metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
+              push: PushService | None = None,
+              grpc_url: Callable[[], str | None] | None = None,
+              agent: AgentIdentity | None = None, *, hosting: Hosting | None = None,
+              admin_routes: Sequence[web.RouteDef] = (), hosted: bool = False,
+              ) -> web.Application:
+    """The middleware stack, outermost first: count, map errors to JSON, limit per
+    address, cap in-flight requests, authenticate, limit per caller. ``hosted``: a hosted
+    agent's app, which only maps errors, authenticates and limits per caller; ``hosting``:
+    the daemon's agents, whose paths the daemon's gate leaves to their own."""
+    rl = cfg.rate_limits
+    per_caller = _buckets(rl.per_caller_per_second, rl.per_caller_burst)
+    gate = gate_middleware(
+        verifier=token_verifier(cfg), public_paths=PUBLIC_PATHS,
+        max_inflight=None if hosted else cfg.limits.max_inflight,
+        per_address=None if hosted else _buckets(rl.per_address_per_second,
+                                                 rl.per_address_burst),
+        per_caller=per_caller, never_limited=("/healthz",),
+        inner_gate=hosting.inner_gate if hosting is not None else None)
+    app = web.Application(
+        client_max_size=cfg.limits.max_body_bytes,
+        middlewares=[error_middleware, gate] if hosted
+        else [metrics_middleware(metrics), error_middleware, gate])
+    app[PER_CALLER] = per_caller  # the gRPC port takes from the same buckets
+    app[STREAM_SLOTS] = StreamSlots(StreamCaps(cfg.limits.max_streams,
+                                               cfg.limits.max_streams_per_caller))
+    if cfg.metrics.enabled and not cfg.metrics.listen and not hosted:
+        app.add_routes([metrics_route(metrics)])
+    rest = RestBinding(engine, RestLimits(cfg.limits.max_json_depth,
+                                          cfg.limits.body_timeout_seconds,
+                                          cfg.tasks.max_page_size))
+    app.add_routes(rest.routes())
+    app.add_routes(admin_routes)
+    a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
+        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
+        grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
+    app.add_routes(a2a_routes)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return json_response({"status": "ok", "agent_id": cfg.agent.id})
+
+    async def peers() -> list[PeerStatus]:
+        delegator = engine.delegator
+        return [] if delegator is None else await delegator.peer_status()
+
+    overview = Overview(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
+                        cfg.a2a.caller_limits, metrics)
+    app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
+    return app
+
+
+def _buckets(rate: float, burst: float) -> TokenBuckets | None:
+    return TokenBuckets(rate, max(burst, 1.0)) if rate > 0 else None
+
+
+def server_tls(cfg: Config) -> ssl.SSLContext | None:
+    if cfg.a2a.tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cfg.a2a.tls.cert_file, cfg.a2a.tls.key_file)
+    return context
