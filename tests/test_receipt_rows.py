@@ -19,7 +19,14 @@ from butler.engine.task_row import decode_row, row_columns
 from butler.identity.key_file import AgentIdentity
 from butler.identity.receipts import seal
 from butler.storage import hex_bytes
-from internal.protocol.a2a.model import Budget, CostNode, Part, TaskState, scoped_task_id
+from internal.protocol.a2a.model import (
+    Budget,
+    CostNode,
+    Part,
+    Task,
+    TaskState,
+    scoped_task_id,
+)
 from internal.signing import IdentityKey, b64url, sign_jws, unb64url, verify_jws
 from tests.test_task_storage import echo
 
@@ -38,6 +45,18 @@ def _body(path: Path, task_id: str) -> tuple[str, bytes]:
         return body, b""
     text, _, binary = body.partition(b"\x00")
     return text.decode(), binary
+
+
+async def _put_and_get(path: Path, task: Task) -> Task:
+    """``task`` written to a store at ``path`` and read back."""
+    store = await SqliteTaskStore.open(path)
+    try:
+        await store.put(task)
+        back = await store.get(task.id)
+    finally:
+        await store.close()
+    assert back is not None
+    return back
 
 
 async def test_a_sealed_task_keeps_its_receipt_compact_and_exact(tmp_path: Path) -> None:
@@ -84,13 +103,8 @@ async def test_a_delegated_tree_and_odd_receipts_come_back_byte_for_byte(
     # Its own receipt after the peer's, on a task whose id its caller chose (scoped).
     mine = seal(replace(echo(3), id=scoped_task_id("chosen", "alice"),
                         receipts=(*child.receipts, *odd)), me, "home", URL)
-    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
-    try:
-        await store.put(mine)
-        back = await store.get(mine.id)
-    finally:
-        await store.close()
-    assert back is not None and back.receipts == mine.receipts
+    back = await _put_and_get(tmp_path / "tasks.db", mine)
+    assert back.receipts == mine.receipts
     verify_jws(back.receipts[0], me.key.public)
     verify_jws(back.receipts[1], peer.key.public)
     body, binary = _body(tmp_path / "tasks.db", mine.id)
@@ -183,11 +197,6 @@ async def test_a_signature_in_a_second_spelling_is_kept_as_spelled(tmp_path: Pat
     other = signature[:-1] + alphabet[alphabet.index(signature[-1]) ^ 1]
     assert unb64url(other) == unb64url(signature) and other != signature
     odd = replace(task, receipts=(f"{head}.{other}",))
-    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
-    try:
-        await store.put(odd)
-        back = await store.get(odd.id)
-    finally:
-        await store.close()
-    assert back is not None and back.receipts == odd.receipts
+    back = await _put_and_get(tmp_path / "tasks.db", odd)
+    assert back.receipts == odd.receipts
     assert other in _body(tmp_path / "tasks.db", odd.id)[0]
