@@ -236,19 +236,3 @@ async def test_card_push_configs_and_subscribe_over_grpc(swarm: Swarm) -> None:
             await stub.SendMessage(SendMessageRequest(), metadata=v1)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-
-async def test_the_per_caller_limit_is_shared_with_the_http_port(swarm: Swarm) -> None:
-    home = await swarm.start("home", configurations=GRPC, extra={"rate_limits": {
-        "per_caller_per_second": 0.001, "per_caller_burst": 2, "per_address_per_second": 0}})
-    assert home.daemon.grpc_url is not None
-    async with home.session.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
-        assert resp.status == 200  # one of the two in the bucket
-    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
-        stub = a2a_pb2_grpc.A2AServiceStub(chan)
-        v1 = [("a2a-version", "1.0")]
-        await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
-    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert error_info(caught.value).metadata["code"] == "rate_limited"
-    assert int(dict(caught.value.trailing_metadata())["retry-after"]) >= 1
