@@ -229,6 +229,28 @@ async def test_the_grpc_channel_goes_through_the_outbound_guard() -> None:
     assert len(channels) == 0
 
 
+async def test_the_kept_channels_are_bounded_and_closed_with_their_owner() -> None:
+    """Past the bound the least recently used channel closes, once its call is done."""
+    from internal.protocol.a2a.client import GrpcChannels
+
+    def state(peer: Any) -> grpc.ChannelConnectivity:
+        return peer._channel.channel.get_state()
+
+    channels = GrpcChannels(size=1)
+    args = {"peer_url": "http://127.0.0.1:2", "name": "p", "guard": None, "ca_file": None,
+            "max_response_bytes": 1024, "connect_timeout": 1}
+    async with channels.peer("127.0.0.1:1", "t", **args) as first:
+        async with channels.peer("127.0.0.1:3", "t", **args) as second:
+            assert len(channels) == 1
+            assert state(first) != grpc.ChannelConnectivity.SHUTDOWN  # still in use
+        assert state(second) != grpc.ChannelConnectivity.SHUTDOWN  # kept
+    assert state(first) == grpc.ChannelConnectivity.SHUTDOWN
+    async with channels.peer("127.0.0.1:3", "t", **args) as again:
+        assert again._channel is second._channel  # the same channel, reused
+    await channels.aclose()
+    assert len(channels) == 0 and state(second) == grpc.ChannelConnectivity.SHUTDOWN
+
+
 async def test_the_trace_arrives_in_grpc_metadata(swarm: Swarm) -> None:
     home = await swarm.start("home", configurations=GRPC)
     assert home.daemon.grpc_url is not None

@@ -160,3 +160,13 @@ async def test_the_per_caller_limit_is_one_limit_across_ports(swarm: Swarm) -> N
     assert int(dict(caught.value.trailing_metadata())["retry-after"]) >= 1
     async with home.session.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
         assert resp.status == 429  # and the gRPC calls count on the HTTP port
+
+
+def test_a_grpc_peer_is_keyed_by_its_address_as_an_http_remote_is() -> None:
+    from internal.protocol.a2a.server.grpc_binding import remote_address
+
+    assert remote_address("ipv4:127.0.0.1:50123") == "127.0.0.1"
+    assert remote_address("ipv6:[::1]:50123") == "::1"
+    assert remote_address("ipv6:%5B::1%5D:50123") == "::1"
+    assert remote_address("unix:/run/butler.sock") == "unix:/run/butler.sock"
+    assert remote_address("") == "?"

@@ -25,6 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 from a2a.types import a2a_pb2
@@ -150,9 +151,10 @@ class GrpcBinding:
 
 
 def remote_address(peer: str) -> str:
-    """The address part of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``), as aiohttp
-    names a request's remote, so both carriers take from the same bucket."""
-    kind, _, rest = peer.partition(":")
+    """The address part of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, whose
+    brackets newer gRPC versions percent-encode), as aiohttp names a request's remote, so
+    both carriers take from the same bucket."""
+    kind, _, rest = unquote(peer).partition(":")
     if kind == "ipv6":
         return rest.rpartition(":")[0].strip("[]") or "?"
     if kind == "ipv4":
