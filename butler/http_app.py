@@ -35,6 +35,7 @@ from internal.http import (
 from internal.protocol.a2a.model import Identity
 from internal.protocol.a2a.server import (
     BUTLER_V2_PATH,
+    A2AOperations,
     PushService,
     RestBinding,
     RestLimits,
@@ -68,18 +69,11 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     address, cap in-flight requests, authenticate, limit per caller. ``hosted``: a hosted
     agent's app, which only maps errors, authenticates and limits per caller; ``hosting``:
     the daemon's agents, whose paths the daemon's gate leaves to their own."""
-    rl = cfg.rate_limits
-    admission = Admission(None) if hosted else Admission(
-        cfg.limits.max_inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
     ops = a2a_operations(cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
                          grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
-    v1 = V1Dialect(ops)
-    front = A2AFront(
-        ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), admission,
-        _buckets(rl.per_caller_per_second, rl.per_caller_burst),
-        StreamSlots(StreamCaps(cfg.limits.max_streams, cfg.limits.max_streams_per_caller)))
+    front = a2a_front(cfg, ops, hosted=hosted)
     gate = gate_middleware(
-        verifier=front.verifier, public_paths=PUBLIC_PATHS, admission=admission,
+        verifier=front.verifier, public_paths=PUBLIC_PATHS, admission=front.admission,
         per_caller=front.per_caller, never_limited=("/healthz",),
         inner_gate=hosting.inner_gate if hosting is not None else None)
     app = web.Application(
@@ -109,6 +103,19 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                         cfg.a2a.caller_limits, metrics)
     app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
     return app
+
+
+def a2a_front(cfg: Config, ops: A2AOperations, *, hosted: bool) -> A2AFront:
+    """The agent's one dispatcher, verifier, admission, per-caller buckets and stream caps.
+    A hosted agent's admission caps nothing and limits no address: the daemon's did."""
+    rl = cfg.rate_limits
+    admission = Admission(None) if hosted else Admission(
+        cfg.limits.max_inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
+    v1 = V1Dialect(ops)
+    return A2AFront(
+        ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), admission,
+        _buckets(rl.per_caller_per_second, rl.per_caller_burst),
+        StreamSlots(StreamCaps(cfg.limits.max_streams, cfg.limits.max_streams_per_caller)))
 
 
 def _buckets(rate: float, burst: float) -> TokenBuckets | None:
