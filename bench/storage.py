@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Storage at scale: ``.venv/bin/python bench/storage.py [--sizes 10000,100000,1000000]``.
 
-For each size N, builds a data folder holding N finished one-word echo tasks and their
-audit records (two per task), written through the stores' own encodings and schema
-(``task_row``, ``append_entries``) in bulk transactions, not through HTTP. Then measures:
+For each size N, builds a data folder holding N finished one-word echo tasks, each with
+its signed receipt, and their audit records (two per task), written through the stores'
+own encodings and schema (``task_row``, ``append_entries``) in bulk transactions, not
+through HTTP. Then measures:
 
 - bytes per task: ``tasks.db`` and ``audit.db`` (checkpointed) divided by N;
 - every listing the API and CLI offer (owner, state, context, time range, their
@@ -11,7 +12,8 @@ audit records (two per task), written through the stores' own encodings and sche
   in-process: median and p99 over ``--runs`` queries each, in milliseconds;
 - restart to listening: ``butler serve`` on that folder, from spawn until its port
   accepts a connection (the median of ``--restarts`` starts; the first also fails the
-  1 % of tasks left open, as after a crash), and on an empty folder for comparison.
+  1 % of tasks left open, as after a crash), and on an empty folder for comparison
+  (first: its start writes the bytecode cache the others start from).
 
 The tasks: ten callers, 99 % completed and the rest spread over the other states, four
 tasks per context, update times spread over the 30 days before now. ``--keep`` leaves
@@ -43,9 +45,12 @@ sys.path.insert(0, str(ROOT))
 
 from butler.audit.log import AuditLog, append_entries  # noqa: E402
 from butler.audit.record import Entry  # noqa: E402
+from butler.engine.receipt_rows import Signers  # noqa: E402
 from butler.engine.store import SqliteTaskStore  # noqa: E402
 from butler.engine.task_row import row_columns  # noqa: E402
 from butler.engine.task_schema import INSERT, create_schema  # noqa: E402
+from butler.identity.key_file import AgentIdentity  # noqa: E402
+from butler.identity.receipts import seal  # noqa: E402
 from butler.storage import micros_stamp  # noqa: E402
 from internal.protocol.a2a.model import (  # noqa: E402
     Budget,
@@ -56,6 +61,7 @@ from internal.protocol.a2a.model import (  # noqa: E402
     TaskRequest,
     TaskState,
 )
+from internal.signing import IdentityKey  # noqa: E402
 
 CALLERS = [f"caller-{i}" for i in range(10)]
 PER_CONTEXT = 4
@@ -70,14 +76,16 @@ def _state(rng: random.Random) -> TaskState:
     return rng.choice([s for s in TaskState if s is not TaskState.COMPLETED])
 
 
-def echo_task(i: int, n: int, now: int, rng: random.Random) -> Task:
-    """The i-th of n tasks: as the daemon stores a finished echo of one word."""
+def echo_task(i: int, n: int, now: int, rng: random.Random,
+              identity: AgentIdentity) -> Task:
+    """The i-th of n tasks: as the daemon stores a finished echo of one word, with its
+    signed receipt."""
     updated = now - SPAN_MICROS + (SPAN_MICROS * i) // n
     created = updated - rng.randrange(200, 900)
     state = _state(rng)
     owner = CALLERS[i % len(CALLERS)]
     stamp, start = micros_stamp(updated), micros_stamp(created)
-    return Task(
+    return seal(Task(
         id=f"{created // 1000:012x}{rng.getrandbits(80):020x}",
         context_id=f"{created // 1000:012x}{(i // PER_CONTEXT):020x}",
         owner=owner, state=state, request=TaskRequest(text="hello", skill="echo"),
@@ -86,7 +94,7 @@ def echo_task(i: int, n: int, now: int, rng: random.Random) -> Task:
                  StatusEntry(state, stamp)),
         parts=(Part(text="hello"),), budget=Budget(Decimal("5.00")),
         cost=CostNode("bench", "echo", Decimal("0"), 0, state.value), chain=(owner,),
-        trace_id=f"{rng.getrandbits(128):032x}")
+        trace_id=f"{rng.getrandbits(128):032x}"), identity, "bench", "http://127.0.0.1:8081")
 
 
 def _audit_entries(task: Task) -> list[tuple[Entry, str]]:
@@ -114,11 +122,14 @@ def build(folder: Path, n: int) -> None:
     tasks.execute("PRAGMA journal_mode=WAL")
     create_schema(tasks)
     audit = AuditLog(folder / "audit.db")
+    identity, signers = AgentIdentity(IdentityKey.generate()), Signers()
     try:
         for start in range(0, n, CHUNK):
-            batch = [echo_task(i, n, now, rng) for i in range(start, min(n, start + CHUNK))]
+            batch = [echo_task(i, n, now, rng, identity)
+                     for i in range(start, min(n, start + CHUNK))]
             tasks.execute("BEGIN")
-            tasks.executemany(INSERT, [row_columns(t) for t in batch])
+            signers.add(Signers.register(tasks, signers.unknown(batch[0].receipts)))
+            tasks.executemany(INSERT, [row_columns(t, signers) for t in batch])
             tasks.execute("COMMIT")
             pairs = [pair for t in batch for pair in _audit_entries(t)]
             audit.db.call(append_entries, [e for e, _ in pairs], [at for _, at in pairs],
@@ -192,6 +203,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# As an installed daemon starts: from compiled bytecode. A shell that sets
+# PYTHONDONTWRITEBYTECODE would have every start compile Butler's modules from source
+# (about 0.7 s of a start on the shared VM).
+_INSTALLED = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def restart(folder: Path, times: int) -> float:
     """Median seconds from spawning ``butler serve`` on ``folder`` to its port accepting."""
     took: list[float] = []
@@ -206,11 +223,11 @@ def restart(folder: Path, times: int) -> float:
                                        "token_hashes": [{"sha256": "0" * 64,
                                                          "name": "operator"}]}},
             "logging": {"level": "warning"},
-            "skills": [{"id": "echo", "builtin": "echo"}],
+            "skills": [{"id": "echo", "builtin": "echo", "expose": True}],
         }))
         began = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "butler", "serve", "-c", str(config)],
-                                cwd=ROOT, stdout=subprocess.DEVNULL,
+                                cwd=ROOT, stdout=subprocess.DEVNULL, env=_INSTALLED,
                                 stderr=open(folder / "serve.log", "ab"))  # noqa: SIM115
         try:
             deadline = began + 120

@@ -82,7 +82,7 @@ def start(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], int, str]:
         "tasks": {"retention_hours": args.task_retention / 3600},
         "audit": {"retention_days": args.audit_retention / 86400,
                   "segment_records": args.segment},
-        "skills": [{"id": "echo", "builtin": "echo"}],
+        "skills": [{"id": "echo", "builtin": "echo", "expose": True}],
     }))
     with open(args.work / "serve.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "butler", "serve", "-c", str(config)],

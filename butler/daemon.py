@@ -229,9 +229,16 @@ class Daemon:
                 await self.registry_link.start()
             return
         assert runner.server is not None
-        server = await listen(runner.server, self._listen_settings(), self.incidents)
+        server = await listen(runner.server, self._listen_settings(), self.incidents,
+                              serving=False)
         stack.push_async_callback(_stop_serving, server, runner)
         self.port = server.sockets[0].getsockname()[1]
+        # The agents it hosts start on the bound port (their URLs name it) before it takes
+        # a connection: one of the config's is never answered 404 for being asked early.
+        assert self.agents is not None
+        stack.push_async_callback(self.agents.close)  # before the listener stops
+        await self.agents.start()
+        await server.start_serving()
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
             log.warning("bound to all interfaces without agent.url: peers and registries "
                         "would be told %s; set agent.url to the address peers use", self.url)
@@ -250,9 +257,6 @@ class Daemon:
                                       .cleanup)
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
-        assert self.agents is not None
-        stack.push_async_callback(self.agents.close)  # before the listener stops
-        await self.agents.start()
 
     async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application) -> None:
         """After the HTTP listener (the card names its URL), stopped before it; the same

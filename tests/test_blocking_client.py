@@ -158,3 +158,66 @@ async def test_the_cli_says_why_in_one_line() -> None:
         assert status == 1, (argv, out, err)
         assert re.fullmatch(rf"butler: {code}: [^\n]+\n", err), (argv, err)
         assert TOKEN not in err
+
+
+
+
+
+async def test_a_peers_error_message_cannot_forge_lines_or_rewrite_the_terminal() -> None:
+    body = (b'{"error": {"code": "bad\\u001b[31m", "message": '
+            b'"one\\nbutler: ok: forged\\u001b]0;title\\u0007"}}')
+    reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    async with Peer(reply).running() as peer:
+        code, _, err = await run_cli("tasks", "get", f"http://127.0.0.1:{peer.port}", "x",
+                                     token=TOKEN)
+    assert code == 1 and re.fullmatch(r"butler: peer_error: [^\n]+\n", err), err
+    assert "\x1b" not in err and "\x07" not in err and "forged" in err
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+EVENT = b'event: status\ndata: {"state": "completed"}\n\n'
+
+
+class QuietStream(Peer):
+    """Sends ``first``, stays quiet until ``quiet`` is set (as a task may), then ``rest``."""
+
+    def __init__(self, quiet: asyncio.Event, first: bytes, rest: bytes) -> None:
+        super().__init__()
+        self.quiet, self.first, self.rest = quiet, first, rest
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(self.first)
+        await writer.drain()
+        await self.quiet.wait()
+        writer.write(self.rest)
+        await writer.drain()
+        writer.close()
+
+
+def stream_client(peer: Peer, **kwargs: float) -> BlockingPeerClient:
+    return BlockingPeerClient(f"http://127.0.0.1:{peer.port}", TOKEN,
+                              guard=OutboundGuard(CONFIGURED), **kwargs)
+
+
+async def test_a_quiet_event_stream_is_not_timed_out() -> None:
+    """Only the head of a stream is timed: a task may be quiet longer than any limit."""
+    quiet = asyncio.Event()
+    async with QuietStream(quiet, HEAD, EVENT).running() as peer:
+        client = stream_client(peer, connect_timeout=0.05, timeout=0.05)
+        events = asyncio.create_task(asyncio.to_thread(lambda: list(client.events("t"))))
+        # Longer than both limits, then the event; a limit would have ended the wait.
+        await asyncio.sleep(0.5)  # the task's quiet time, not a synchronisation
+        quiet.set()
+        assert await asyncio.wait_for(events, 10) == [("status", {"state": "completed"})]
+
+
+async def test_the_head_of_an_event_stream_is_timed() -> None:
+    quiet = asyncio.Event()
+    async with QuietStream(quiet, HEAD[:17], HEAD[17:] + EVENT).running() as peer:
+        client = stream_client(peer, timeout=0.2)
+        try:
+            with pytest.raises(DelegationFailed) as info:
+                await asyncio.wait_for(asyncio.to_thread(lambda: list(client.events("t"))), 10)
+        finally:
+            quiet.set()  # else a client still waiting would never end
+    assert info.value.code == "peer_timeout"

@@ -3,6 +3,7 @@ and swarm limits; delegation between them under the swarm rules; each its own re
 
 from __future__ import annotations
 
+import socket
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,9 @@ from a2a.types import TaskState as TaskState_pb
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from yarl import URL
 
+from butler.config import load_config
+from butler.config.model import Config
+from butler.daemon import Daemon
 from internal.protocol.a2a.codec.card_signature import verify_card
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.a2a_support import (
@@ -30,8 +34,10 @@ from tests.registry.registry_support import TOKENS, sqlite_registry
 from tests.support import (
     Instance,
     Swarm,
+    config_dict,
     post_task,
     run_cli,
+    write_config,
 )
 
 
@@ -219,3 +225,25 @@ async def test_the_tenant_field_names_the_agent_at_the_url(swarm: Swarm) -> None
     async with top.session.post(f"{inst.url}/message:send", headers={
             **inst.headers(), **V1}, json={"message": plain_message(), "tenant": "top"}) as resp:
         assert resp.status == 404
+
+
+async def test_the_port_takes_no_connection_before_the_config_agents_are_served(
+        tmp_path: Path) -> None:
+    """Else a client early after start-up was told 404 (or 401) for an agent of the config."""
+    alpha, _ = hosted_entry("alpha")
+    cfg, _ = config_dict(tmp_path, "top", extra={"agents": [alpha]})
+    seen: list[str] = []
+
+    class Probing(Daemon):
+        def _spawn(self, config: Config) -> Daemon:  # as each hosted agent starts
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=5).close()
+                seen.append("accepted")
+            except ConnectionRefusedError:
+                seen.append("refused")
+            return super()._spawn(config)
+
+    daemon = Probing(load_config(write_config(tmp_path, "top", cfg)))
+    await daemon.start()
+    await daemon.stop()
+    assert seen == ["refused"]

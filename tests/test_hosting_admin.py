@@ -3,11 +3,15 @@ across restarts, and the commands that read a hosted agent's data folder."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from butler.config import load_config
 from butler.daemon import Daemon
@@ -40,6 +44,7 @@ async def test_agents_added_and_removed_at_run_time_and_kept(swarm: Swarm) -> No
                          ({"skills": [{"id": "m", "mcp": {"url": "http://x/"}}]}, "skills[0]"),
                          ({"peers": [token_file]}, "peers"),
                          ({"registry": {"url": "http://169.254.169.254/"}}, "registry"),
+                         ({"skills": [{"id": "p", "builtin": "planner"}]}, "has no planner"),
                          ({"description": "${HOME}"}, "description")):
         async with http.post(admin, json={**gamma, "id": "local", **local},
                              headers=top.headers("root")) as resp:
@@ -121,6 +126,68 @@ async def test_the_cli_adds_lists_and_removes_agents(tmp_path: Path, swarm: Swar
     assert status == 404
 
 
+@asynccontextmanager
+async def answering(answer: object) -> AsyncIterator[str]:
+    """The URL of a server that answers /v2/admin/agents with ``answer``, whatever is asked."""
+    async def junk(request: web.Request) -> web.Response:
+        return web.json_response(answer)
+
+    app = web.Application()
+    app.router.add_route("*", "/v2/admin/agents", junk)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("answer", [[], {"agents": [{}]}, {"agents": [1]}, {},
+                                    {"id": 1, "url": "u", "source": "admin", "skills": []}])
+async def test_the_cli_says_so_in_one_line_when_the_url_is_no_daemon(
+        tmp_path: Path, answer: object) -> None:
+    entry = tmp_path / "e.yaml"
+    entry.write_text(yaml.safe_dump(hosted_entry("e")[0]))
+    async with answering(answer) as url:
+        for argv in (("list", url), ("add", url, str(entry))):
+            code, _, err = await run_cli("agents", *argv, token="t")
+            assert code == 1 and re.fullmatch(r"butler: peer_error: [^\n]+\n", err), (argv, err)
+    entry.write_bytes(b"\xff\xfe")  # not UTF-8: read before any request
+    code, _, err = await run_cli("agents", "add", "http://127.0.0.1:9", str(entry), token="t")
+    assert code == 2 and err.startswith(f"butler: cannot read {entry}:") and "Traceback" not in err
+
+
+async def test_the_cli_prints_what_a_daemon_says_without_control_characters() -> None:
+    forged = {"id": "x\x1b[2J\nforged", "url": "u", "source": "admin", "skills": []}
+    async with answering({"agents": [forged]}) as url:
+        code, out, err = await run_cli("agents", "list", url, token="t")
+    assert code == 0 and out == "x [2J forged  u  (admin)  skills: -\n", (out, err)
+
+
+async def test_an_agent_that_cannot_be_kept_is_neither_added_nor_removed(
+        swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}})
+    admin, root = f"{top.url}/v2/admin/agents", top.headers("root")
+    one, _ = hosted_entry("one")
+    async with top.session.post(admin, json=one, headers=root) as resp:
+        assert resp.status == 201
+    kept = top.daemon.config.data_dir / "hosted_agents.json"
+    kept.unlink()
+    kept.mkdir()  # the file can no longer be replaced
+    two, _ = hosted_entry("two")
+    for method, url, body in (("POST", admin, two), ("DELETE", f"{admin}/one", None)):
+        async with top.session.request(method, url, json=body, headers=root) as resp:
+            answer = await resp.json()
+            assert resp.status == 503 and answer["error"]["code"] == "overloaded", answer
+            assert "hosted_agents.json" in answer["error"]["message"]
+    for agent_id, served in (("one", 200), ("two", 404)):  # as before either request
+        status, _ = await get_json(top.session,
+                                   f"{top.url}/{agent_id}/.well-known/agent-card.json")
+        assert status == served, agent_id
+
+
 async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
         swarm: Swarm) -> None:
     top = await swarm.start("top", callers={"operator": {}, "root": {"tier": "admin"}},
@@ -144,6 +211,39 @@ async def test_removing_an_agent_ends_its_running_tasks_and_keeps_its_data(
     assert again.daemon.identity.kid == key
     ended = await wait_task(again, task["id"])
     assert ended["state"] in ("canceled", "failed"), ended
+
+
+async def test_the_admin_api_hosts_at_most_max_agents(swarm: Swarm) -> None:
+    alpha, _ = hosted_entry("alpha")  # of the config file: does not count
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}},
+                            extra={"agents": [alpha], "hosting": {"max_agents": 1}})
+    admin, root = f"{top.url}/v2/admin/agents", top.headers("root")
+    one, two = hosted_entry("one")[0], hosted_entry("two")[0]
+    async with top.session.post(admin, json=one, headers=root) as resp:
+        assert resp.status == 201, await resp.text()
+    async with top.session.post(admin, json=two, headers=root) as resp:
+        body = await resp.json()
+        assert resp.status == 409 and body["error"]["code"] == "too_many_agents", body
+        assert "hosting.max_agents (1)" in body["error"]["message"]
+    status, _ = await get_json(top.session, f"{top.url}/two/.well-known/agent-card.json")
+    assert status == 404  # nothing of it was started
+    async with top.session.delete(f"{admin}/one", headers=root) as resp:
+        assert resp.status == 200
+    async with top.session.post(admin, json=two, headers=root) as resp:
+        assert resp.status == 201, await resp.text()
+
+
+async def test_no_agent_is_added_once_the_hosted_ones_are_stopping(swarm: Swarm) -> None:
+    top = await swarm.start("top", callers={"root": {"tier": "admin"}})
+    host = top.daemon.agents
+    assert host is not None
+    await host.close()  # the daemon's stop does this first, while it still listens
+    one, _ = hosted_entry("one")
+    async with top.session.post(f"{top.url}/v2/admin/agents", json=one,
+                                headers=top.headers("root")) as resp:
+        body = await resp.json()
+        assert resp.status == 503 and body["error"]["code"] == "overloaded", body
+    assert host.running == {}  # else a daemon no one would ever stop
 
 
 @pytest.mark.parametrize(("kept", "problem"), [

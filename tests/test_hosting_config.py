@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from butler.config import ConfigError, parse_config
-from butler.config.hosted import hosted_config
+from butler.config.hosted import hosted_config, parse_hosted_json
 from tests.support import run_cli
 
 HASH = "a" * 64
@@ -45,6 +45,7 @@ agents:
     ("{id: v2, token_hashes: [HASH]}", "agents[0].id", "path of the daemon's own"),
     ("{id: top, token_hashes: [HASH]}", "agents[0]", "daemon's own agent.id"),
     ("{id: a}", "agents[0]", "needs token_hashes"),
+    ("{id: a, token_hashes: []}", "agents[0].token_hashes", "at least one"),
     ("{token_hashes: [HASH]}", "agents[0]", "needs an id"),
     ("{id: a, token_hashes: [HASH], skills: [{id: p, builtin: planner}]}", "agents[0].skills[0]",
      "planner"),
@@ -79,5 +80,24 @@ async def test_check_config_counts_hosted_agents_and_imports_their_plugins(
 def test_hosting_allows_no_local_access_unless_asked() -> None:
     assert not parse_config(TOP).hosting.allow_local_access
     assert parse_config(TOP + "hosting: {allow_local_access: true}\n").hosting.allow_local_access
+    assert parse_config(TOP).hosting.max_agents == 16
+    assert parse_config(TOP + "hosting: {max_agents: 0}\n").hosting.max_agents == 0
+    with pytest.raises(ConfigError, match=r"hosting\.max_agents"):
+        parse_config(TOP + "hosting: {max_agents: -1}\n")
     with pytest.raises(ConfigError, match="unknown key"):
         parse_config(TOP + "hosting: {trust: true}\n")
+
+
+def test_an_agent_added_at_run_time_never_gets_the_registrys_peer_token(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PEER_SECRET", "operator-peer-token")
+    registry = ("configurations: {a2a: {token_hashes: ['" + "b" * 64 + "']}, registry: "
+                "{url: 'http://127.0.0.1:9', peer_token_env: PEER_SECRET, "
+                "trusted_registrants: [bob]}}\n")
+    entry = {"id": "a", "token_hashes": [HASH]}
+    for local, kept in ((False, ""), (True, "operator-peer-token")):
+        parent = parse_config("agent: {id: top}\n" + registry + (
+            "hosting: {allow_local_access: true}\n" if local else ""))
+        assert parent.registry.peer_token == "operator-peer-token"
+        agent = parse_hosted_json(entry, parent)
+        assert hosted_config(parent, agent, "u").registry.peer_token == kept

@@ -270,3 +270,31 @@ async def test_a_peer_that_never_answers_times_out(peer: RawPeer, transport: str
     async with client_for(transport, peer.url, timeout=0.5) as client:
         err = await fails(client.request("GET", "/"))
     assert err.code == "peer_timeout" and "within 0.5s" in err.message
+
+
+
+def drip(head: bytes, byte: bytes) -> Script:
+    """``head``, then ``byte`` at a time, each well within the timeout, without end: only
+    a limit on the whole exchange ends it."""
+
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head)
+        while not writer.is_closing():
+            writer.write(byte)
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the hostile peer's pace, not a synchronisation
+
+    return run
+
+
+@pytest.mark.parametrize(("head", "byte"), [
+    (b"HTTP/1.1 200 OK\r\nX-Slow: ", b"a"),  # a header line that never ends
+    (CHUNKED, b"0"),  # a chunk size that never ends
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", b" "),  # a body
+])
+async def test_a_peer_that_drips_its_answer_times_out(peer: RawPeer, transport: str,
+                                                      head: bytes, byte: bytes) -> None:
+    peer.scripts.append(drip(head, byte))
+    async with client_for(transport, peer.url, timeout=0.5) as client:
+        err = await fails(client.request("GET", "/"))
+    assert err.code == "peer_timeout" and "within 0.5s" in err.message

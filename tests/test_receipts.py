@@ -118,6 +118,7 @@ async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
 
     from butler.config import load_config
     from butler.daemon import Daemon
+    from butler.engine.receipt_rows import Signers
     from butler.engine.task_row import decode_row, row_columns
     from butler.storage import hex_bytes
 
@@ -128,11 +129,13 @@ async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
     with db:
         row = db.execute("SELECT id, owner, context_id, state, updated, body FROM tasks "
                          "WHERE id = ?", (hex_bytes(raw["id"]),)).fetchone()
-        stored = decode_row(*row)
+        signers = Signers.load(db)  # receipts are kept compact (butler/engine/receipt_rows)
+        stored = decode_row(*row, signers=signers)
         assert any(p.text == "deep" for p in stored.parts)
         edited = replace(stored, parts=tuple(replace(p, text="deeq") if p.text == "deep"
                                              else p for p in stored.parts))
-        db.execute("UPDATE tasks SET body = ? WHERE id = ?", (row_columns(edited)[-1], row[0]))
+        db.execute("UPDATE tasks SET body = ? WHERE id = ?",
+                   (row_columns(edited, signers)[-1], row[0]))
     db.close()
     a.daemon = Daemon(load_config(a.config_path))
     await a.daemon.start()

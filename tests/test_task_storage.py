@@ -11,6 +11,7 @@ from typing import Any
 
 from butler.engine.store import SqliteTaskStore
 from butler.engine.task_row import decode_row, row_columns
+from butler.engine.task_schema import VERSION
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     Artifact,
@@ -131,6 +132,12 @@ async def test_every_listing_uses_an_index_in_its_order(tmp_path: Path) -> None:
             continue
         if "updated>=" in sql and "ORDER BY seq" in sql:
             continue  # no listing asks for this (a time filter comes with update order)
+        if "UNION ALL" in sql:
+            # One walk per state, each a page at most, merged: sorting those is bounded.
+            walks = plan.count("SEARCH tasks USING COVERING INDEX tasks_")
+            assert walks == 8 and sql.count(" LIMIT ") == 9, (sql, plan)
+            assert "SCAN tasks" not in plan, (sql, plan)
+            continue
         assert "TEMP B-TREE" not in plan, (sql, plan)
         filtered = any(f in sql for f in ("owner=", "state=", "updated>="))
         assert not filtered or "SEARCH" in plan or "task_counts" in sql, (sql, plan)
@@ -230,7 +237,7 @@ async def test_a_version_0_file_is_migrated_in_place(tmp_path: Path) -> None:
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
         assert conn.execute("SELECT max(seq) FROM tasks").fetchone()[0] == 41
     finally:
@@ -263,3 +270,34 @@ def test_state_codes_on_disk_are_fixed() -> None:
         "submitted": 0, "working": 1, "input-required": 2, "auth-required": 3,
         "completed": 4, "failed": 5, "canceled": 6, "rejected": 7}
     assert set(STATE_CODES) == set(TaskState)
+
+
+async def test_listings_merged_across_states_page_in_order(tmp_path: Path) -> None:
+    """An owner's tasks, and everyone's by last update, are one walk per state merged:
+    every page must still be the next one in the one order, whatever states they hold."""
+    from dataclasses import replace
+
+    states = list(TaskState)
+    tasks = [replace(echo(i, owner=("alice", "bob")[i % 3 == 0], state=states[i % 8]),
+                     updated_at=_stamp((i * 7) % 50, i)) for i in range(64)]
+    store = await SqliteTaskStore.open(tmp_path / "tasks.db")
+    try:
+        for task in tasks:
+            await store.put(task)
+        for owner, by_update in itertools.product((None, "alice"), (False, True)):
+            mine = [t for t in tasks if owner in (None, t.owner)]
+            created = {t.id: n for n, t in enumerate(tasks)}  # seq: the order written
+            expected = sorted(mine, reverse=True, key=lambda t: (
+                t.updated_at if by_update else "", created[t.id]))
+            got: list[str] = []
+            cursor = None
+            while True:
+                page = await store.list_tasks(owner=owner, state=None, context_id=None,
+                                              cursor=cursor, limit=7, by_update=by_update)
+                got += [t.id for t in page.tasks]
+                assert page.total == (len(mine) if by_update else None)
+                if (cursor := page.next_cursor) is None:
+                    break
+            assert got == [t.id for t in expected], (owner, by_update)
+    finally:
+        await store.close()

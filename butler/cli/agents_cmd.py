@@ -13,7 +13,9 @@ from urllib.parse import quote
 import yaml
 
 from butler.cli.remote import run_remote, token_args
+from butler.cli.render import one_line
 from internal.protocol.a2a.client import BlockingPeerClient
+from internal.protocol.a2a.model import DelegationFailed
 
 if TYPE_CHECKING:
     SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -46,14 +48,29 @@ def _print(args: argparse.Namespace, data: Any, line: str) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else line)
 
 
+def _agent(client: BlockingPeerClient, data: Any) -> dict[str, Any]:
+    """A hosted agent as the daemon describes it, or a clear error (never a traceback)
+    when the URL answers something else."""
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), str)
+                                           for k in ("id", "url", "source"))
+            and isinstance(data.get("skills"), list)
+            and all(isinstance(s, str) for s in data["skills"])):
+        raise DelegationFailed("peer_error", f"{client.name} sent an answer that is not a "
+                                             "hosted agent")
+    return data
+
+
 def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     data = client.request("GET", PATH)
+    agents = data.get("agents") if isinstance(data, dict) else None
+    if not isinstance(agents, list):
+        raise DelegationFailed("peer_error", f"{client.name} sent no list of agents")
     if args.json:
         _print(args, data, "")
         return 0
-    for agent in data.get("agents", []):
-        print(f"{agent['id']}  {agent['url']}  ({agent['source']})  "
-              f"skills: {', '.join(agent['skills']) or '-'}")
+    for agent in (_agent(client, a) for a in agents):
+        print(one_line(f"{agent['id']}  {agent['url']}  ({agent['source']})  "
+                       f"skills: {', '.join(agent['skills']) or '-'}", 2000))
     return 0
 
 
@@ -62,7 +79,7 @@ def _add_cmd(args: argparse.Namespace) -> int:
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
         args.entry = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         print(f"butler: cannot read {args.file}: {exc}", file=sys.stderr)
         return 2
     if not isinstance(args.entry, dict):
@@ -72,8 +89,8 @@ def _add_cmd(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace, client: BlockingPeerClient) -> int:
-    data = client.request("POST", PATH, body=args.entry)
-    _print(args, data, f"hosting {data['id']} at {data['url']}")
+    data = _agent(client, client.request("POST", PATH, body=args.entry))
+    _print(args, data, one_line(f"hosting {data['id']} at {data['url']}", 2000))
     return 0
 
 

@@ -2,31 +2,25 @@
 
 Read leniently: a field of the wrong type is skipped, never an error, since the point is
 to look at agents that are not Butlers. Every string from the card passes through
-``_clean``: a card is someone else's text, and a control character in it could move the
+``one_line``: a card is someone else's text, and a control character in it could move the
 cursor or retitle the terminal.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from butler.cli.render import one_line
 from internal.protocol.a2a.client import Interface, choose_interface, offered_interfaces
 from internal.protocol.a2a.codec.card_signature import verify_card
 from internal.protocol.a2a.model import ButlerError, version_matches
 from internal.signing import BadSignature
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # The 1.0 security scheme wrappers (proto3 JSON oneof), and what each is called.
 _SCHEMES_V1 = {"httpAuthSecurityScheme": "http", "apiKeySecurityScheme": "apiKey",
                "oauth2SecurityScheme": "oauth2", "openIdConnectSecurityScheme": "openIdConnect",
                "mtlsSecurityScheme": "mutualTLS"}
-
-
-def _clean(value: Any, limit: int = 200) -> str:
-    text = _CONTROL.sub(" ", str(value)).strip()
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -38,7 +32,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _words(values: Any) -> str:
-    return ", ".join(_clean(v, 80) for v in _list(values)) or "-"
+    return ", ".join(one_line(v, 80) for v in _list(values)) or "-"
 
 
 def _yes(value: Any) -> str:
@@ -46,13 +40,14 @@ def _yes(value: Any) -> str:
 
 
 def describe_card(card: Mapping[str, Any]) -> list[str]:
-    lines = [f"{_clean(card.get('name', '(no name)'))}  version {_clean(card.get('version', '-'))}"]
+    lines = [f"{one_line(card.get('name', '(no name)'))}  "
+             f"version {one_line(card.get('version', '-'))}"]
     if card.get("description"):
-        lines.append(f"  {_clean(card['description'], 400)}")
+        lines.append(f"  {one_line(card['description'], 400)}")
     provider = _dict(card.get("provider"))
     if provider:
-        lines.append(f"  provider: {_clean(provider.get('organization', '-'))} "
-                     f"{_clean(provider.get('url', ''))}".rstrip())
+        lines.append(f"  provider: {one_line(provider.get('organization', '-'))} "
+                     f"{one_line(provider.get('url', ''))}".rstrip())
     lines += _interfaces(card)
     caps = _dict(card.get("capabilities"))
     extended = caps.get("extendedAgentCard", card.get("supportsAuthenticatedExtendedCard"))
@@ -78,8 +73,8 @@ def _interfaces(card: Mapping[str, Any]) -> list[str]:
         picked = chosen is not None and iface.url.rstrip("/") == chosen.url and \
             iface.binding == chosen.binding and version_matches(iface.version, chosen.version)
         mark = "  <- Butler delegates here" if picked else ""
-        lines.append(f"    {_clean(iface.binding) or '?'} {_clean(iface.version) or '?'}  "
-                     f"{_clean(iface.url)}{mark}")
+        lines.append(f"    {one_line(iface.binding) or '?'} {one_line(iface.version) or '?'}  "
+                     f"{one_line(iface.url)}{mark}")
     if chosen is None:
         lines.append("    Butler cannot delegate to it: no A2A 1.0 JSON-RPC, HTTP+JSON or gRPC "
                      "interface (gRPC needs the grpc extra), nor JSON-RPC 0.3")
@@ -90,9 +85,9 @@ def _skills(card: Mapping[str, Any]) -> list[str]:
     skills = [s for s in _list(card.get("skills")) if isinstance(s, dict)]
     lines = [f"  skills ({len(skills)}):"]
     for skill in skills:
-        name = f" ({_clean(skill['name'])})" if skill.get("name") else ""
-        lines.append(f"    {_clean(skill.get('id', '?'))}{name}: "
-                     f"{_clean(skill.get('description', ''))}")
+        name = f" ({one_line(skill['name'])})" if skill.get("name") else ""
+        lines.append(f"    {one_line(skill.get('id', '?'))}{name}: "
+                     f"{one_line(skill.get('description', ''))}")
         detail = f"      tags: {_words(skill.get('tags'))}"
         if "inputModes" in skill or "outputModes" in skill:
             detail += (f"; modes: in {_modes(skill, 'inputModes')}, "
@@ -111,8 +106,8 @@ def _extensions(caps: Mapping[str, Any]) -> list[str]:
     lines = [f"  extensions ({len(extensions)}):"]
     for ext in extensions:
         required = " (required)" if ext.get("required") is True else ""
-        lines.append(f"    {_clean(ext.get('uri', '?'))}{required}: "
-                     f"{_clean(ext.get('description', ''))}")
+        lines.append(f"    {one_line(ext.get('uri', '?'))}{required}: "
+                     f"{one_line(ext.get('description', ''))}")
     return lines
 
 
@@ -122,12 +117,12 @@ def _scheme(raw: Mapping[str, Any]) -> str:
         if isinstance(raw.get(wrapper), dict):
             raw = {"type": kind, **raw[wrapper]}
             break
-    kind = _clean(raw.get("type", "?"))
+    kind = one_line(raw.get("type", "?"))
     if kind == "http":
-        return f"http {_clean(raw.get('scheme', '?')).lower()}"
+        return f"http {one_line(raw.get('scheme', '?')).lower()}"
     if kind == "apiKey":
-        return f"apiKey in {_clean(raw.get('in', raw.get('location', '?')))} " \
-               f"{_clean(raw.get('name', '?'))}"
+        return f"apiKey in {one_line(raw.get('in', raw.get('location', '?')))} " \
+               f"{one_line(raw.get('name', '?'))}"
     return kind
 
 
@@ -136,11 +131,11 @@ def _security(card: Mapping[str, Any]) -> list[str]:
     if not schemes:
         return ["  security: none declared"]
     lines = ["  security:"]
-    lines += [f"    {_clean(name)}: {_scheme(_dict(raw))}" for name, raw in schemes.items()]
+    lines += [f"    {one_line(name)}: {_scheme(_dict(raw))}" for name, raw in schemes.items()]
     # 1.0 lists requirements as {"schemes": {name: ...}}, 0.3 as {name: [scopes]}.
     needed = [_dict(req).get("schemes", req) for req in
               _list(card.get("securityRequirements")) or _list(card.get("security"))]
-    names = sorted({_clean(n) for req in needed for n in _dict(req)})
+    names = sorted({one_line(n) for req in needed for n in _dict(req)})
     lines.append(f"    required: {', '.join(names) or 'none'}")
     return lines
 
@@ -155,5 +150,5 @@ def _signature(card: Mapping[str, Any]) -> str:
     try:
         key = verify_card(card)
     except BadSignature as exc:
-        return f"  signature: INVALID ({_clean(exc)})"
+        return f"  signature: INVALID ({one_line(exc)})"
     return f"  signature: valid, Ed25519 key {key.kid}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from butler.cli.render import print_task, print_task_header, print_task_line
+from butler.cli.render import one_line, print_task, print_task_header, print_task_line
 from internal.http import CONFIGURED, OutboundGuard
 from internal.protocol.a2a.client import BlockingPeerClient
 from internal.protocol.a2a.codec import butler_v2
@@ -121,7 +121,8 @@ def run_remote(args: argparse.Namespace, action: Action) -> int:
     try:
         return action(args, client)
     except ButlerError as err:
-        print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        print(f"butler: {one_line(err.code, 64)}: {one_line(err.message, 2000)}",
+              file=sys.stderr)
         return 1
 
 

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from internal.protocol.a2a.model import CostNode, Task
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(value: Any, limit: int = 200) -> str:
+    """Someone else's text (a card's, a peer's error message) as one line of at most
+    ``limit`` characters: a control character in it could move the cursor, rewrite the
+    terminal or forge a line of our own."""
+    text = _CONTROL.sub(" ", str(value)).strip()
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def print_task_header(id_width: int) -> None:

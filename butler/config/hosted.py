@@ -52,6 +52,8 @@ def parse_hosted(node: Node, base: Path, *, planner: bool) -> m.HostedAgentConfi
     if "token_hashes" not in k:
         node.fail("a hosted agent needs token_hashes: no one could call it otherwise")
     token_nodes = list(k["token_hashes"].items())
+    if not token_nodes:
+        k["token_hashes"].fail("needs at least one token hash: no one could call it otherwise")
     tokens = tuple(parse_token_entry(n, with_limits=True) for n in token_nodes)
     unique(k["token_hashes"], [t.digest.hex() for t in tokens], "token hash")
     skills = tuple(parse_skill(n, base) for n in k["skills"].items()) if "skills" in k else ()
@@ -95,9 +97,13 @@ def parse_hosted_list(node: Node | None, base: Path, *, top_id: str,
 def parse_hosting(node: Node | None) -> m.HostingConfig:
     if node is None:
         return m.HostingConfig()
-    k = node.mapping({"allow_local_access"})
-    return m.HostingConfig(allow_local_access=k["allow_local_access"].boolean()
-                           if "allow_local_access" in k else False)
+    d = m.HostingConfig()
+    k = node.mapping({"allow_local_access", "max_agents"})
+    return m.HostingConfig(
+        allow_local_access=k["allow_local_access"].boolean() if "allow_local_access" in k
+        else d.allow_local_access,
+        max_agents=k["max_agents"].integer(minimum=0, maximum=1000) if "max_agents" in k
+        else d.max_agents)
 
 
 def parse_hosted_json(entry: Mapping[str, Any], parent: m.Config) -> m.HostedAgentConfig:
@@ -116,6 +122,11 @@ def parse_hosted_json(entry: Mapping[str, Any], parent: m.Config) -> m.HostedAge
     agent = parse_hosted(root, base, planner=parent.planner is not None)
     if agent.id == parent.agent.id:
         root.fail(f"{agent.id!r} is the daemon's own agent.id")
+    if not local:
+        # It is announced as the daemon's agents are, but never given the registry's
+        # peer_token: callers the admin chose would otherwise delegate with the
+        # operator's token to whatever the registry lists.
+        agent = replace(agent, registry=replace(parent.registry, peer_token=""))
     return agent
 
 
@@ -150,6 +161,11 @@ def _no_local_access(root: Node) -> None:
                       "add the agent to the config file")
     skills = entry.get("skills")
     for i, skill in enumerate(skills if isinstance(skills, list) else ()):
+        if isinstance(skill, dict) and skill.get("builtin") == "planner":
+            root.fail(f"skills[{i}]: an agent added at run time has no planner (it would "
+                      "spend on the daemon's model key for callers the admin chose); set "
+                      "hosting.allow_local_access in the config, or add the agent to the "
+                      "config file")
         if not isinstance(skill, dict) or set(skill) & {"command", "python", "mcp"}:
             root.fail(f"skills[{i}]: an agent added at run time has builtin skills only (a "
                       "command, plugin or MCP server would run on this machine); set "

@@ -245,6 +245,9 @@ class HostingConfig:
     # False: only builtin skills, no peers, the daemon's registry settings, no ${VAR}: an
     # admin token cannot make the daemon run code, read a file or variable, or call a URL.
     allow_local_access: bool = False
+    # The most agents the admin API may have added at once: each opens its own SQLite
+    # files, tasks and threads (the config file's agents do not count).
+    max_agents: int = 16
 
 
 @dataclass(frozen=True)

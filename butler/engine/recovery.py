@@ -66,10 +66,11 @@ async def _record_missing_finals(store: TaskStore, audit_final: AuditFinal,
         return
     since = last - LOOKBACK
     recorded = await records.finished_task_ids(since)
-    missing = [t for t in await store.ended_since(_task_clock(since))
-               if t.id not in recorded]
-    for task in missing:
-        audit_final(task, datetime.fromisoformat(task.updated_at))
+    missing = [i for i in await store.ended_since(_task_clock(since)) if i not in recorded]
+    for task_id in missing:
+        task = await store.get(task_id)
+        if task is not None:
+            audit_final(task, datetime.fromisoformat(task.updated_at))
     if missing:
         log.warning("wrote %d final audit record(s) lost when the previous process died",
                     len(missing))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from butler.engine.receipt_rows import Signers
 from butler.engine.task_row import (
     STATE_CODES,
     TERMINAL_CODES,
@@ -51,7 +53,7 @@ class TaskStore(Protocol):
         by_update: bool = False,
     ) -> TaskPage: ...
     async def open_tasks(self) -> list[Task]: ...
-    async def ended_since(self, updated_at: str) -> list[Task]: ...
+    async def ended_since(self, updated_at: str) -> list[str]: ...
     async def purge_terminal(self, updated_before: str) -> list[str]: ...
     async def close(self) -> None: ...
 
@@ -60,9 +62,10 @@ class SqliteTaskStore:
     """``await SqliteTaskStore.open(path)``."""
 
     def __init__(self, db: Database, checkpoints: CheckpointPolicy,
-                 commit_on_loop: bool) -> None:
+                 commit_on_loop: bool, signers: Signers) -> None:
         self._db = db
-        self._writer = BatchWriter(db, UPSERT, row_columns, key=_task_id,
+        self._signers = signers
+        self._writer = BatchWriter(db, UPSERT, self._columns, key=_task_id,
                                    checkpoints=checkpoints, commit_on_loop=commit_on_loop)
 
     @classmethod
@@ -71,18 +74,27 @@ class SqliteTaskStore:
         checkpoints = checkpoints or CheckpointPolicy()
         db = await Database.open(path, name="tasks", setup=create_schema, incremental_vacuum=True,
                                  pragmas=checkpoints.pragmas())
-        return cls(db, checkpoints, commit_on_loop)
+        return cls(db, checkpoints, commit_on_loop, await db.run(Signers.load))
 
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
         ``defer``: a first write may wait up to that many seconds for the task's next
-        write, which then commits in its place (``BatchWriter.submit``)."""
+        write, which then commits in its place (``BatchWriter.submit``). A receipt by a
+        signer the file does not know yet has it recorded first (``receipt_rows``)."""
+        if task.receipts and (new := self._signers.unknown(task.receipts)):
+            self._signers.add(await self._db.transaction(Signers.register, new), new)
         await self._writer.submit(task, defer)
+
+    def _columns(self, task: Task) -> tuple[Any, ...]:
+        return row_columns(task, self._signers)
+
+    def _task(self, row: Sequence[Any]) -> Task:
+        return decode_row(*row, signers=self._signers)
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._db.fetchone(f"SELECT {_COLUMNS} FROM tasks WHERE id=?",
                                       (hex_bytes(task_id),))
-        return decode_row(*row) if row else None
+        return self._task(row) if row else None
 
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
@@ -90,9 +102,10 @@ class SqliteTaskStore:
         by_update: bool = False,
     ) -> TaskPage:
         """Newest first by creation; with ``by_update`` by last update (ties by creation),
-        and then with the total number of matching tasks. Each filter combination has an
-        index in that order (``task_schema``); a total without a context or time filter is
-        read from ``task_counts``."""
+        and then with the total number of matching tasks. Each filter is an index walk in
+        that order (``task_schema``): without a state, by an owner or by last update, one
+        walk per state, merged. A total without a context or time filter is read from
+        ``task_counts``."""
         where: list[str] = []
         args: list[Any] = []
         # With a context, its index and no other: the planner would rather take one that
@@ -110,8 +123,7 @@ class SqliteTaskStore:
         if updated_after is not None:
             where.append(f"{other}updated>=?")
             args.append(_micros(updated_after))
-        count_sql, count_args = _count_query(where, args, owner, state,
-                                             context_id is None and updated_after is None)
+        count_sql, count_args = _count_query(where, args, owner, state, context_id)
         if cursor is not None:
             position = _decode_cursor(cursor, by_update)
             if by_update:
@@ -121,11 +133,14 @@ class SqliteTaskStore:
                 where.append("seq<?")
                 args.append(position[1])
         order = "updated DESC, seq DESC" if by_update else "seq DESC"
-        sql = f"SELECT seq, {_COLUMNS} FROM tasks"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order} LIMIT ?"
-        args.append(limit + 1)
+        if context_id is None and state is None and (owner is not None or by_update):
+            sql, args = _merged(where, args, order, limit + 1)
+        else:
+            sql = f"SELECT seq, {_COLUMNS} FROM tasks"
+            if where:
+                sql += " WHERE " + " AND ".join(where)
+            sql += f" ORDER BY {order} LIMIT ?"
+            args.append(limit + 1)
 
         def query(conn: sqlite3.Connection) -> tuple[list[Any], int | None]:
             rows = conn.execute(sql, args).fetchall()
@@ -137,19 +152,20 @@ class SqliteTaskStore:
         rows = rows[:limit]
         next_cursor = _encode_cursor(rows[-1][0], rows[-1][5] if by_update else None) \
             if more and rows else None
-        return TaskPage(tuple(decode_row(*r[1:]) for r in rows), next_cursor, total)
+        return TaskPage(tuple(self._task(r[1:]) for r in rows), next_cursor, total)
 
     async def open_tasks(self) -> list[Task]:
         rows = await self._db.fetchall(
             f"SELECT {_COLUMNS} FROM tasks WHERE state IN ({OPEN_STATES})")
-        return [decode_row(*r) for r in rows]
+        return [self._task(r) for r in rows]
 
-    async def ended_since(self, updated_at: str) -> list[Task]:
-        """Terminal tasks last updated at or after ``updated_at`` (start-up recovery)."""
+    async def ended_since(self, updated_at: str) -> list[str]:
+        """Ids of the terminal tasks last updated at or after ``updated_at`` (start-up
+        recovery): from the index alone, as a busy minute holds tens of thousands."""
         rows = await self._db.fetchall(
-            f"SELECT {_COLUMNS} FROM tasks WHERE updated>=? AND state IN ({_TERMINAL})",
+            f"SELECT id FROM tasks WHERE state IN ({_TERMINAL}) AND updated>=?",
             (_micros(updated_at),))
-        return [decode_row(*r) for r in rows]
+        return [str(hex_text(r[0])) for r in rows]
 
     async def purge_terminal(self, updated_before: str) -> list[str]:
         """Delete terminal tasks last updated before then; returns their ids.
@@ -171,12 +187,14 @@ class SqliteTaskStore:
 
 
 _TERMINAL = ",".join(map(str, TERMINAL_CODES))
+ALL_CODES = tuple(STATE_CODES.values())
+_ALL = ",".join(map(str, ALL_CODES))
 
 
 def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:
     rows = conn.execute(
-        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks INDEXED BY tasks_updated "
-        f"WHERE updated<? AND state IN ({_TERMINAL}) ORDER BY updated LIMIT ?) RETURNING id",
+        "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks INDEXED BY tasks_state_updated "
+        f"WHERE state IN ({_TERMINAL}) AND updated<? LIMIT ?) RETURNING id",
         (updated_before, PURGE_CHUNK),
     ).fetchall()
     if rows:
@@ -184,10 +202,28 @@ def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:
     return [str(hex_text(r[0])) for r in rows]
 
 
+def _merged(where: list[str], args: list[Any], order: str,
+            limit: int) -> tuple[str, list[Any]]:
+    """The listing as one index walk per state (each at most ``limit`` long, in
+    ``order``), merged: no index holds an owner's tasks, or everyone's by last update,
+    in that order across states."""
+    walk = " AND ".join(["state=?", *where])
+    columns = "seq, updated" if "updated" in order else "seq"
+    walks = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {columns} FROM tasks WHERE {walk} ORDER BY {order} LIMIT ?)"
+        for _ in ALL_CODES)
+    return (f"SELECT seq, {_COLUMNS} FROM tasks WHERE seq IN (SELECT seq FROM ({walks}) "
+            f"ORDER BY {order} LIMIT ?) ORDER BY {order}",
+            [a for code in ALL_CODES for a in (code, *args, limit)] + [limit])
+
+
 def _count_query(where: list[str], args: list[Any], owner: str | None,
-                 state: TaskState | None, counted: bool) -> tuple[str, list[Any]]:
-    """The total's query: from ``task_counts`` when the filters are owner and state only."""
-    if not counted:
+                 state: TaskState | None, context_id: str | None) -> tuple[str, list[Any]]:
+    """The total's query: from ``task_counts`` when the filters are owner and state only;
+    else a count over the index of the filters (every state's, without a state)."""
+    if context_id is not None or len(where) > (owner is not None) + (state is not None):
+        if state is None and context_id is None:
+            where = [f"state IN ({_ALL})", *where]
         return "SELECT COUNT(*) FROM tasks" + (
             " WHERE " + " AND ".join(where) if where else ""), list(args)
     sql = "SELECT coalesce(sum(n), 0) FROM task_counts"

@@ -6,7 +6,9 @@ since the epoch). The body is a JSON array of everything else, by position, trai
 empty fields left out: no key names, nothing the API derives (``status``, ``output``,
 ``depth``, totals) and times as integer offsets. A task the store writes comes back equal
 (``decode_row(*row_columns(task)) == task``); a time that is not in the store's canonical
-form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was.
+form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was. Receipts are kept
+compact (``receipt_rows``); the binary fields of those follow the JSON text after a NUL,
+which JSON text never holds raw, and the body is then a BLOB.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from butler.engine.receipt_rows import Signers, task_claims
 from butler.storage import hex_bytes, hex_text, micros_stamp, stamp_micros
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
@@ -27,6 +30,7 @@ from internal.protocol.a2a.model import (
     TaskError,
     TaskRequest,
     TaskState,
+    wire_task_id,
 )
 
 # Stored codes: append only, never renumber (rows on disk carry them).
@@ -39,20 +43,27 @@ CODE_STATES: dict[int, TaskState] = {code: state for state, code in STATE_CODES.
 TERMINAL_CODES = tuple(code for state, code in STATE_CODES.items() if state.terminal)
 OPEN_CODES = tuple(code for state, code in STATE_CODES.items() if not state.terminal)
 
+NO_SIGNERS = Signers()  # every receipt kept as its text
 NOT_CANONICAL = 0  # ``updated`` of a task whose time is not canonical: sorts first
 
 
-def row_columns(task: Task) -> tuple[Any, str, Any, int, int, str]:
+def row_columns(task: Task, signers: Signers = NO_SIGNERS,
+                ) -> tuple[Any, str, Any, int, int, str | bytes]:
     """(id, owner, context_id, state, updated, body), as stored: ids Butler made (hex)
-    as their bytes (``hex_bytes``)."""
+    as their bytes (``hex_bytes``); receipts of a known signer compact (``receipt_rows``),
+    their binary fields after the JSON text, the body then a BLOB."""
     updated = stamp_micros(task.updated_at)
-    body = _encode_body(task, updated)
+    body = _encode_body(task, updated, signers)
     return (hex_bytes(task.id), task.owner, hex_bytes(task.context_id), STATE_CODES[task.state],
             NOT_CANONICAL if updated is None else updated, body)
 
 
 def decode_row(task_id: object, owner: str, context_id: object, state: int, updated: int,
-               body: str) -> Task:
+               body: str | bytes, *, signers: Signers = NO_SIGNERS) -> Task:
+    binary = b""
+    if type(body) is bytes:
+        text, _, binary = body.partition(b"\x00")
+        body = text.decode()
     data = exact_json.loads(body, max_depth=256)
     fields = list(data) + [None] * (len(_FIELDS) - len(data))
     (created, skill, history, parts, artifacts, error, status_message, budget, cost, chain,
@@ -60,20 +71,24 @@ def decode_row(task_id: object, owner: str, context_id: object, state: int, upda
     updated_at = updated_text if updated_text is not None else micros_stamp(updated)
     created_at = _time(created, updated, negate=True) if created is not None else updated_at
     base = stamp_micros(created_at)
+    key, task_state = str(hex_text(task_id)), CODE_STATES[state]
+    spent = Budget(Decimal(budget[0]), Decimal(budget[1])) if budget else None
+    costs, trace_id = _cost(cost) if cost else None, trace_id or ""
     return Task(
-        id=str(hex_text(task_id)), context_id=str(hex_text(context_id)), owner=owner,
-        state=CODE_STATES[state],
+        id=key, context_id=str(hex_text(context_id)), owner=owner, state=task_state,
         request=_request(request),
         created_at=created_at, updated_at=updated_at, skill=skill or "",
         history=tuple(StatusEntry(CODE_STATES[h[0]], _time(h[1], base),
                                   h[2] if len(h) > 2 else "") for h in history or ()),
         parts=_parts(parts), artifacts=tuple(_artifact(a) for a in artifacts or ()),
         error=TaskError(error[0], error[1]) if error else None,
-        status_message=status_message or "",
-        budget=Budget(Decimal(budget[0]), Decimal(budget[1])) if budget else None,
-        cost=_cost(cost) if cost else None, chain=tuple(chain or ()),
-        trace_id=trace_id or "", messages=tuple(_message(m) for m in messages or ()),
-        reply_as_message=reply_as_message is True, receipts=tuple(receipts or ()),
+        status_message=status_message or "", budget=spent, cost=costs,
+        chain=tuple(chain or ()), trace_id=trace_id,
+        messages=tuple(_message(m) for m in messages or ()),
+        reply_as_message=reply_as_message is True,
+        receipts=signers.rebuilt(receipts, lambda: task_claims(
+            wire_task_id(key), task_state, costs, spent, trace_id, updated_at), binary)
+        if receipts else (),
     )
 
 
@@ -82,7 +97,7 @@ _FIELDS = ("created", "skill", "history", "parts", "artifacts", "error", "status
            "updated_text", "receipts")
 
 
-def _encode_body(task: Task, updated: int | None) -> str:
+def _encode_body(task: Task, updated: int | None, signers: Signers) -> str | bytes:
     created = stamp_micros(task.created_at)
     # created as an offset back from updated (a small number), else as text
     created_field: Any = None if task.created_at == task.updated_at else (
@@ -102,9 +117,14 @@ def _encode_body(task: Task, updated: int | None) -> str:
         [_encode_message(m) for m in task.messages],
         True if task.reply_as_message else None,
         task.updated_at if updated is None else None,
-        list(task.receipts),
+        None,
     ]
-    return exact_json.dumps(_trimmed(fields))
+    if not task.receipts:
+        return exact_json.dumps(_trimmed(fields))
+    fields[-1], binary = signers.stored(task.receipts, task)
+    text = exact_json.dumps(_trimmed(fields))
+    # JSON text never holds a raw NUL (it is written \u0000), so it ends the text.
+    return (text.encode() + b"\x00" + binary) if binary else text
 
 
 def _encode_request(request: TaskRequest) -> list[Any]:

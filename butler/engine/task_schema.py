@@ -1,15 +1,19 @@
 """The task store's schema, and its migration in place from older files.
 
-Every query the store makes has an index that serves both its filter and its order
-(docs/tasks.md#storage): listing by creation (``seq``) or by last update (``updated``),
-by owner, state, or both, and by context; purging and recovery walk ``updated``. The
-totals the A2A ListTasks answer carries come from ``task_counts``, which triggers keep per
-owner and state, instead of a count over every matching row.
+Every query the store makes is an index walk (docs/tasks.md#storage): listing by
+creation (``seq``) or by last update (``updated``) by a state, or an owner and a state,
+walks an index in that order; by an owner alone, or everyone's by last update, walks
+the owner's (or everyone's) index once per state and merges the walks, each at most a
+page long; a context is found by its index. Purging and recovery walk each terminal
+state's ``updated``. The totals the A2A ListTasks answer carries come from
+``task_counts``, which triggers keep per owner and state, instead of a count over every
+matching row.
 
 ``PRAGMA user_version`` says which schema a file has. A file from before it (version 0,
 one JSON body per task, text times and states) is rewritten on open: each row is
 decoded the old way and written the new way, in one transaction, and the file is then
 vacuumed with incremental auto-vacuum turned on, so purged pages go back to the disk.
+A version 1 file only gains ``receipt_signers``: its rows read as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sqlite3
 from dataclasses import replace
 from decimal import Decimal
 
+from butler.engine.receipt_rows import SIGNERS_TABLE
 from butler.engine.task_row import OPEN_CODES, row_columns
 from butler.storage import schema_version
 from internal.protocol.a2a.codec import butler_v2, exact_json
@@ -26,7 +31,10 @@ from internal.protocol.a2a.model import Message, Task
 
 log = logging.getLogger("butler.engine")
 
-VERSION = 1
+# 1: the compact row; 2: receipt_signers (receipts kept compact); 3: five listing
+# indexes, not eight (an owner's or everyone's tasks are walked state by state, merged);
+# 4: a body may be a BLOB (receipts' binary fields after its JSON), which 3 cannot read.
+VERSION = 4
 
 _TABLES = ("""
 CREATE TABLE tasks (
@@ -43,16 +51,13 @@ CREATE TABLE task_counts (
     state INTEGER NOT NULL,
     n INTEGER NOT NULL,
     PRIMARY KEY (owner, state)
-) WITHOUT ROWID""")
+) WITHOUT ROWID""", SIGNERS_TABLE)
 
 _INDEXES = (
-    "CREATE INDEX tasks_owner ON tasks(owner, seq)",
     "CREATE INDEX tasks_owner_state ON tasks(owner, state, seq)",
-    "CREATE INDEX tasks_owner_updated ON tasks(owner, updated, seq)",
     "CREATE INDEX tasks_owner_state_updated ON tasks(owner, state, updated, seq)",
     "CREATE INDEX tasks_state ON tasks(state, seq)",
     "CREATE INDEX tasks_state_updated ON tasks(state, updated, seq)",
-    "CREATE INDEX tasks_updated ON tasks(updated, seq)",
     "CREATE INDEX tasks_context ON tasks(context_id, seq)",
     """CREATE TRIGGER tasks_counted AFTER INSERT ON tasks BEGIN
     INSERT INTO task_counts(owner, state, n) VALUES (new.owner, new.state, 1)
@@ -67,6 +72,9 @@ END""", """CREATE TRIGGER tasks_uncounted AFTER DELETE ON tasks BEGIN
 END""",
 )
 
+_UPGRADE = (SIGNERS_TABLE, "DROP INDEX IF EXISTS tasks_owner",
+            "DROP INDEX IF EXISTS tasks_owner_updated", "DROP INDEX IF EXISTS tasks_updated")
+
 INSERT = ("INSERT INTO tasks(id, owner, context_id, state, updated, body) "
           "VALUES (?,?,?,?,?,?)")
 UPSERT = INSERT + (" ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
@@ -77,11 +85,21 @@ _MIGRATE_CHUNK = 5000
 
 def create_schema(conn: sqlite3.Connection) -> None:
     """On open: create, or migrate, or nothing (the file is current)."""
-    if schema_version(conn, "tasks", VERSION) == VERSION:
+    version = schema_version(conn, "tasks", VERSION)
+    if version == VERSION:
         return
     legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if legacy is not None and version >= 1:
+            # Rows of version 1 keep their receipts as text, which is read as it is:
+            # only the signers' table is new, and three indexes go. Their pages are
+            # reused by new rows, and given back by the purges' incremental vacuum.
+            for statement in _UPGRADE:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={VERSION}")
+            conn.execute("COMMIT")
+            return
         if legacy is not None:
             conn.execute("ALTER TABLE tasks RENAME TO tasks_v0")
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index' "

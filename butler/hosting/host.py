@@ -28,7 +28,7 @@ from butler.config.node import ConfigError
 from butler.hosting.store import HostedStore
 from butler.http_app import PUBLIC_PATHS
 from internal.http import IDENTITY, render_error
-from internal.protocol.a2a.model import RequestError, SetupError, StateConflict
+from internal.protocol.a2a.model import RequestError, SetupError, StateConflict, Unavailable
 
 log = logging.getLogger("butler.hosting")
 
@@ -64,7 +64,8 @@ class AgentHost:
         self.store = HostedStore(config.data_dir)
         self.running: dict[str, Hosted] = {}
         self._added: dict[str, dict[str, Any]] = {}  # added at run time, as sent: kept
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # one add, remove or close at a time
+        self._closed = False
         self._reserved: frozenset[str] = frozenset()
 
     # --- routing -------------------------------------------------------------------
@@ -147,6 +148,8 @@ class AgentHost:
     async def add(self, entry: dict[str, Any]) -> Hosted:
         """An agent added at run time; kept, so the next start serves it again."""
         async with self._lock:
+            if self._closed:  # an agent started now would never be stopped
+                raise Unavailable("overloaded", "the daemon is stopping", retry_after=1)
             try:
                 agent = parse_hosted_json(entry, self.config)
             except ConfigError as err:
@@ -154,14 +157,32 @@ class AgentHost:
                                    f"{err.problem}") from None
             if agent.id in self.running:
                 raise StateConflict("agent_exists", f"agent {agent.id!r} is hosted already")
+            cap = self.config.hosting.max_agents
+            if len(self._added) >= cap:
+                raise StateConflict("too_many_agents", f"{len(self._added)} agents added at "
+                                    f"run time are hosted, the most hosting.max_agents "
+                                    f"({cap}) allows; remove one first")
             try:
                 hosted = await self._start(agent, "admin")
             except (SetupError, OSError) as err:
                 raise RequestError("invalid_request",
                                    f"agent {agent.id!r} cannot start: {err}") from None
+            try:
+                self._keep({**self._added, agent.id: entry})
+            except Unavailable:  # not kept, so not served: as if never added
+                del self.running[agent.id]
+                await hosted.daemon.stop()
+                raise
             self._added[agent.id] = entry
-            self.store.save(self._added)
             return hosted
+
+    def _keep(self, added: dict[str, dict[str, Any]]) -> None:
+        try:
+            self.store.save(added)
+        except OSError as err:
+            raise Unavailable("overloaded", f"the hosted agents cannot be written to "
+                              f"{self.store.path.name}: {err.strerror or err}; nothing "
+                              "changed", retry_after=5) from None
 
     async def remove(self, agent_id: str) -> None:
         """Its routes answer 404 from now on; its running tasks get the daemon's
@@ -174,15 +195,19 @@ class AgentHost:
             if hosted.source == "config":
                 raise RequestError("invalid_request", f"agent {agent_id!r} is in the config "
                                    "file: remove it there and restart")
+            remaining = {k: v for k, v in self._added.items() if k != agent_id}
+            self._keep(remaining)  # first: an agent not forgotten is not stopped either
+            self._added = remaining
             del self.running[agent_id]
-            self._added.pop(agent_id, None)
-            self.store.save(self._added)
             await hosted.daemon.stop()
             log.info("stopped hosting agent %s", agent_id)
 
     async def close(self) -> None:
-        """All at once: each gives its running tasks the same grace, not one after another."""
-        stopping, self.running = list(self.running.values()), {}
+        """All at once: each gives its running tasks the same grace, not one after another.
+        After an add or remove in progress, and before any other: none starts from now on."""
+        async with self._lock:
+            self._closed = True
+            stopping, self.running = list(self.running.values()), {}
         results = await asyncio.gather(*(h.daemon.stop() for h in stopping),
                                        return_exceptions=True)
         for hosted, result in zip(stopping, results, strict=True):

@@ -115,8 +115,9 @@ def _peer(transport: asyncio.BaseTransport | None) -> str:
 
 
 async def listen(server: web.Server, settings: ListenSettings,
-                 incidents: IncidentLog) -> asyncio.Server:
-    """Listen with a cap on open connections: past it, a 503 and close."""
+                 incidents: IncidentLog, *, serving: bool = True) -> asyncio.Server:
+    """Listen with a cap on open connections: past it, a 503 and close. ``serving=False``:
+    the port is bound (its number known) but refuses connections until ``start_serving``."""
     cap = settings.max_connections
     handler_args = settings.handler_args()
     loop = asyncio.get_running_loop()
@@ -138,4 +139,5 @@ async def listen(server: web.Server, settings: ListenSettings,
     handshake = settings.header_timeout_seconds if tls is not None else None
     return await loop.create_server(factory, settings.host, settings.port,
                                     family=family, reuse_address=True, backlog=backlog,
-                                    ssl=tls, ssl_handshake_timeout=handshake)
+                                    ssl=tls, ssl_handshake_timeout=handshake,
+                                    start_serving=serving)

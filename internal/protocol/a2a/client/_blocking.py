@@ -13,12 +13,14 @@ closed by the peer and retry.
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from yarl import URL
 
@@ -85,13 +87,15 @@ class BlockingPeerClient:
 
     def events(self, task_id: str) -> Iterator[tuple[str, Any]]:
         """Server-sent events of a task: (event name, decoded data) until the stream ends.
-        Only connecting is timed, as with ``PeerClient.events``: a task may be quiet for long."""
+        The head (and an error's body) must come within the client's timeout; the events
+        then may take as long as they take: a task may be quiet for long."""
         with mapped_errors(self.name, self._x.timeout, _stdlib_failure):
             call = self._x.prepare("GET", f"/v2/tasks/{quoted(task_id)}/events")
-            conn, resp = self._exchange(call, None)
+            conn, resp = self._exchange(call, time.monotonic() + self._x.timeout)
             try:
                 if resp.status != 200:
-                    self._x.decode(resp.status, self._read_capped(conn, resp, None))
+                    self._x.decode(resp.status, self._read_capped(conn, resp, conn.deadline))
+                conn.deadline = None
                 stream = self._x.event_stream()
                 while chunk := resp.read1(_READ):
                     yield from stream.feed(chunk)
@@ -102,6 +106,7 @@ class BlockingPeerClient:
                   ) -> tuple[_PinnedConnection, http.client.HTTPResponse]:
         url = self._guard.check_target(call.url)  # step 1, as the session's middleware does
         conn = self._connect(url, deadline)
+        conn.deadline = deadline
         try:
             _settle(conn, deadline)
             conn.putrequest(call.method, url.raw_path_qs, skip_accept_encoding=True)
@@ -178,6 +183,9 @@ class _PinnedConnection(http.client.HTTPConnection):
         self._tls = tls
         # The socket stays ours to time out even after http.client hands it to a response.
         self.pinned: socket.socket | None = None
+        self.deadline: float | None = None  # of the exchange; None: reads wait as long
+        self.response_class = cast("type[http.client.HTTPResponse]",
+                                   functools.partial(_Answer, deadline=lambda: self.deadline))
 
     def connect(self) -> None:
         failure: OSError = OSError("no address")
@@ -196,6 +204,41 @@ class _PinnedConnection(http.client.HTTPConnection):
                 raise
             return
         raise failure
+
+
+class _Answer(http.client.HTTPResponse):
+    """An answer whose every read from the socket is bounded by the time left: http.client
+    reads a status or header line, or a chunk's size, with as many reads as it takes, so a
+    peer sending one byte at a time would otherwise stretch one read past any deadline."""
+
+    def __init__(self, sock: socket.socket, *args: Any,
+                 deadline: Callable[[], float | None], **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()
+        self.fp = io.BufferedReader(_TimedReader(sock, deadline))
+
+
+class _TimedReader(io.RawIOBase):
+    def __init__(self, sock: socket.socket, deadline: Callable[[], float | None]) -> None:
+        # A file of the socket: it keeps the socket open while http.client closes the
+        # connection it hands the answer to.
+        self._raw = sock.makefile("rb", buffering=0)
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        deadline = self._deadline()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError
+        self._sock.settimeout(_left(deadline))
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def _close(conn: _PinnedConnection, resp: http.client.HTTPResponse) -> None:

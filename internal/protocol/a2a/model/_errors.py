@@ -99,6 +99,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "task_not_cancelable": ErrorSpec(409, -32002, "state", "TASK_NOT_CANCELABLE", grpc=_PRE),
     "task_not_waiting": ErrorSpec(409, -32004, "state", grpc=_PRE),
     "agent_exists": ErrorSpec(409, -32004, "state", grpc="ALREADY_EXISTS"),
+    "too_many_agents": ErrorSpec(409, -32004, "state", grpc="RESOURCE_EXHAUSTED"),
     "rate_limited": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
     "overloaded": ErrorSpec(503, -31503, "unavailable", grpc="UNAVAILABLE"),
     "too_many_streams": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
