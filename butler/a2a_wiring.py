@@ -1,10 +1,16 @@
 """The standard A2A bindings of one daemon: well-known card, JSON-RPC, HTTP+JSON, gRPC
 (the ``grpc`` extra, when ``grpc_port`` is set); and the JSON-RPC dispatcher alone, for
-carriers other than HTTP (``butler stdio``)."""
+carriers other than HTTP (``butler stdio``).
+
+An agent's ``A2AFront`` is built once (``build_app``) and every carrier serves the same
+one: the same operations and dispatcher, the same token verifier, and the same
+admission, per-caller buckets and stream caps, so a caller's limits are one limit
+whichever port it calls."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -13,7 +19,7 @@ from butler.card import build_a2a_card
 from butler.config.model import Config
 from butler.identity.key_file import AgentIdentity
 from butler.skills.catalog import SkillCatalog
-from internal.http import ErrorRenderer, StreamSlots, TokenBuckets, TokenVerifier
+from internal.http import Admission, ErrorRenderer, StreamSlots, TokenBuckets, TokenVerifier
 from internal.protocol.a2a.model import CardInfo, Identity
 from internal.protocol.a2a.server import (
     A2AOperations,
@@ -38,6 +44,18 @@ def _no_grpc() -> None:
     return None
 
 
+@dataclass(frozen=True)
+class A2AFront:
+    """One agent's A2A semantics and the gate in front of them, for every carrier."""
+    ops: A2AOperations
+    v1: V1Dialect  # the dialect gRPC carries (its methods are JSON-RPC 1.0's)
+    dispatcher: JsonRpcDispatcher  # over ``v1`` and the 0.3 dialect
+    verifier: TokenVerifier
+    admission: Admission
+    per_caller: TokenBuckets | None
+    streams: StreamSlots
+
+
 def a2a_operations(cfg: Config, service: TaskService, catalog: SkillCatalog,
                    url: Callable[[], str], push: PushService | None = None,
                    grpc_url: GrpcUrl = _no_grpc,
@@ -51,38 +69,32 @@ def a2a_operations(cfg: Config, service: TaskService, catalog: SkillCatalog,
     return A2AOperations(service, push, card, tenant)
 
 
-def jsonrpc_dispatcher(cfg: Config, ops: A2AOperations) -> JsonRpcDispatcher:
-    return JsonRpcDispatcher([V1Dialect(ops), V03Dialect(ops)],
+def jsonrpc_dispatcher(cfg: Config, ops: A2AOperations,
+                       v1: V1Dialect | None = None) -> JsonRpcDispatcher:
+    return JsonRpcDispatcher([v1 or V1Dialect(ops), V03Dialect(ops)],
                              max_json_depth=cfg.limits.max_json_depth)
 
 
-def standard_a2a(cfg: Config, service: TaskService, catalog: SkillCatalog,
-                 url: Callable[[], str], push: PushService | None = None,
-                 grpc_url: GrpcUrl = _no_grpc, agent: AgentIdentity | None = None,
-                 tenant: str = "") -> tuple[list[web.RouteDef], list[ErrorRenderer]]:
-    """Routes and error renderers; ``tenant``: a hosted agent's id (docs/hosting.md)."""
-    ops = a2a_operations(cfg, service, catalog, url, push, grpc_url, agent, tenant)
-    jsonrpc = JsonRpcBinding(
-        [V1Dialect(ops), V03Dialect(ops)],
-        JsonRpcLimits(cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds))
-    rest = A2ARestBinding(ops, max_json_depth=cfg.limits.max_json_depth,
+def standard_a2a(cfg: Config, front: A2AFront,
+                 ) -> tuple[list[web.RouteDef], list[ErrorRenderer]]:
+    """Routes and error renderers of the HTTP bindings."""
+    jsonrpc = JsonRpcBinding(front.dispatcher, JsonRpcLimits(cfg.limits.body_timeout_seconds))
+    rest = A2ARestBinding(front.ops, max_json_depth=cfg.limits.max_json_depth,
                           body_seconds=cfg.limits.body_timeout_seconds)
-    routes = CardRoute(ops.card).routes() + jsonrpc.routes() + rest.routes()
+    routes = CardRoute(front.ops.card).routes() + jsonrpc.routes() + rest.routes()
     return routes, [jsonrpc.render_error, rest.render_error]
 
 
-async def serve_grpc(cfg: Config, ops: A2AOperations, verifier: TokenVerifier,
-                     streams: StreamSlots, per_caller: TokenBuckets | None,
-                     ) -> tuple[grpc.aio.Server, int]:
-    """The gRPC binding on ``bind_address:grpc_port``, with the HTTP listener's TLS, token
-    verifier, per-caller limit and stream caps; the server and the port it bound."""
+async def serve_grpc(cfg: Config, front: A2AFront) -> tuple[grpc.aio.Server, int]:
+    """The gRPC binding on ``bind_address:grpc_port``, with the HTTP listener's TLS and
+    its ``front``; the server and the port it bound."""
     from internal.protocol.a2a.server.grpc_binding import GrpcBinding, GrpcLimits, serve
 
     assert cfg.a2a.grpc_port is not None
-    binding = GrpcBinding(V1Dialect(ops), verifier, streams=streams, per_caller=per_caller)
+    binding = GrpcBinding(front.v1, front.verifier, front.admission, streams=front.streams,
+                          per_caller=front.per_caller)
     tls = None if cfg.a2a.tls is None else (cfg.a2a.tls.cert_file.read_bytes(),
                                             cfg.a2a.tls.key_file.read_bytes())
-    limits = GrpcLimits(max_message_bytes=cfg.limits.max_body_bytes,
-                        max_concurrent_rpcs=cfg.limits.max_inflight)
+    limits = GrpcLimits(max_message_bytes=cfg.limits.max_body_bytes)
     return await serve(binding, cfg.a2a.bind_address, cfg.a2a.grpc_port, limits=limits,
                        tls=tls)

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer
 from yarl import URL
 
-from butler.a2a_wiring import a2a_operations, serve_grpc
+from butler.a2a_wiring import serve_grpc
 from butler.audit import AuditLog
 from butler.audit.retention import ARCHIVE, retention_loop
 from butler.audit.writer import AuditWriter
@@ -33,7 +33,7 @@ from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
 from butler.hosting.admin import AgentsAdmin
 from butler.hosting.host import AgentHost
-from butler.http_app import PER_CALLER, build_app, server_tls, token_verifier
+from butler.http_app import A2A_FRONT, build_app, server_tls
 from butler.identity.key_file import AgentIdentity, load_identity
 from butler.identity.receipts import seal
 from butler.memory import MemoryStore
@@ -52,7 +52,6 @@ from butler.swarm.spend import SpendBook
 from butler.telemetry import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,
-    STREAM_SLOTS,
     IncidentLog,
     ListenSettings,
     OutboundGuard,
@@ -252,21 +251,18 @@ class Daemon:
                         "it beyond this machine", cfg.a2a.bind_address)
         log.info("butler %s listening on %s", cfg.agent.id, self.url)
         if cfg.a2a.grpc_port is not None:
-            await self._serve_grpc(stack, runner.app, catalog)
+            await self._serve_grpc(stack, runner.app)
         if cfg.metrics.enabled and cfg.metrics.listen:
             stack.push_async_callback((await serve_metrics(self.metrics, cfg.metrics.listen))
                                       .cleanup)
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
 
-    async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application,
-                          catalog: SkillCatalog) -> None:
-        """After the HTTP listener (the card names its URL), stopped before it."""
+    async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application) -> None:
+        """After the HTTP listener (the card names its URL), stopped before it; the same
+        operations, verifier, admission and limits as the HTTP bindings."""
         cfg = self.config
-        ops = a2a_operations(cfg, self.engine, catalog, lambda: self.url, self.push,
-                             lambda: self.grpc_url, self.identity)
-        server, self.grpc_port = await serve_grpc(cfg, ops, token_verifier(cfg),
-                                                  app[STREAM_SLOTS], app[PER_CALLER])
+        server, self.grpc_port = await serve_grpc(cfg, app[A2A_FRONT])
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
         log.info("butler %s serving A2A gRPC on %s", cfg.agent.id, self.grpc_url)
 

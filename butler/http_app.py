@@ -11,7 +11,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from butler.a2a_wiring import standard_a2a
+from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
 from butler.dashboard.overview import Overview
@@ -23,6 +23,7 @@ from butler.skills.catalog import SkillCatalog
 from internal.http import (
     ERROR_RENDERERS,
     STREAM_SLOTS,
+    Admission,
     StreamCaps,
     StreamSlots,
     TokenBuckets,
@@ -32,10 +33,17 @@ from internal.http import (
     json_response,
 )
 from internal.protocol.a2a.model import Identity
-from internal.protocol.a2a.server import BUTLER_V2_PATH, PushService, RestBinding, RestLimits
+from internal.protocol.a2a.server import (
+    BUTLER_V2_PATH,
+    A2AOperations,
+    PushService,
+    RestBinding,
+    RestLimits,
+    V1Dialect,
+)
 
 PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
-PER_CALLER: web.AppKey[TokenBuckets | None] = web.AppKey("butler.per_caller")
+A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 
 
 class Hosting(Protocol):
@@ -61,22 +69,19 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     address, cap in-flight requests, authenticate, limit per caller. ``hosted``: a hosted
     agent's app, which only maps errors, authenticates and limits per caller; ``hosting``:
     the daemon's agents, whose paths the daemon's gate leaves to their own."""
-    rl = cfg.rate_limits
-    per_caller = _buckets(rl.per_caller_per_second, rl.per_caller_burst)
+    ops = a2a_operations(cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
+                         grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
+    front = a2a_front(cfg, ops, hosted=hosted)
     gate = gate_middleware(
-        verifier=token_verifier(cfg), public_paths=PUBLIC_PATHS,
-        max_inflight=None if hosted else cfg.limits.max_inflight,
-        per_address=None if hosted else _buckets(rl.per_address_per_second,
-                                                 rl.per_address_burst),
-        per_caller=per_caller, never_limited=("/healthz",),
+        verifier=front.verifier, public_paths=PUBLIC_PATHS, admission=front.admission,
+        per_caller=front.per_caller, never_limited=("/healthz",),
         inner_gate=hosting.inner_gate if hosting is not None else None)
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[error_middleware, gate] if hosted
         else [metrics_middleware(metrics), error_middleware, gate])
-    app[PER_CALLER] = per_caller  # the gRPC port takes from the same buckets
-    app[STREAM_SLOTS] = StreamSlots(StreamCaps(cfg.limits.max_streams,
-                                               cfg.limits.max_streams_per_caller))
+    app[A2A_FRONT] = front  # the gRPC port serves the same one
+    app[STREAM_SLOTS] = front.streams
     if cfg.metrics.enabled and not cfg.metrics.listen and not hosted:
         app.add_routes([metrics_route(metrics)])
     rest = RestBinding(engine, RestLimits(cfg.limits.max_json_depth,
@@ -84,9 +89,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                                           cfg.tasks.max_page_size))
     app.add_routes(rest.routes())
     app.add_routes(admin_routes)
-    a2a_routes, app[ERROR_RENDERERS] = standard_a2a(
-        cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
-        grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
+    a2a_routes, app[ERROR_RENDERERS] = standard_a2a(cfg, front)
     app.add_routes(a2a_routes)
 
     async def healthz(request: web.Request) -> web.Response:
@@ -100,6 +103,19 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                         cfg.a2a.caller_limits, metrics)
     app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
     return app
+
+
+def a2a_front(cfg: Config, ops: A2AOperations, *, hosted: bool) -> A2AFront:
+    """The agent's one dispatcher, verifier, admission, per-caller buckets and stream caps.
+    A hosted agent's admission caps nothing and limits no address: the daemon's did."""
+    rl = cfg.rate_limits
+    admission = Admission(None) if hosted else Admission(
+        cfg.limits.max_inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
+    v1 = V1Dialect(ops)
+    return A2AFront(
+        ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), admission,
+        _buckets(rl.per_caller_per_second, rl.per_caller_burst),
+        StreamSlots(StreamCaps(cfg.limits.max_streams, cfg.limits.max_streams_per_caller)))
 
 
 def _buckets(rate: float, burst: float) -> TokenBuckets | None:

@@ -3,7 +3,9 @@ engine, auth and swarm envelope as the HTTP bindings."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,8 +26,12 @@ from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules 
 from google.rpc import error_details_pb2, status_pb2  # noqa: E402
 from yarl import URL  # noqa: E402
 
+from butler.identity.key_file import KEY_FILE  # noqa: E402
 from internal.http import OutboundGuard  # noqa: E402
+from internal.protocol.a2a.client import Interface, offered_interfaces  # noqa: E402
+from internal.protocol.a2a.client import _a2a as a2a_client  # noqa: E402
 from internal.protocol.a2a.model import DelegationFailed, OutboundRefused  # noqa: E402
+from internal.protocol.a2a.model import TaskState as ButlerState  # noqa: E402
 from tests.a2a_support import (  # noqa: E402
     WAIT,
     cancel_a_waiting_task,
@@ -34,10 +40,16 @@ from tests.a2a_support import (  # noqa: E402
     text,
     user_message,
 )
-from tests.delegation_support import butler_with_peer  # noqa: E402
+from tests.delegation_support import Mesh, butler_with_peer, free_port, skill  # noqa: E402
 from tests.grpc_support import card_of, channel, grpc_client  # noqa: E402
 from tests.sdk_agent import sdk_agent  # noqa: E402
 from tests.support import ECHO, Swarm, new_pair, post_task  # noqa: E402
+from tests.test_peer_identity import (  # noqa: E402
+    card_reads,
+    delegate,
+    office_task_count,
+    restart,
+)
 from tests.test_tls import OPENSSL, make_ca_and_cert  # noqa: E402
 
 GRPC = {"a2a": {"grpc_port": 0}}
@@ -144,17 +156,50 @@ async def test_a_wrong_token_to_a_grpc_agent_fails_cleanly(swarm: Swarm) -> None
     assert "UNAUTHENTICATED" in task["error"]["message"]
 
 
-async def test_each_grpc_call_has_the_peers_card_checked_first(swarm: Swarm) -> None:
-    """A gRPC channel is one per call, a new connection each time: key continuity reads
-    the agent's public card (no token) before each, as before a new HTTP connection."""
+async def test_delegations_share_a_channel_checked_once(swarm: Swarm) -> None:
+    """One channel per peer, kept across delegations: key continuity reads the agent's
+    public card (no token) before its connection opens, not before each call."""
     token, _ = new_pair()
     async with sdk_agent(token, binding="GRPC") as agent:
         home = await butler_with_peer(swarm, agent.url, token)
-        for _ in range(2):
+        for _ in range(3):
             _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
             assert task["state"] == "completed", task
         card_reads = [h for h in agent.seen.headers if "authorization" not in h]
-    assert len(card_reads) == 2
+        calls = [h for h in agent.seen.headers if "authorization" in h]
+    assert (len(card_reads), len(calls)) == (1, 3)
+
+
+def prefer_grpc(card: Mapping[str, Any], peer: str) -> Interface:
+    """A Butler offers JSON-RPC first; these tests make its caller take its gRPC port."""
+    return next(i for i in offered_interfaces(card) if i.binding == "GRPC")
+
+
+async def test_a_kept_channel_still_refuses_a_swapped_key(
+        mesh: Mesh, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peer restarts with another key on the same ports: the kept channel lost its
+    connection, so the next call checks the card before it connects, and is refused
+    before the token goes."""
+    monkeypatch.setattr(a2a_client, "choose_interface", prefer_grpc)
+    mesh.agent("home", skills=[])
+    mesh.agent("office", skills=[skill("x.work")],
+               configurations={"a2a": {"grpc_port": free_port()}})
+    mesh.link("home", "office", ["x.work"], protocol="a2a")
+    agents = await mesh.start()
+    home, office = agents["home"], agents["office"]
+    for _ in range(3):
+        assert await delegate(home) == (ButlerState.COMPLETED, "")
+    assert card_reads(office.daemon) == 1  # one connection, checked once
+    assert await office_task_count(mesh, office.url, office) == 3
+    (office.daemon.config.data_dir / KEY_FILE).unlink()
+    swapped = await restart(office)
+    try:
+        assert await delegate(home) == (ButlerState.FAILED, "peer_identity_changed")
+        assert card_reads(swapped) == 1  # the check's read, then no call
+        assert await office_task_count(mesh, swapped.url, office) == 3
+    finally:
+        await swapped.stop()
+        office.daemon = swapped  # stopped: the mesh's teardown stops it once more
 
 
 def test_the_token_goes_only_to_the_peers_own_host() -> None:
@@ -173,12 +218,37 @@ def test_the_token_goes_only_to_the_peers_own_host() -> None:
 
 async def test_the_grpc_channel_goes_through_the_outbound_guard() -> None:
     """Loopback is refused under the default rules, as for an HTTP call."""
-    from internal.protocol.a2a.client._grpc import GrpcPeer
+    from internal.protocol.a2a.client import GrpcChannels
 
+    channels = GrpcChannels()
     with pytest.raises(OutboundRefused, match="loopback"):
-        await GrpcPeer.connect("127.0.0.1:1", "t", peer_url="http://127.0.0.1:2", name="p",
-                               guard=OutboundGuard(), ca_file=None, max_response_bytes=1024,
-                               connect_timeout=1)
+        async with channels.peer("127.0.0.1:1", "t", peer_url="http://127.0.0.1:2", name="p",
+                                 guard=OutboundGuard(), ca_file=None, max_response_bytes=1024,
+                                 connect_timeout=1):
+            pass
+    assert len(channels) == 0
+
+
+async def test_the_kept_channels_are_bounded_and_closed_with_their_owner() -> None:
+    """Past the bound the least recently used channel closes, once its call is done."""
+    from internal.protocol.a2a.client import GrpcChannels
+
+    def state(peer: Any) -> grpc.ChannelConnectivity:
+        return peer._channel.channel.get_state()
+
+    channels = GrpcChannels(size=1)
+    args = {"peer_url": "http://127.0.0.1:2", "name": "p", "guard": None, "ca_file": None,
+            "max_response_bytes": 1024, "connect_timeout": 1}
+    async with channels.peer("127.0.0.1:1", "t", **args) as first:
+        async with channels.peer("127.0.0.1:3", "t", **args) as second:
+            assert len(channels) == 1
+            assert state(first) != grpc.ChannelConnectivity.SHUTDOWN  # still in use
+        assert state(second) != grpc.ChannelConnectivity.SHUTDOWN  # kept
+    assert state(first) == grpc.ChannelConnectivity.SHUTDOWN
+    async with channels.peer("127.0.0.1:3", "t", **args) as again:
+        assert again._channel is second._channel  # the same channel, reused
+    await channels.aclose()
+    assert len(channels) == 0 and state(second) == grpc.ChannelConnectivity.SHUTDOWN
 
 
 async def test_the_trace_arrives_in_grpc_metadata(swarm: Swarm) -> None:
@@ -236,19 +306,3 @@ async def test_card_push_configs_and_subscribe_over_grpc(swarm: Swarm) -> None:
             await stub.SendMessage(SendMessageRequest(), metadata=v1)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-
-async def test_the_per_caller_limit_is_shared_with_the_http_port(swarm: Swarm) -> None:
-    home = await swarm.start("home", configurations=GRPC, extra={"rate_limits": {
-        "per_caller_per_second": 0.001, "per_caller_burst": 2, "per_address_per_second": 0}})
-    assert home.daemon.grpc_url is not None
-    async with home.session.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
-        assert resp.status == 200  # one of the two in the bucket
-    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
-        stub = a2a_pb2_grpc.A2AServiceStub(chan)
-        v1 = [("a2a-version", "1.0")]
-        await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
-    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert error_info(caught.value).metadata["code"] == "rate_limited"
-    assert int(dict(caught.value.trailing_metadata())["retry-after"]) >= 1

@@ -29,7 +29,7 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
-from internal.protocol.a2a.client import A2APeerClient, PeerClient
+from internal.protocol.a2a.client import A2APeerClient, GrpcChannels, PeerClient
 from internal.protocol.a2a.codec import envelope
 from internal.protocol.a2a.model import (
     Budget,
@@ -72,6 +72,7 @@ class PeerDelegator:
         # One guarded session per set of rules: a candidate's source decides its rules.
         self._sessions: dict[OutboundRules, tuple[OutboundGuard, aiohttp.ClientSession]] = {}
         self._tls: dict[Path, ssl.SSLContext] = {}
+        self._grpc = GrpcChannels()  # a channel per gRPC peer, kept as the sessions are
         self._cards = PeerCards(self.static, self._read_card)
         # (the static peers' routes, the registry's agents, both as one tuple): rebuilt
         # only when one of the first two is a new tuple, so the router's index stays cached.
@@ -99,6 +100,7 @@ class PeerDelegator:
         return self._tls[ca_file]
 
     async def aclose(self) -> None:
+        await self._grpc.aclose()
         for _, session in self._sessions.values():
             await session.close()
 
@@ -311,7 +313,7 @@ class PeerDelegator:
                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
                                max_response_bytes=cand.max_response_bytes,
                                tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
-                               guard=guard, ca_file=cand.ca_file)
+                               guard=guard, ca_file=cand.ca_file, grpc=self._grpc)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline, card=card)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")

@@ -1,7 +1,8 @@
 """HTTP plumbing shared by the daemon and the registry: the listener and its limits,
-the request gate (auth, rate limits, in-flight cap), JSON bodies and errors as JSON,
-the incident log, server-sent events, OpenAPI documents and static pages; on the way out, the one
-outbound guard and the one place outbound sessions are built.
+the request gate (auth, rate limits, in-flight cap) and the admission it shares with
+the gRPC binding, JSON bodies and errors as JSON, the incident log, server-sent events,
+OpenAPI documents and static pages; on the way out, the one outbound guard and the one
+place outbound sessions are built.
 """
 
 from typing import TYPE_CHECKING
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from internal.http._admission import Admission as Admission
     from internal.http._auth import (
         TokenEntry as TokenEntry,
     )
@@ -121,6 +123,9 @@ if TYPE_CHECKING:
         STREAM_SLOTS as STREAM_SLOTS,
     )
     from internal.http._streams import (
+        InflightSlot as InflightSlot,
+    )
+    from internal.http._streams import (
         StreamCaps as StreamCaps,
     )
     from internal.http._streams import (
@@ -129,6 +134,7 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
+    "_admission": ("Admission",),
     "_auth": ("TokenEntry", "TokenVerifier", "hash_token", "new_token",),
     "_documents": ("document_route", "load",),
     "_gate": ("gate_middleware",),
@@ -148,7 +154,7 @@ __all__, _getattr = lazy_exports(__name__, {
     "_pages": ("StaticPage",),
     "_rate_limits": ("TokenBuckets", "limited",),
     "_sse": ("SseTiming", "sse_frame", "sse_stream",),
-    "_streams": ("STREAM_SLOTS", "StreamCaps", "StreamSlots",),
+    "_streams": ("STREAM_SLOTS", "InflightSlot", "StreamCaps", "StreamSlots",),
 })
 if not TYPE_CHECKING:
     __getattr__ = _getattr

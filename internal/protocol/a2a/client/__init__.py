@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     )
     from internal.protocol.a2a.client._butler import PeerClient as PeerClient
     from internal.protocol.a2a.client._butler import transport_errors as transport_errors
+    from internal.protocol.a2a.client._grpc_channels import GrpcChannels as GrpcChannels
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
     "_a2a": ("A2APeerClient", "Interface", "choose_interface", "offered_interfaces",),
     "_blocking": ("BlockingPeerClient",),
     "_butler": ("PeerClient", "transport_errors"),
+    "_grpc_channels": ("GrpcChannels",),
 })
 if not TYPE_CHECKING:
     __getattr__ = _getattr

@@ -27,8 +27,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from internal.http import OutboundGuard, new_connection
+from internal.http import OutboundGuard
 from internal.protocol.a2a.client._butler import transport_errors
+from internal.protocol.a2a.client._grpc_channels import GrpcChannels
 from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, swarm_extension
 from internal.protocol.a2a.codec.envelope import TRACE_HEADER, TREE_HEADER
 from internal.protocol.a2a.codec.peer_answers import (
@@ -109,10 +110,11 @@ class A2APeerClient:
                  name: str = "", connect_timeout: float = 3.0, timeout: float = 60.0,
                  max_response_bytes: int = 4 * 1024 * 1024, tls: ssl.SSLContext | None = None,
                  poll_seconds: float = 0.2, guard: OutboundGuard | None = None,
-                 ca_file: Path | None = None) -> None:
+                 ca_file: Path | None = None, grpc: GrpcChannels | None = None) -> None:
         """``guard``: the session's guard, also judging the interface URLs the card names
         (as ``PeerClient``'s). ``ca_file``: the CA that ``tls`` trusts, for a gRPC channel
-        (which cannot take an ``ssl.SSLContext``)."""
+        (which cannot take an ``ssl.SSLContext``). ``grpc``: the channels kept across
+        clients (else a gRPC call's channel closes with it)."""
         self.base_url = base_url.rstrip("/")
         self.name = name or self.base_url
         self._token = token
@@ -124,6 +126,7 @@ class A2APeerClient:
         self._poll = poll_seconds
         self._guard = guard
         self._ca_file = ca_file
+        self._grpc = grpc
 
     def __repr__(self) -> str:
         return f"A2APeerClient({self.base_url!r})"
@@ -339,30 +342,31 @@ class A2APeerClient:
 
     async def _run_grpc(self, iface: Interface, params: dict[str, Any],
                         headers: Mapping[str, str], streaming: bool, deadline: float) -> Task:
-        # Imported here: gRPC is an optional extra, and choose_interface offered it.
-        from internal.protocol.a2a.client._grpc import GrpcPeer
+        channels = GrpcChannels(size=1) if self._grpc is None else self._grpc
+        try:
+            with self._mapped(self._left(deadline)):
+                async with channels.peer(
+                        iface.url, self._token, peer_url=self.base_url, name=self.name,
+                        guard=self._guard, ca_file=self._ca_file,
+                        max_response_bytes=self._max,
+                        connect_timeout=self._connect_timeout) as peer:
+                    task = None
+                    if streaming:
+                        left = self._left(deadline)
+                        async with asyncio.timeout(left):
+                            task = await self._fold(iface, peer.stream(params, headers, left))
+                    if task is None:
+                        task = self._task_of(iface, await peer.send(params, headers,
+                                                                     self._left(deadline)))
 
-        with self._mapped(self._left(deadline)):
-            await new_connection()  # a channel per call: what a new connection must pass
-            peer = await GrpcPeer.connect(
-                iface.url, self._token, peer_url=self.base_url, name=self.name,
-                guard=self._guard, ca_file=self._ca_file, max_response_bytes=self._max,
-                connect_timeout=self._connect_timeout)
-            async with peer:
-                task = None
-                if streaming:
-                    left = self._left(deadline)
-                    async with asyncio.timeout(left):
-                        task = await self._fold(iface, peer.stream(params, headers, left))
-                if task is None:
-                    task = self._task_of(iface, await peer.send(params, headers,
-                                                                 self._left(deadline)))
+                    async def get(task_id: str) -> Task:
+                        return self._task_of(iface, await peer.get(task_id, headers,
+                                                                   self._left(deadline)))
 
-                async def get(task_id: str) -> Task:
-                    return self._task_of(iface, await peer.get(task_id, headers,
-                                                               self._left(deadline)))
-
-                return await self._settle(task, get, deadline)
+                    return await self._settle(task, get, deadline)
+        finally:
+            if self._grpc is None:  # a one-off client: its channel goes with the call
+                await channels.aclose()
 
     def _params(self, request: TaskRequest, iface: Interface, chain: tuple[str, ...],
                 budget: Decimal | None, trace_id: str | None,

@@ -5,24 +5,26 @@ The channel goes where the outbound guard says, as an HTTP call does: the interf
 host must be the configured peer's own (the bearer token goes nowhere else), the URL is
 judged, the name is resolved once through the guard's resolver, and the channel connects
 to that judged address (``ipv4:``/``ipv6:`` targets, so gRPC never resolves it again),
-with no proxy from the environment. Requests and answers are the proto3 JSON the other
+with no proxy from the environment. A channel serves call after call (``GrpcChannels``
+keeps one per peer interface), and connects only after the peer's key was checked.
+Requests and answers are the proto3 JSON the other
 bindings use (``codec.a2a_grpc``); a failed call becomes the same errors as on HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from yarl import URL
 
-from internal.http import OutboundGuard
+from internal.http import OutboundGuard, new_connection
 from internal.protocol.a2a.codec import a2a_grpc
 from internal.protocol.a2a.codec.peer_answers import peer_error
 from internal.protocol.a2a.model import ButlerError, DelegationFailed
@@ -67,18 +69,31 @@ async def _pinned_address(guard: OutboundGuard, target: URL) -> str:
     return f"ipv6:[{address}]:{port}" if ":" in address else f"ipv4:{address}:{port}"
 
 
-class GrpcPeer:
-    def __init__(self, channel: grpc.aio.Channel, token: str, name: str) -> None:
-        self._channel = channel
+class PeerChannel:
+    """One channel to a peer's gRPC interface, kept for call after call, and connected
+    only after the context's new-connection check (``internal.http.new_connection``).
+
+    A channel reconnects on its own: after its connection is lost it goes idle, and the
+    next call opens a new one. So the channel is watched, and a call on a channel that
+    left READY since its connection was checked runs the check again, then connects,
+    before anything is sent. Not covered: a connection lost in the instant between that
+    look and the call, which gRPC replaces for the call without asking (the answer's
+    receipt is still checked against the pinned key)."""
+
+    def __init__(self, channel: grpc.aio.Channel, connect_timeout: float) -> None:
+        self.channel = channel
         # The generated stub is untyped; its calls are typed by the messages they carry.
-        self._stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
-        self._token = token
-        self.name = name
+        self.stub = a2a_pb2_grpc.A2AServiceStub(channel)  # type: ignore[no-untyped-call]
+        self._connect_timeout = connect_timeout
+        self._checked = False  # the channel's connection was opened after a check
+        self._watch: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
 
     @classmethod
-    async def connect(cls, url: str, token: str, *, peer_url: str, name: str,
-                      guard: OutboundGuard | None, ca_file: Path | None,
-                      max_response_bytes: int, connect_timeout: float) -> GrpcPeer:
+    async def open(cls, url: str, *, peer_url: str, name: str, guard: OutboundGuard | None,
+                   ca_file: Path | None, max_response_bytes: int,
+                   connect_timeout: float) -> PeerChannel:
+        """The channel, not yet connected: its first call connects it."""
         target, tls = grpc_target(url, peer_url, name)
         authority = f"{target.raw_host}:{target.port}"
         address = authority if guard is None else await _pinned_address(guard, target)
@@ -95,20 +110,48 @@ class GrpcPeer:
                 address, grpc.ssl_channel_credentials(root_certificates=roots), options)
         else:
             channel = grpc.aio.insecure_channel(address, options)
-        try:
-            await asyncio.wait_for(channel.channel_ready(), connect_timeout)
-        except TimeoutError:
-            await channel.close()
-            raise DelegationFailed("peer_unreachable", f"cannot connect to {name} over gRPC "
-                                                       f"within {connect_timeout:g}s") from None
-        return cls(channel, token, name)
+        return cls(channel, connect_timeout)
 
-    async def __aenter__(self) -> GrpcPeer:
-        return self
+    def _connected(self) -> bool:
+        return self._checked and self.channel.get_state() == grpc.ChannelConnectivity.READY
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        await self._channel.close()
+    async def ready(self, name: str) -> None:
+        """Before each call: a connection opened after the check, else a check and one."""
+        if self._connected():
+            return
+        async with self._lock:  # concurrent calls on a lost channel: one check, one connect
+            if self._connected():
+                return
+            await new_connection()
+            try:
+                await asyncio.wait_for(self.channel.channel_ready(), self._connect_timeout)
+            except TimeoutError:
+                raise DelegationFailed("peer_unreachable",
+                                       f"cannot connect to {name} over gRPC within "
+                                       f"{self._connect_timeout:g}s") from None
+            self._checked = True
+            self._watch = asyncio.create_task(self._until_lost(), name="grpc-channel-watch")
+
+    async def _until_lost(self) -> None:
+        await self.channel.wait_for_state_change(grpc.ChannelConnectivity.READY)
+        self._checked = False
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await self.channel.close()
+
+
+class GrpcPeer:
+    """One delegation's view of a peer's channel: its token and its name."""
+
+    def __init__(self, channel: PeerChannel, token: str, name: str) -> None:
+        self._channel = channel
+        self._stub = channel.stub
+        self._token = token
+        self.name = name
 
     def _metadata(self, headers: Mapping[str, str]) -> list[tuple[str, str]]:
         auth = [("authorization", f"Bearer {self._token}")] if self._token else []
@@ -128,6 +171,7 @@ class GrpcPeer:
                    timeout: float) -> dict[str, Any]:
         """``SendMessage``: the ``SendMessageResponse`` as proto3 JSON."""
         request = a2a_grpc.from_json(params, a2a_pb2.SendMessageRequest())
+        await self._channel.ready(self.name)
         try:
             reply = await self._stub.SendMessage(request, metadata=self._metadata(headers),
                                                  timeout=timeout)
@@ -137,6 +181,7 @@ class GrpcPeer:
 
     async def get(self, task_id: str, headers: Mapping[str, str],
                   timeout: float) -> dict[str, Any]:
+        await self._channel.ready(self.name)
         try:
             reply = await self._stub.GetTask(a2a_pb2.GetTaskRequest(id=task_id),
                                              metadata=self._metadata(headers), timeout=timeout)
@@ -148,6 +193,7 @@ class GrpcPeer:
                      timeout: float) -> AsyncIterator[dict[str, Any]]:
         """``SendStreamingMessage``: each ``StreamResponse`` as proto3 JSON."""
         request = a2a_grpc.from_json(params, a2a_pb2.SendMessageRequest())
+        await self._channel.ready(self.name)
         call = self._stub.SendStreamingMessage(request, metadata=self._metadata(headers),
                                                timeout=timeout)
         try:

@@ -31,19 +31,20 @@ from internal.protocol.a2a.model import (
     ButlerError,
     RequestError,
 )
-from internal.protocol.a2a.server._jsonrpc_dispatch import Dialect, JsonRpcDispatcher
+from internal.protocol.a2a.server._jsonrpc_dispatch import JsonRpcDispatcher
 
 
 @dataclass(frozen=True)
 class JsonRpcLimits:
-    max_json_depth: int
     body_seconds: float
     timing: SseTiming = field(default_factory=SseTiming)
 
 
 class JsonRpcBinding:
-    def __init__(self, dialects: list[Dialect], limits: JsonRpcLimits) -> None:
-        self.dispatcher = JsonRpcDispatcher(dialects, max_json_depth=limits.max_json_depth)
+    def __init__(self, dispatcher: JsonRpcDispatcher, limits: JsonRpcLimits) -> None:
+        """``dispatcher``: the agent's one dispatcher, which other carriers (gRPC, stdio)
+        share."""
+        self.dispatcher = dispatcher
         self.limits = limits
 
     def routes(self) -> list[web.RouteDef]:

@@ -5,10 +5,14 @@ gRPC's methods are JSON-RPC 1.0's, by the same names, and its messages are what 
 1.0 JSON wire is the proto3 JSON mapping of. So each call converts its request to proto3
 JSON (``codec.a2a_grpc``), runs the very ``V1Dialect`` method the JSON-RPC binding runs
 (same operations, same engine, same swarm envelope from metadata and headers), and
-converts the answer back. Metadata plays the part of HTTP headers: ``authorization``
-goes to the one ``TokenVerifier``, ``a2a-version`` is checked as on HTTP+JSON, and the
-``x-swarm-*`` entries and ``traceparent`` carry the envelope. Errors end the call with
-the ``ERROR_TABLE`` row's gRPC code and a ``google.rpc.Status`` with its ``ErrorInfo``.
+converts the answer back. Each call is admitted as an HTTP request is, by the same
+``Admission`` (the peer address's bucket, then a place in the one in-flight count, which
+a stream gives back for a stream slot) and the same per-caller buckets, so HTTP and gRPC
+together hold one share of the daemon. Metadata plays the part of HTTP headers:
+``authorization`` goes to the one ``TokenVerifier``, ``a2a-version`` is checked as on
+HTTP+JSON, and the ``x-swarm-*`` entries and ``traceparent`` carry the envelope. Errors
+end the call with the ``ERROR_TABLE`` row's gRPC code and a ``google.rpc.Status`` with
+its ``ErrorInfo`` (and ``retry-after`` when the caller should wait).
 
 Needs the ``grpc`` extra; only the daemon imports this module, and only when
 ``grpc_port`` is set.
@@ -21,6 +25,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 from a2a.types import a2a_pb2
@@ -28,7 +33,14 @@ from google.protobuf import message_factory
 from google.protobuf.message import Message as ProtoMessage
 from multidict import CIMultiDict
 
-from internal.http import StreamSlots, TokenBuckets, TokenVerifier, limited
+from internal.http import (
+    Admission,
+    InflightSlot,
+    StreamSlots,
+    TokenBuckets,
+    TokenVerifier,
+    limited,
+)
 from internal.protocol.a2a.codec import a2a_grpc, swarm_extension
 from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
 from internal.protocol.a2a.server._jsonrpc_v1 import V1Dialect
@@ -41,17 +53,17 @@ Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 @dataclass(frozen=True)
 class GrpcLimits:
     max_message_bytes: int = 4 * 1024 * 1024
-    max_concurrent_rpcs: int = 1024
 
 
 class GrpcBinding:
-    def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, *,
+    def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, admission: Admission, *,
                  streams: StreamSlots | None = None,
                  per_caller: TokenBuckets | None = None) -> None:
-        """``streams``: the HTTP listener's stream caps, so a caller's streams count
-        once whichever binding carries them."""
+        """``admission``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
+        requests, streams and calls count once whichever binding carries them."""
         self.dialect = dialect
         self.verifier = verifier
+        self.admission = admission
         self.streams = streams
         self.per_caller = per_caller
 
@@ -70,6 +82,11 @@ class GrpcBinding:
                                          response_serializer=response.SerializeToString)
         return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
 
+    def _enter(self, context: grpc.aio.ServicerContext[Any, Any]) -> InflightSlot | None:
+        """The gate's admission: the peer address's bucket, then the in-flight count."""
+        self.admission.address(remote_address(context.peer()))
+        return self.admission.enter()
+
     def _admit(self, context: grpc.aio.ServicerContext[Any, Any],
                ) -> tuple[Identity, CIMultiDict[str]]:
         """Who calls, and the call's metadata as (case-insensitive) headers."""
@@ -87,7 +104,9 @@ class GrpcBinding:
 
         async def run(request: ProtoMessage,
                       context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
+            slot = None
             try:
+                slot = self._enter(context)
                 caller, headers = self._admit(context)
                 result = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
                                                  headers)
@@ -96,19 +115,26 @@ class GrpcBinding:
             except Exception as exc:
                 await _abort(context, name, exc)
                 raise  # not reached: abort raises
+            finally:
+                if slot is not None:
+                    slot.release()
 
         return run
 
     def _streaming(self, name: str, response: type[ProtoMessage]) -> Handler:
         async def run(request: ProtoMessage, context: grpc.aio.ServicerContext[Any, Any],
                       ) -> AsyncIterator[ProtoMessage]:
+            inflight = None
             try:
+                inflight = self._enter(context)
                 caller, headers = self._admit(context)
                 slot = (self.streams.hold(caller.name) if self.streams is not None
                         else contextlib.nullcontext())
                 with slot:
                     events = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
                                                      headers)
+                    if inflight is not None:  # a stream now: it holds a stream slot instead
+                        inflight.release()
                     try:
                         await _activated(context, headers)
                         async for frame in events:
@@ -117,8 +143,23 @@ class GrpcBinding:
                         await events.aclose()
             except Exception as exc:
                 await _abort(context, name, exc)
+            finally:
+                if inflight is not None:
+                    inflight.release()
 
         return run
+
+
+def remote_address(peer: str) -> str:
+    """The address part of a gRPC peer (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, whose
+    brackets newer gRPC versions percent-encode), as aiohttp names a request's remote, so
+    both carriers take from the same bucket."""
+    kind, _, rest = unquote(peer).partition(":")
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]") or "?"
+    if kind == "ipv4":
+        return rest.rpartition(":")[0] or "?"
+    return peer or "?"  # a unix socket: one bucket for its path
 
 
 async def _activated(context: grpc.aio.ServicerContext[Any, Any],
@@ -150,8 +191,8 @@ async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimit
     """A started server on ``host:port`` (0: any free port) and the port it bound.
     ``tls``: (certificate chain, private key), PEM."""
     server = grpc.aio.server(
+        # No maximum_concurrent_rpcs: the binding's admission is the daemon's one cap.
         handlers=[binding.handler()],
-        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             # gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
