@@ -168,7 +168,7 @@ def test_exact_decimals_survive_a_frame() -> None:
     assert data["result"]["parts"][0]["data"]["usd"] == "0.1"
 
 
-def test_a_stored_row_gives_the_task_back_and_an_answer_is_encoded_once() -> None:
+def test_a_stored_row_gives_the_task_back_and_the_answer_is_its_encoding() -> None:
     from dataclasses import replace
 
     from butler.engine.task_row import decode_row, row_columns
@@ -180,11 +180,7 @@ def test_a_stored_row_gives_the_task_back_and_an_answer_is_encoded_once() -> Non
     answer = butler_v2.task_json(task)
     assert json.loads(answer) == json.loads(exact_json.dumps(butler_v2.encode_task(task)))
     assert decode_row(*row_columns(task)) == task
-    assert butler_v2.task_json(task) is answer
 
     done = replace(task, state=TaskState.COMPLETED, parts=(Part(text="hi"),))
     assert json.loads(butler_v2.task_json(done))["state"] == "completed"
     assert decode_row(*row_columns(done)) == done
-    for i in range(600):  # the memory stays bounded
-        butler_v2.task_json(replace(task, id=f"t-{i}"))
-    assert len(butler_v2._encoded) <= butler_v2._ENCODED_LIMIT

@@ -202,22 +202,10 @@ def encode_task(task: Task) -> dict[str, Any]:
     return out
 
 
-_ENCODED_LIMIT = 256
-_encoded: dict[int, tuple[Task, bytes]] = {}
-
-
 def task_json(task: Task) -> bytes:
-    """``encode_task`` as JSON bytes, remembered for the most recent tasks: a task's stored
-    row and its answer encode the same object, one after the other. Each entry holds the
-    task itself, so its ``id()`` cannot be reused while the entry exists."""
-    hit = _encoded.get(id(task))
-    if hit is not None and hit[0] is task:
-        return hit[1]
-    raw = dumps_bytes(encode_task(task))
-    if len(_encoded) >= _ENCODED_LIMIT:
-        _encoded.pop(next(iter(_encoded)), None)
-    _encoded[id(task)] = (task, raw)
-    return raw
+    """``encode_task`` as JSON bytes: the /v2 answer. (A stored row has its own, compact
+    form since receipts are kept compact: ``butler/engine/task_row.py``.)"""
+    return dumps_bytes(encode_task(task))
 
 
 # --- decoding a peer's answer (the outbound side) ---------------------------------
