@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import sqlite3
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from butler.audit import AuditLog, AuditRecord
 from butler.audit.log import GENESIS_HASH
 from butler.audit.schema import caller_chain, read_at, read_hash
 
@@ -28,3 +30,25 @@ def documented_rows(path: Path) -> list[dict[str, Any]]:
             row["prev_hash"] = prev
         prev = row["hash"]
     return rows
+
+
+def append_record(log: AuditLog, i: int = 0, **overrides: Any) -> AuditRecord:
+    """The ``i``-th of a run of plausible inbound records, with ``overrides``."""
+    fields: dict[str, Any] = {
+        "caller": f"agent-{i}",
+        "task_id": f"task-{i}",
+        "chain": ["origin", f"agent-{i}"],
+        "budget_before": Decimal("10.00"),
+        "budget_after": Decimal("7.25"),
+        "decision": "accept",
+        "code": None,
+        "trace_id": f"{i:032x}",
+        "detail": {"skill": "memory.search", "n": i},
+    }
+    fields.update(overrides)
+    kind = fields.pop("kind", "inbound")
+    return log.append(kind, **fields)
+
+
+def fill_log(log: AuditLog, n: int) -> list[AuditRecord]:
+    return [append_record(log, i) for i in range(n)]

@@ -3,11 +3,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import sqlite3
-import stat
-import sys
-import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -15,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from butler.audit import AuditError, AuditLog, AuditRecord, VerifyResult
+from butler.audit import AuditError, AuditLog, VerifyResult
 from butler.audit.log import GENESIS_HASH
-from tests.audit_support import documented_rows
+from tests.audit_support import append_record, documented_rows, fill_log
 
 
 @pytest.fixture
@@ -29,27 +25,6 @@ def db_path(tmp_path: Path) -> Path:
 def log(db_path: Path) -> Iterator[AuditLog]:
     with AuditLog(db_path) as audit_log:
         yield audit_log
-
-
-def _append(log: AuditLog, i: int = 0, **overrides: Any) -> AuditRecord:
-    fields: dict[str, Any] = {
-        "caller": f"agent-{i}",
-        "task_id": f"task-{i}",
-        "chain": ["origin", f"agent-{i}"],
-        "budget_before": Decimal("10.00"),
-        "budget_after": Decimal("7.25"),
-        "decision": "accept",
-        "code": None,
-        "trace_id": f"{i:032x}",
-        "detail": {"skill": "memory.search", "n": i},
-    }
-    fields.update(overrides)
-    kind = fields.pop("kind", "inbound")
-    return log.append(kind, **fields)
-
-
-def _fill(log: AuditLog, n: int) -> list[AuditRecord]:
-    return [_append(log, i) for i in range(n)]
 
 
 def _sql(path: Path, statement: str, params: tuple[Any, ...] = ()) -> None:
@@ -78,7 +53,7 @@ def _documented_hash(row: dict[str, Any]) -> str:
 
 def test_append_and_verify_ok(log: AuditLog) -> None:
     kinds = ["inbound", "delegation_sent", "delegation_result", "task_finished", "refusal"]
-    records = [_append(log, i, kind=kind) for i, kind in enumerate(kinds)]
+    records = [append_record(log, i, kind=kind) for i, kind in enumerate(kinds)]
 
     assert [r.seq for r in records] == [1, 2, 3, 4, 5]
     assert records[0].prev_hash == GENESIS_HASH
@@ -90,7 +65,7 @@ def test_append_and_verify_ok(log: AuditLog) -> None:
 
 
 def test_hash_matches_documented_encoding(log: AuditLog, db_path: Path) -> None:
-    record = _append(log, detail={"note": "héllo ✓", "nested": {"b": 1, "a": [1, 2]}})
+    record = append_record(log, detail={"note": "héllo ✓", "nested": {"b": 1, "a": [1, 2]}})
     assert len(record.hash) == 64
     assert _documented_hash(_raw_row(db_path, 1)) == record.hash
 
@@ -118,7 +93,7 @@ def test_schema_matches_spec(log: AuditLog, db_path: Path) -> None:
 
 
 def test_edit_decision_fails_at_that_seq(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 4)
+    fill_log(log, 4)
     _sql(db_path, "UPDATE audit SET decision = 'refuse' WHERE seq = 3")
 
     result = log.verify()
@@ -129,7 +104,7 @@ def test_edit_decision_fails_at_that_seq(log: AuditLog, db_path: Path) -> None:
 
 
 def test_edit_budget_fails(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 3)
+    fill_log(log, 3)
     _sql(db_path, "UPDATE audit SET budget_after = '1000' WHERE seq = 2")
 
     result = log.verify()
@@ -164,7 +139,7 @@ def test_edit_budget_fails(log: AuditLog, db_path: Path) -> None:
     ],
 )
 def test_any_column_edit_fails(log: AuditLog, db_path: Path, column: str, value_sql: str) -> None:
-    _fill(log, 3)
+    fill_log(log, 3)
     _sql(db_path, f"UPDATE audit SET {column} = {value_sql} WHERE seq = 2")
 
     result = log.verify()
@@ -173,13 +148,13 @@ def test_any_column_edit_fails(log: AuditLog, db_path: Path, column: str, value_
 
 
 def test_budget_spelling_change_with_same_value_fails(log: AuditLog, db_path: Path) -> None:
-    _append(log, budget_before=Decimal("1E+1"))
+    append_record(log, budget_before=Decimal("1E+1"))
     _sql(db_path, "UPDATE audit SET budget_before = '1e1' WHERE seq = 1")
     assert not log.verify().ok
 
 
 def test_delete_middle_row_fails(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 5)
+    fill_log(log, 5)
     _sql(db_path, "DELETE FROM audit WHERE seq = 3")
 
     result = log.verify()
@@ -188,7 +163,7 @@ def test_delete_middle_row_fails(log: AuditLog, db_path: Path) -> None:
 
 
 def test_delete_last_row_fails_via_head(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 4)
+    fill_log(log, 4)
     _sql(db_path, "DELETE FROM audit WHERE seq = 4")
 
     result = log.verify()
@@ -197,13 +172,13 @@ def test_delete_last_row_fails_via_head(log: AuditLog, db_path: Path) -> None:
 
 
 def test_delete_all_rows_fails_via_head(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 2)
+    fill_log(log, 2)
     _sql(db_path, "DELETE FROM audit")
     assert (log.verify().ok, log.verify().first_bad_seq) == (False, 1)
 
 
 def test_rehashed_edit_breaks_the_next_link(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 3)
+    fill_log(log, 3)
     row = _raw_row(db_path, 2)
     row["decision"] = "refuse"
     _sql(
@@ -218,7 +193,7 @@ def test_rehashed_edit_breaks_the_next_link(log: AuditLog, db_path: Path) -> Non
 
 
 def test_appended_forged_row_fails_via_head(log: AuditLog, db_path: Path) -> None:
-    records = _fill(log, 2)
+    records = fill_log(log, 2)
     row = _raw_row(db_path, 2)
     row.update(seq=3, prev_hash=records[-1].hash, decision="refuse")
     row["hash"] = _documented_hash(row)
@@ -229,52 +204,52 @@ def test_appended_forged_row_fails_via_head(log: AuditLog, db_path: Path) -> Non
     assert (result.ok, result.first_bad_seq) == (False, 3)
 
 
-def test_deleted_head_fails_and_blocks_append(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 2)
+def test_deleted_head_fails_and_blocksappend_record(log: AuditLog, db_path: Path) -> None:
+    fill_log(log, 2)
     _sql(db_path, "DELETE FROM audit_head")
 
     result = log.verify()
     assert not result.ok
     assert "audit_head" in result.reason
     with pytest.raises(AuditError):
-        _append(log)
+        append_record(log)
     with pytest.raises(AuditError):
         log.head()
 
 
 def test_reopen_does_not_heal_a_deleted_head(db_path: Path) -> None:
     with AuditLog(db_path) as log:
-        _fill(log, 2)
+        fill_log(log, 2)
     _sql(db_path, "DELETE FROM audit_head")
     with AuditLog(db_path) as log:
         assert not log.verify().ok
 
 
 def test_anchor_detects_a_full_rewrite(log: AuditLog, db_path: Path) -> None:
-    _fill(log, 3)
+    fill_log(log, 3)
     anchor = log.head()
     assert log.verify(anchor=anchor).ok
-    _fill(log, 2)
+    fill_log(log, 2)
     assert log.verify(anchor=anchor).ok
 
     # An attacker with write access rebuilds a self-consistent log from scratch.
     _sql(db_path, "DELETE FROM audit")
     _sql(db_path, "UPDATE audit_head SET seq = 0, hash = ?", (GENESIS_HASH,))
-    _append(log, 99)
+    append_record(log, 99)
     assert log.verify().ok
     result = log.verify(anchor=anchor)
     assert (result.ok, result.first_bad_seq) == (False, 2)
 
-    _fill(log, 3)
+    fill_log(log, 3)
     result = log.verify(anchor=anchor)
     assert (result.ok, result.first_bad_seq) == (False, 3)
 
 
 def test_reopen_continues_the_chain(db_path: Path) -> None:
     with AuditLog(db_path) as log:
-        first = _fill(log, 3)
+        first = fill_log(log, 3)
     with AuditLog(db_path) as log:
-        nxt = _append(log, 3)
+        nxt = append_record(log, 3)
         assert nxt.seq == 4
         assert nxt.prev_hash == first[-1].hash
         assert log.verify() == VerifyResult(ok=True, checked=4, first_bad_seq=None, reason="ok")
@@ -283,7 +258,7 @@ def test_reopen_continues_the_chain(db_path: Path) -> None:
 
 def test_decimals_round_trip_exactly(log: AuditLog, db_path: Path) -> None:
     before = Decimal("0.1") + Decimal("0.2")
-    record = _append(log, budget_before=before, budget_after=Decimal("1E+2"))
+    record = append_record(log, budget_before=before, budget_after=Decimal("1E+2"))
 
     raw = _raw_row(db_path, 1)
     assert (raw["budget_before"], raw["budget_after"]) == ("0.3", "1E+2")
@@ -298,34 +273,34 @@ def test_decimals_round_trip_exactly(log: AuditLog, db_path: Path) -> None:
 
 def test_rejects_float_and_non_finite_budgets(log: AuditLog) -> None:
     with pytest.raises(TypeError):
-        _append(log, budget_before=0.3)
+        append_record(log, budget_before=0.3)
     with pytest.raises(ValueError):
-        _append(log, budget_after=Decimal("NaN"))
+        append_record(log, budget_after=Decimal("NaN"))
     with pytest.raises(ValueError):
-        _append(log, budget_after=Decimal("Infinity"))
+        append_record(log, budget_after=Decimal("Infinity"))
     assert log.head() == (0, GENESIS_HASH)
 
 
 def test_rejects_bad_chain_and_detail(log: AuditLog) -> None:
     with pytest.raises(TypeError):
-        _append(log, chain="origin")
+        append_record(log, chain="origin")
     with pytest.raises(TypeError):
-        _append(log, chain=["origin", 7])
+        append_record(log, chain=["origin", 7])
     with pytest.raises(TypeError):
-        _append(log, detail={"when": object()})
+        append_record(log, detail={"when": object()})
     with pytest.raises(ValueError):
-        _append(log, detail={"x": float("nan")})
+        append_record(log, detail={"x": float("nan")})
     assert log.head() == (0, GENESIS_HASH)
 
 
 def test_detail_decimals_stored_as_strings(log: AuditLog) -> None:
-    record = _append(log, detail={"cost": Decimal("0.10"), "hops": (1, 2)})
+    record = append_record(log, detail={"cost": Decimal("0.10"), "hops": (1, 2)})
     assert record.detail == {"cost": "0.10", "hops": [1, 2]}
     assert log.tail(1) == [record]
 
 
-def test_lone_surrogates_do_not_break_append(log: AuditLog) -> None:
-    record = _append(log, caller="peer-\ud800", chain=["\udfff"], detail={"k\ud800": "v"})
+def test_lone_surrogates_do_not_breakappend_record(log: AuditLog) -> None:
+    record = append_record(log, caller="peer-\ud800", chain=["\udfff"], detail={"k\ud800": "v"})
     assert record.caller == "peer-?"
     assert record.chain == ("?",)
     assert record.detail == {"k?": "v"}
@@ -333,7 +308,7 @@ def test_lone_surrogates_do_not_break_append(log: AuditLog) -> None:
 
 
 def test_to_json(log: AuditLog) -> None:
-    record = _append(log, budget_after=None, code="ok")
+    record = append_record(log, budget_after=None, code="ok")
     data = record.to_json()
 
     assert data["chain"] == ["origin", "agent-0"]
@@ -347,62 +322,3 @@ def test_to_json(log: AuditLog) -> None:
     json.dumps(data)
     data["detail"]["n"] = 123
     assert record.detail["n"] == 0
-
-
-def test_tail_order(log: AuditLog) -> None:
-    _fill(log, 30)
-
-    assert [r.seq for r in log.tail(5)] == [26, 27, 28, 29, 30]
-    assert [r.seq for r in log.tail()] == list(range(11, 31))
-    assert [r.seq for r in log.tail(100)] == list(range(1, 31))
-    assert log.tail(0) == []
-
-
-def test_iter_all_spans_pages_and_allows_appends(log: AuditLog) -> None:
-    _fill(log, 600)
-    seen = []
-    for record in log.iter_all():
-        seen.append(record.seq)
-        if record.seq == 1:
-            _append(log, 1000)  # must not deadlock on the log's lock
-    assert seen == list(range(1, 602))
-
-
-def test_concurrent_appends_from_threads(log: AuditLog) -> None:
-    threads_n, per_thread = 8, 40
-    errors: list[BaseException] = []
-    start = threading.Barrier(threads_n)
-
-    def worker(t: int) -> None:
-        try:
-            start.wait()
-            for i in range(per_thread):
-                _append(log, t * 1000 + i, caller=f"thread-{t}")
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(threads_n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert errors == []
-    total = threads_n * per_thread
-    assert log.verify() == VerifyResult(ok=True, checked=total, first_bad_seq=None, reason="ok")
-    assert [r.seq for r in log.iter_all()] == list(range(1, total + 1))
-
-
-def test_two_handles_on_one_file_share_the_chain(db_path: Path) -> None:
-    with AuditLog(db_path) as a, AuditLog(db_path) as b:
-        for i in range(6):
-            _append(a if i % 2 == 0 else b, i)
-        assert a.verify().ok
-        assert b.verify().checked == 6
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
-def test_new_file_is_private(db_path: Path) -> None:
-    with AuditLog(db_path) as log:
-        _append(log)
-    assert stat.S_IMODE(os.stat(db_path).st_mode) == 0o600
