@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from butler.audit.log import AuditLog, append_entries  # noqa: E402
 from butler.audit.record import Entry  # noqa: E402
+from butler.engine.outcome import final_detail  # noqa: E402
 from butler.engine.receipt_rows import Signers  # noqa: E402
 from butler.engine.store import SqliteTaskStore  # noqa: E402
 from butler.engine.task_row import row_columns  # noqa: E402
@@ -105,7 +106,7 @@ def _audit_entries(task: Task) -> list[tuple[Entry, str]]:
                decision="accepted", **base), task.created_at.replace("Z", "+00:00")),
         (Entry(kind="task_finished", budget_before=Decimal("5.00"),
                budget_after=Decimal("5.00"), decision=task.state.value,
-               detail={"seconds": "0.000330", "skill": "echo"}, **base),
+               detail=final_detail(task), **base),
          task.updated_at.replace("Z", "+00:00")),
     ]
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from butler.audit.schema import read_at, read_hash
-from butler.storage import hex_bytes
 from tests.a2a_support import WAIT
+from tests.audit_support import documented_rows
 from tests.support import (
     ECHO,
     REPO,
@@ -116,10 +115,9 @@ async def test_records_carry_the_time_of_their_event(swarm: Swarm) -> None:
     status, task = await post_task(home, {"task": "x", "skill": "ten"})
     assert status == 200 and task["state"] == "completed"
     await swarm.stop(home)
-    with contextlib.closing(sqlite3.connect(home.daemon.config.data_dir / "audit.db")) as db:
-        rows = {kind: str(read_at(at)) for kind, at in
-                db.execute("SELECT kind, at FROM audit WHERE task_id=?",
-                           (hex_bytes(task["id"]),))}
+    rows = {r["kind"]: r["at"] for r in documented_rows(home.daemon.config.data_dir
+                                                          / "audit.db")
+            if r["task_id"] == task["id"]}
     took = datetime.fromisoformat(rows["task_finished"]) - datetime.fromisoformat(
         rows["inbound"])
     assert took.total_seconds() >= 0.009, rows
@@ -129,14 +127,13 @@ def roll_back_last_final(path: Path) -> str:
     """Leaves the audit log as a kill -9 inside the writer's batch window does: the last
     ``task_finished`` record (and any after it) never committed, the chain intact.
     Returns the task whose final record that was."""
+    rows = documented_rows(path)
+    last = max(i for i, r in enumerate(rows) if r["kind"] == "task_finished")
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        seq, task_id = db.execute("SELECT seq, task_id FROM audit WHERE kind='task_finished' "
-                                  "ORDER BY seq DESC LIMIT 1").fetchone()
-        db.execute("DELETE FROM audit WHERE seq >= ?", (seq,))
-        seq, digest = db.execute("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")\
-            .fetchone()
-        db.execute("UPDATE audit_head SET seq=?, hash=? WHERE id=1", (seq, read_hash(digest)))
-    return str(read_hash(task_id))
+        db.execute("DELETE FROM audit WHERE seq >= ?", (rows[last]["seq"],))
+        db.execute("UPDATE audit_head SET seq=?, hash=? WHERE id=1",
+                   (rows[last - 1]["seq"], rows[last - 1]["hash"]))
+    return str(rows[last]["task_id"])
 
 
 async def test_a_final_record_lost_in_the_crash_window_is_written_at_start_up(
@@ -159,14 +156,12 @@ async def test_a_final_record_lost_in_the_crash_window_is_written_at_start_up(
         assert await server.stop() == 0
     log = (tmp_path / "serve.log").read_text()
     assert "wrote 1 final audit record(s) lost when the previous process died" in log
-    with contextlib.closing(sqlite3.connect(audit_db)) as db:
-        finals = db.execute("SELECT task_id, at, decision FROM audit "
-                            "WHERE kind='task_finished'").fetchall()
-    finals = [(read_hash(t), a, d) for t, a, d in finals]
+    finals = [(r["task_id"], r["at"], r["decision"]) for r in documented_rows(audit_db)
+              if r["kind"] == "task_finished"]
     assert Counter(t for t, _, _ in finals) == Counter(t["id"] for t in tasks)
     at, decision = next((a, d) for t, a, d in finals if t == lost)
     assert decision == "completed"
-    assert datetime.fromisoformat(str(read_at(at))) == datetime.fromisoformat(
+    assert datetime.fromisoformat(at) == datetime.fromisoformat(
         tasks[-1]["updated_at"])
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "butler", "audit", "verify", "-c", str(config),

@@ -44,7 +44,7 @@ import aiohttp
 
 from butler.cli import main as butler_main
 from butler.engine.clock import now_iso
-from butler.storage import hex_text
+from tests.audit_support import documented_rows
 from tests.delegation_support import free_port
 from tests.support import ECHO, TERMINAL, ServeProcess, command_skill, config_dict, write_config
 
@@ -227,9 +227,8 @@ async def one_final_record_each(audit_db: Path, task_ids: set[str], why: str) ->
     cycle may still be in the live writer's window: wait for them."""
     deadline = time.monotonic() + 20
     while True:
-        with contextlib.closing(sqlite3.connect(audit_db)) as db:
-            finals = collections.Counter(hex_text(t) for (t,) in db.execute(
-                "SELECT task_id FROM audit WHERE kind='task_finished'"))
+        finals = collections.Counter(r["task_id"] for r in documented_rows(audit_db)
+                                     if r["kind"] == "task_finished")
         if set(finals) >= task_ids or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from butler.audit.compact import Names, hash_matches
 from butler.audit.record import (
     AuditRecord,
     Entry,
@@ -192,6 +193,7 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
                                "WHERE dropped = 0").fetchall())
     checked = 0
     last = base
+    names = Names(conn)
     for row in conn.execute(f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq",
                             (base,)):
         seq = row[0]
@@ -199,8 +201,8 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
         if seq > expected:
             return failed(checked, expected, f"missing record: seq {expected} is absent")
         try:
-            record = record_from_row(row, prev_hash)
-            intact = record.compute_hash() == record.hash
+            record = record_from_row(row, prev_hash, names)
+            intact = hash_matches(row[13], record.compute_hash())
         except UnicodeError:
             return failed(checked, seq, "edited record: contains invalid UTF-8")
         except (AuditError, ValueError) as exc:
@@ -263,8 +265,9 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
     if written:
         link = head[1]
         stored = []
-        for _, row in written:
-            stored.append(stored_row(row, link))
+        names = Names(conn)
+        for entry, row in written:
+            stored.append(stored_row(row, link, names, entry.detail))
             link = row[-1]
         conn.executemany(INSERT, stored)
         conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
@@ -274,12 +277,14 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
 
 def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
     found: set[str] = set()
+    finished = Names(conn).find("task_finished")
     before = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM audit").fetchone()[0]
     while True:
         rows = conn.execute("SELECT seq, at, kind, task_id FROM audit WHERE seq < ? "
                             "ORDER BY seq DESC LIMIT ?", (before, _PAGE)).fetchall()
         for _, at, kind, task_id in rows:
-            if str(read_at(at)) >= since and kind == "task_finished" and task_id is not None:
+            if str(read_at(at)) >= since and kind in (finished, "task_finished") \
+                    and task_id is not None:
                 found.add(str(read_hash(task_id)))
         if len(rows) < _PAGE or str(read_at(rows[-1][1])) < since:
             return found

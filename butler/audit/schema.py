@@ -1,30 +1,34 @@
-"""The audit file's schema (``PRAGMA user_version`` 1) and its migration from version 0.
+"""The audit file's schema (``PRAGMA user_version`` 2) and its migration from 0 and 1.
 
 A record's hashed fields are stored as compactly as they can be given back exactly
 (docs/audit.md#storage): ``at`` as microseconds since the epoch when it is in the one
-form Butler writes (``2026-11-24T01:57:16.864102+00:00``), else as that text; ``hash``
-as its 32 bytes; ``prev_hash`` not at all (NULL) when it is the previous record's
-``hash``, which it always is for a record Butler appended, so the chain is stored once;
-``chain`` as NULL when it is just the caller; ids Butler made (hex) as their bytes.
-Those columns keep each value as given (SQLite does not convert a BLOB). A
-version 0 file (text columns, every ``prev_hash`` written out) is rewritten in place on
-open, row for row: a link that did not hold there is kept, so verify still reports it.
+form Butler writes (``2026-11-24T01:57:16.864102+00:00``), else as that text;
+``prev_hash`` not at all (NULL) when it is the previous record's hash, which it always
+is for a record Butler appended, so the chain is stored once; ``chain`` as NULL when it
+is just the caller; ids Butler made (hex) as their bytes; kind, caller, decision,
+detail and hash as ``compact`` says. Those columns keep each value as given (SQLite
+does not convert a BLOB). A version 0 file (text columns, every ``prev_hash`` written
+out) is rewritten in place on open, row for row: a link that did not hold there is
+kept, so verify still reports it. A version 1 file only gains ``audit_names``: its
+rows (texts, whole hashes) read as they are.
 
 ``audit_segments`` lists the sealed segments of the log (docs/audit.md#retention).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from json.encoder import encode_basestring
 from typing import Any, Final
 
+from butler.audit.compact import NAMES_TABLE, Names, stored_detail, stored_hash
 from butler.storage import hex_bytes, hex_text, micros_stamp, schema_version, stamp_micros
 
 log = logging.getLogger("butler.audit")
 
-VERSION: Final = 1
+VERSION: Final = 2
 GENESIS_HASH: Final = "0" * 64
 COLUMNS: Final = (
     "seq, at, kind, caller, task_id, chain, budget_before, budget_after, "
@@ -67,6 +71,7 @@ _TABLES: Final = (
         dropped   INTEGER NOT NULL DEFAULT 0
     )
     """,
+    NAMES_TABLE,
 )
 _MIGRATE_CHUNK: Final = 10_000
 
@@ -88,21 +93,38 @@ def caller_chain(caller: object) -> str:
     return f"[{encode_basestring(caller)}]" if isinstance(caller, str) else ""
 
 
-def stored_row(row: tuple[Any, ...], prev_hash: str) -> tuple[Any, ...]:
+def stored_row(row: tuple[Any, ...], prev_hash: str, names: Names,
+               detail: dict[str, Any] | None = None) -> tuple[Any, ...]:
     """A record's row as ``Entry.row`` gives it (text columns, hash last) in stored form;
-    ``prev_hash``: the hash of the record before it."""
+    ``prev_hash``: the hash of the record before it; ``detail``: the record's detail,
+    when the caller has it decoded already."""
     chain = None if row[5] == caller_chain(row[3]) else row[5]
-    return (row[0], stored_at(row[1]), *row[2:4], hex_bytes(row[4]), chain, *row[6:10],
-            hex_bytes(row[10]), row[11], None if row[12] == prev_hash else row[12],
-            hex_bytes(row[13]))
+    if detail is None:  # a version 0 row: its text, if it is not canonical JSON
+        try:
+            detail = json.loads(row[11]) if isinstance(row[11], str) else None
+        except ValueError:
+            detail = None
+    digest = row[13]
+    full = isinstance(digest, str) and len(digest) == 64 and hex_bytes(digest) != digest
+    return (row[0], stored_at(row[1]), names.stored(row[2]), names.stored(row[3]),
+            hex_bytes(row[4]), chain, row[6], row[7], names.stored(row[8]), row[9],
+            hex_bytes(row[10]),
+            stored_detail(row[11], detail, names) if isinstance(detail, dict) else row[11],
+            None if row[12] == prev_hash else row[12],
+            stored_hash(row[0], digest) if full else digest)
 
 
 def create_schema(conn: sqlite3.Connection, genesis: tuple[Any, ...]) -> None:
     """Inside the caller's transaction: create, migrate, or nothing. ``genesis``: the
     statement and arguments that give a brand-new log its head."""
-    if schema_version(conn, "audit", VERSION) == VERSION:
+    version = schema_version(conn, "audit", VERSION)
+    if version == VERSION:
         return
     legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='audit'").fetchone()
+    if legacy is not None and version == 1:
+        conn.execute(NAMES_TABLE)
+        conn.execute(f"PRAGMA user_version={VERSION}")
+        return
     if legacy is not None:
         conn.execute("ALTER TABLE audit RENAME TO audit_v0")
     for statement in _TABLES:
@@ -116,6 +138,7 @@ def create_schema(conn: sqlite3.Connection, genesis: tuple[Any, ...]) -> None:
 
 def _copy_v0(conn: sqlite3.Connection) -> None:
     copied, after, prev = 0, 0, GENESIS_HASH
+    names = Names(conn)
     while True:
         rows = conn.execute(f"SELECT {COLUMNS} FROM audit_v0 WHERE seq > ? ORDER BY seq "
                             "LIMIT ?", (after, _MIGRATE_CHUNK)).fetchall()
@@ -123,7 +146,7 @@ def _copy_v0(conn: sqlite3.Connection) -> None:
             break
         stored = []
         for row in rows:
-            stored.append(stored_row(row, prev))
+            stored.append(stored_row(row, prev, names))
             prev = row[13]
         conn.executemany(INSERT, stored)
         copied += len(rows)

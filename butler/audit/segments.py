@@ -25,9 +25,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from butler.audit.compact import Names
 from butler.audit.log import AuditLog, AuditRecord, VerifyResult, failed
 from butler.audit.rows import hash_before, live_base, record_from_row
-from butler.audit.schema import COLUMNS, GENESIS_HASH, read_at, read_hash, seal
+from butler.audit.schema import COLUMNS, GENESIS_HASH, read_at, seal
 from butler.storage import write_private
 
 FORMAT: Final = "butler-audit-segment/1"
@@ -67,13 +68,14 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
                          "last_hash": segment.last_hash}, sort_keys=True)]
     after, link = segment.first_seq - 1, prev
     while after < segment.last_seq:
+        names = log.db.call(Names)
         rows = log.db.call(_fetch, f"SELECT {COLUMNS} FROM audit WHERE seq > ? AND seq <= ? "
                            "ORDER BY seq LIMIT ?", (after, segment.last_seq, _PAGE))
         if not rows:
             raise FileNotFoundError(f"records {after + 1}..{segment.last_seq} are not in "
                                     "the live log")
         for row in rows:
-            record = record_from_row(row, link)
+            record = record_from_row(row, link, names)
             lines.append(json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False,
                                     separators=(",", ":")))
             link = record.hash
@@ -178,10 +180,10 @@ def _fetch(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[An
 def _seal_expired(conn: sqlite3.Connection, cutoff: str) -> None:
     """Seal the open segment if its newest record is past ``cutoff``."""
     sealed = conn.execute("SELECT coalesce(max(last_seq), 0) FROM audit_segments").fetchone()[0]
-    last = conn.execute("SELECT seq, at, hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+    last = conn.execute("SELECT seq, at FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
     if last is None or last[0] <= sealed or str(read_at(last[1])) >= cutoff:
         return
-    seal(conn, sealed + 1, last[0], str(read_hash(last[2])), str(read_at(last[1])))
+    seal(conn, sealed + 1, last[0], hash_before(conn, last[0] + 1), str(read_at(last[1])))
 
 
 def _drop_chunk(conn: sqlite3.Connection) -> bool:

@@ -1,0 +1,155 @@
+"""How a record's repeated texts, detail and hash are stored compactly (schema 2), and
+read back to exactly the text that was hashed (docs/audit.md#storage).
+
+- ``kind``, ``caller`` and ``decision`` repeat on every record, from a small set: each is
+  stored as a number into ``audit_names``, as a BLOB of one or two bytes (a BLOB, so
+  the version 1 columns' TEXT affinity keeps it as it is). A file holds at most
+  ``MAX_NAMES``; past that a text is stored as itself.
+- ``detail``: ``{}`` is an empty BLOB. A detail whose values are all ASCII text (a task's final
+  record: ``receipt``, ``seconds``, ``skill``, ``peer``) is stored as a BLOB: the JSON
+  array ``[keys, value, ...]`` (``keys`` numbers its sorted key names in
+  ``audit_names``), a receipt id ``r-<32 hex>`` written as ``null`` with its 16 bytes
+  after the array and a NUL, a duration ``<s>.<6 digits>`` as its microseconds. It is
+  stored so only when that gives the canonical text back; else as the text.
+- ``hash``: every ``ANCHOR_EVERY``-th record keeps its whole hash; the others keep its
+  first ``CHECK_BYTES`` bytes, enough to name an edited record, and are given their hash
+  by chaining from the nearest whole one (``rows.hash_before``). An edit still changes
+  every hash after it, so the next whole hash, the segment's sealed one and the head all
+  stop matching too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from json.encoder import encode_basestring
+from typing import Any, Final
+
+NAMES_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS audit_names (
+    ref  INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+)"""
+MAX_NAMES: Final = 4096
+ANCHOR_EVERY: Final = 64
+CHECK_BYTES: Final = 4
+_RECEIPT: Final = re.compile(r"r-([0-9a-f]{32})")
+_SECONDS: Final = re.compile(r"(0|[1-9][0-9]{0,11})\.([0-9]{6})")
+
+
+class Names:
+    """``audit_names`` as one transaction sees it: read anew by each append and each
+    read, so a batch rolled back, or another process's append, leaves nothing stale."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.by_ref: dict[int, str] = dict(conn.execute("SELECT ref, name FROM audit_names"))
+        self._by_name = {name: ref for ref, name in self.by_ref.items()}
+
+    def ref(self, name: str) -> bytes | None:
+        """``name``'s number as stored, added if new; None once the file holds
+        ``MAX_NAMES``."""
+        ref = self._by_name.get(name)
+        if ref is None:
+            if len(self._by_name) >= MAX_NAMES:
+                return None
+            ref = max(self.by_ref, default=0) + 1
+            self._conn.execute("INSERT INTO audit_names (ref, name) VALUES (?, ?)",
+                               (ref, name))
+            self._by_name[name], self.by_ref[ref] = ref, name
+        return ref.to_bytes(1 if ref < 256 else 2, "big")
+
+    def find(self, name: str) -> bytes | None:
+        """``name``'s number as stored, without adding it (for reads)."""
+        ref = self._by_name.get(name)
+        return None if ref is None else ref.to_bytes(1 if ref < 256 else 2, "big")
+
+    def stored(self, text: object) -> object:
+        """A text column as stored: its number, else as it is (a version 0 row's
+        column may hold anything: it is kept for verify to report)."""
+        ref = self.ref(text) if type(text) is str else None
+        return text if ref is None else ref
+
+    def name(self, value: object) -> object:
+        """A stored text column read back: a number is looked up, text is as it is;
+        None when the number is unknown (the caller reports the row as edited)."""
+        if type(value) is not bytes:
+            return value
+        return self.by_ref.get(int.from_bytes(value, "big"))
+
+
+def stored_detail(text: str, detail: dict[str, Any], names: Names) -> str | bytes:
+    """``detail`` (whose canonical text is ``text``) as the row keeps it."""
+    if not detail:
+        return b""
+    if not all(type(v) is str and v.isascii() for v in detail.values()):
+        return text
+    keys = sorted(detail)
+    if not all(k.isascii() for k in keys):
+        return text
+    ref = names.ref(json.dumps(keys, separators=(",", ":")))
+    if ref is None:
+        return text
+    values: list[Any] = [int.from_bytes(ref, "big")]
+    tail = bytearray()
+    for key in keys:
+        value = detail[key]
+        if (receipt := _RECEIPT.fullmatch(value)) is not None:
+            values.append(None)
+            tail += bytes.fromhex(receipt.group(1))
+        elif (seconds := _SECONDS.fullmatch(value)) is not None:
+            values.append(int(seconds.group(1)) * 1_000_000 + int(seconds.group(2)))
+        else:
+            values.append(value)
+    stored = json.dumps(values, separators=(",", ":")).encode() + b"\x00" + tail
+    return stored if detail_text(stored, names.by_ref) == text else text
+
+
+def detail_text(stored: object, names: dict[int, str]) -> str | None:
+    """The canonical text a stored detail gives back; None when it is not one the
+    writer could have stored (an edited row)."""
+    if stored == b"":
+        return "{}"
+    if type(stored) is not bytes:
+        return stored if isinstance(stored, str) else None
+    array, nul, tail = stored.partition(b"\x00")
+    try:
+        values = json.loads(array) if nul else None
+        if not isinstance(values, list) or not values or type(values[0]) is not int:
+            return None
+        keys = json.loads(names[values[0]]) if values[0] in names else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(keys, list) or len(keys) != len(values) - 1 \
+            or not all(type(k) is str for k in keys):
+        return None
+    out, at = [], 0
+    for key, value in zip(keys, values[1:], strict=True):
+        if value is None:
+            if len(tail) < at + 16:
+                return None
+            value, at = "r-" + tail[at:at + 16].hex(), at + 16
+        elif type(value) is int:
+            value = f"{value // 1_000_000}.{value % 1_000_000:06d}"
+        elif type(value) is not str:
+            return None
+        out.append(f"{encode_basestring(key)}:{encode_basestring(value)}")
+    return "{" + ",".join(out) + "}" if at == len(tail) else None
+
+
+def stored_hash(seq: int, digest: str) -> bytes:
+    raw = bytes.fromhex(digest)
+    return raw if seq % ANCHOR_EVERY == 0 else raw[:CHECK_BYTES]
+
+
+def is_check(stored: object) -> bool:
+    """Whether a stored hash is only its first bytes (the reader chains to the rest)."""
+    return type(stored) is bytes and len(stored) == CHECK_BYTES
+
+
+def hash_matches(stored: object, digest: str) -> bool:
+    if is_check(stored):
+        assert isinstance(stored, bytes)
+        return digest[:2 * CHECK_BYTES] == stored.hex()
+    return (stored.hex() if type(stored) is bytes else stored) == digest
