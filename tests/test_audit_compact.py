@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from butler.audit import compact
 from butler.audit.log import GENESIS_HASH, AuditLog
 from butler.audit.segments import export, segments, verify_history
+from butler.storage import _names as storage_names
 from tests.audit_support import documented_rows
 
 FINAL = {"receipt": "r-" + "ab12" * 8, "seconds": "0.002808", "skill": "echo"}
@@ -111,7 +111,7 @@ def test_a_number_no_name_has_is_an_edited_record(tmp_path: Path) -> None:
 
 def test_past_the_names_a_file_holds_texts_are_kept_as_they_are(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(compact, "MAX_NAMES", 3)
+    monkeypatch.setattr(storage_names, "MAX_NAMES", 3)
     path = tmp_path / "audit.db"
     with AuditLog(path) as log:
         _task(log, 1)  # inbound, operator, accepted; then no room for the rest

@@ -2,9 +2,7 @@
 read back to exactly the text that was hashed (docs/audit.md#storage).
 
 - ``kind``, ``caller`` and ``decision`` repeat on every record, from a small set: each is
-  stored as a number into ``audit_names``, as a BLOB of one or two bytes (a BLOB, so
-  the version 1 columns' TEXT affinity keeps it as it is). A file holds at most
-  ``MAX_NAMES``; past that a text is stored as itself.
+  stored as a number into ``audit_names`` (``butler.storage.NumberedNames``).
 - ``detail``: ``{}`` is an empty BLOB. A detail whose values are all ASCII text (a task's final
   record: ``receipt``, ``seconds``, ``skill``, ``peer``) is stored as a BLOB: the JSON
   array ``[keys, value, ...]`` (``keys`` numbers its sorted key names in
@@ -26,57 +24,35 @@ import sqlite3
 from json.encoder import encode_basestring
 from typing import Any, Final
 
-NAMES_TABLE: Final = """
-CREATE TABLE IF NOT EXISTS audit_names (
-    ref  INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE
-)"""
-MAX_NAMES: Final = 4096
+from butler.storage import NumberedNames, names_table
+
+NAMES_TABLE: Final = names_table("audit_names")
 ANCHOR_EVERY: Final = 64
 CHECK_BYTES: Final = 4
 _RECEIPT: Final = re.compile(r"r-([0-9a-f]{32})")
 _SECONDS: Final = re.compile(r"(0|[1-9][0-9]{0,11})\.([0-9]{6})")
 
 
-class Names:
+class Names(NumberedNames):
     """``audit_names`` as one transaction sees it: read anew by each append and each
     read, so a batch rolled back, or another process's append, leaves nothing stale."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__("audit_names", conn.execute("SELECT ref, name FROM audit_names"))
         self._conn = conn
-        self.by_ref: dict[int, str] = dict(conn.execute("SELECT ref, name FROM audit_names"))
-        self._by_name = {name: ref for ref, name in self.by_ref.items()}
 
     def ref(self, name: str) -> bytes | None:
-        """``name``'s number as stored, added if new; None once the file holds
-        ``MAX_NAMES``."""
-        ref = self._by_name.get(name)
-        if ref is None:
-            if len(self._by_name) >= MAX_NAMES:
-                return None
-            ref = max(self.by_ref, default=0) + 1
-            self._conn.execute("INSERT INTO audit_names (ref, name) VALUES (?, ?)",
-                               (ref, name))
-            self._by_name[name], self.by_ref[ref] = ref, name
-        return ref.to_bytes(1 if ref < 256 else 2, "big")
+        """``name``'s number as stored, added if new (None once the file is full)."""
+        added = self.add(self._conn, name)
+        if added is not None:
+            self.known([added])
+        return self.find(name)
 
-    def find(self, name: str) -> bytes | None:
-        """``name``'s number as stored, without adding it (for reads)."""
-        ref = self._by_name.get(name)
-        return None if ref is None else ref.to_bytes(1 if ref < 256 else 2, "big")
-
-    def stored(self, text: object) -> object:
-        """A text column as stored: its number, else as it is (a version 0 row's
-        column may hold anything: it is kept for verify to report)."""
+    def kept(self, text: object) -> object:
+        """A text column as an append stores it: its number, else as it is (a version 0
+        row's column may hold anything: it is kept for verify to report)."""
         ref = self.ref(text) if type(text) is str else None
         return text if ref is None else ref
-
-    def name(self, value: object) -> object:
-        """A stored text column read back: a number is looked up, text is as it is;
-        None when the number is unknown (the caller reports the row as edited)."""
-        if type(value) is not bytes:
-            return value
-        return self.by_ref.get(int.from_bytes(value, "big"))
 
 
 def stored_detail(text: str, detail: dict[str, Any], names: Names) -> str | bytes:

@@ -106,8 +106,8 @@ def stored_row(row: tuple[Any, ...], prev_hash: str, names: Names,
             detail = None
     digest = row[13]
     full = isinstance(digest, str) and len(digest) == 64 and hex_bytes(digest) != digest
-    return (row[0], stored_at(row[1]), names.stored(row[2]), names.stored(row[3]),
-            hex_bytes(row[4]), chain, row[6], row[7], names.stored(row[8]), row[9],
+    return (row[0], stored_at(row[1]), names.kept(row[2]), names.kept(row[3]),
+            hex_bytes(row[4]), chain, row[6], row[7], names.kept(row[8]), row[9],
             hex_bytes(row[10]),
             stored_detail(row[11], detail, names) if isinstance(detail, dict) else row[11],
             None if row[12] == prev_hash else row[12],

@@ -9,6 +9,16 @@ empty fields left out: no key names, nothing the API derives (``status``, ``outp
 form (``2026-11-24T01:52:18.123456Z``) is kept as the text it was. Receipts are kept
 compact (``receipt_rows``); the binary fields of those follow the JSON text after a NUL,
 which JSON text never holds raw, and the body is then a BLOB.
+
+A body is written in the compact layout (``_COMPACT``; docs/tasks.md#storage): a BLOB
+that starts with the byte 0x01 (JSON text never does), its fields ordered so that the
+ones most tasks leave empty come last, an empty one in the middle written ``0``, and
+what repeats the task's other fields written as a mark: a history that is just
+submitted and working at creation and the final state at the last update, a chain that
+is just the caller, a cost whose skill and status are the task's, a request for the
+task's skill, a result that is the request's text; the trace id as its 16 bytes at the
+head of the binary fields. Rows written before it (a JSON array, TEXT or BLOB) are read
+as they are.
 """
 
 from __future__ import annotations
@@ -60,6 +70,8 @@ def row_columns(task: Task, signers: Signers = NO_SIGNERS,
 
 def decode_row(task_id: object, owner: str, context_id: object, state: int, updated: int,
                body: str | bytes, *, signers: Signers = NO_SIGNERS) -> Task:
+    if type(body) is bytes and body[:1] == _COMPACT:
+        return _decode_compact(task_id, owner, context_id, state, updated, body, signers)
     binary = b""
     if type(body) is bytes:
         text, _, binary = body.partition(b"\x00")
@@ -97,50 +109,119 @@ _FIELDS = ("created", "skill", "history", "parts", "artifacts", "error", "status
            "updated_text", "receipts")
 
 
-def _encode_body(task: Task, updated: int | None, signers: Signers) -> str | bytes:
+_COMPACT = b"\x01"
+_TRACE = 16  # a hex trace id's bytes, first of the binary fields
+
+
+def _encode_body(task: Task, updated: int | None, signers: Signers) -> bytes:
     created = stamp_micros(task.created_at)
-    # created as an offset back from updated (a small number), else as text
-    created_field: Any = None if task.created_at == task.updated_at else (
-        updated - created if updated is not None and created is not None else task.created_at)
+    created_field: Any = updated - created if updated is not None and created is not None \
+        else None if task.created_at == task.updated_at else task.created_at
+    request = task.request
+    trace = hex_bytes(task.trace_id) if len(task.trace_id) == 2 * _TRACE else None
+    receipts, binary = signers.stored(task.receipts, task) if task.receipts else ([], b"")
     fields: list[Any] = [
-        created_field, task.skill,
-        [_status(h, created) for h in task.history],
-        [_part(p) for p in task.parts],
-        [[a.artifact_id, [_part(p) for p in a.parts], a.name, a.description]
-         for a in task.artifacts],
-        [task.error.code, task.error.message] if task.error is not None else None,
-        task.status_message,
+        created_field, task.skill or 0,
+        1 if request.text and task.parts == (Part(text=request.text),)
+        else [_part(p) for p in task.parts] or 0,
         [str(task.budget.start_usd), str(task.budget.spent_usd)]
-        if task.budget is not None else None,
-        _encode_cost(task.cost) if task.cost is not None else None,
-        list(task.chain), task.trace_id, _encode_request(task.request),
-        [_encode_message(m) for m in task.messages],
-        True if task.reply_as_message else None,
-        task.updated_at if updated is None else None,
-        None,
+        if task.budget is not None else 0,
+        _compact_cost(task.cost, task) if task.cost is not None else 0,
+        1 if type(trace) is bytes else task.trace_id or 0,
+        _encode_request(request, task.skill),
+        0 if task.history == _plain_history(task) else [
+            _status(h, created) for h in task.history],
+        (1 if task.chain == (task.owner,) else list(task.chain)) if task.chain else 0,
+        receipts or 0,
+        [[a.artifact_id, [_part(p) for p in a.parts], a.name, a.description]
+         for a in task.artifacts] or 0,
+        [task.error.code, task.error.message] if task.error is not None else 0,
+        task.status_message or 0,
+        [_encode_message(m) for m in task.messages] or 0,
+        1 if task.reply_as_message else 0,
+        task.updated_at if updated is None else 0,
     ]
-    if not task.receipts:
-        return exact_json.dumps(_trimmed(fields))
-    fields[-1], binary = signers.stored(task.receipts, task)
-    text = exact_json.dumps(_trimmed(fields))
+    while fields and fields[-1] == 0 and type(fields[-1]) is int:
+        fields.pop()
+    if type(trace) is bytes:
+        binary = trace + binary
+    text = exact_json.dumps_bytes(fields)
     # JSON text never holds a raw NUL (it is written \u0000), so it ends the text.
-    return (text.encode() + b"\x00" + binary) if binary else text
+    return _COMPACT + text + (b"\x00" + binary if binary else b"")
 
 
-def _encode_request(request: TaskRequest) -> list[Any]:
+def _decode_compact(task_id: object, owner: str, context_id: object, state: int,
+                    updated: int, body: bytes, signers: Signers) -> Task:
+    text, _, binary = body[1:].partition(b"\x00")
+    data = exact_json.loads(text, max_depth=256)
+    (created, skill, parts, budget, cost, trace_id, request, history, chain, receipts,
+     artifacts, error, status_message, messages, reply_as_message, updated_text) = \
+        list(data) + [0] * (16 - len(data))
+    updated_at = updated_text or micros_stamp(updated)
+    created_at = micros_stamp(updated - created) if type(created) is int \
+        else created if type(created) is str else updated_at
+    key, task_state, skill = str(hex_text(task_id)), CODE_STATES[state], skill or ""
+    if trace_id == 1:
+        trace_id, binary = binary[:_TRACE].hex(), binary[_TRACE:]
+    spent = Budget(Decimal(budget[0]), Decimal(budget[1])) if budget else None
+    costs, trace_id = _cost(cost, skill, task_state) if cost else None, trace_id or ""
+    decoded = _request(request, skill)
+    base = stamp_micros(created_at)
+    return Task(
+        id=key, context_id=str(hex_text(context_id)), owner=owner, state=task_state,
+        request=decoded, created_at=created_at, updated_at=updated_at, skill=skill,
+        history=(StatusEntry(TaskState.SUBMITTED, created_at),
+                 StatusEntry(TaskState.WORKING, created_at),
+                 StatusEntry(task_state, updated_at)) if history == 0 else
+        tuple(StatusEntry(CODE_STATES[h[0]], _time(h[1], base), h[2] if len(h) > 2 else "")
+              for h in history),
+        parts=(Part(text=decoded.text),) if parts == 1 else _parts(parts),
+        artifacts=tuple(_artifact(a) for a in artifacts or ()),
+        error=TaskError(error[0], error[1]) if error else None,
+        status_message=status_message or "", budget=spent, cost=costs,
+        chain=(owner,) if chain == 1 else tuple(chain or ()), trace_id=trace_id,
+        messages=tuple(_message(m) for m in messages or ()),
+        reply_as_message=reply_as_message == 1,
+        receipts=signers.rebuilt(receipts, lambda: task_claims(
+            wire_task_id(key), task_state, costs, spent, trace_id, updated_at), binary)
+        if receipts else (),
+    )
+
+
+def _plain_history(task: Task) -> tuple[StatusEntry, ...]:
+    """The history most tasks have: submitted and working at creation, then their
+    state at their last update."""
+    return (StatusEntry(TaskState.SUBMITTED, task.created_at),
+            StatusEntry(TaskState.WORKING, task.created_at),
+            StatusEntry(task.state, task.updated_at))
+
+
+def _compact_cost(node: CostNode, task: Task) -> list[Any]:
+    """A task's own cost node: its skill and status ``0`` where they are the task's."""
+    out: list[Any] = [node.agent, 0 if node.skill == task.skill else node.skill, str(node.cost_usd),
+           node.duration_ms, 0 if node.status == task.state.value else node.status]
+    if node.children:
+        out.append([_encode_cost(c) for c in node.children])
+    return out
+
+
+def _encode_request(request: TaskRequest, task_skill: str | None) -> list[Any]:
+    """``task_skill``: the task's, written as ``1`` where the request names it."""
+    skill = 1 if task_skill and request.skill == task_skill else request.skill
     return _trimmed([
-        request.text, request.skill, list(request.capabilities_needed),
+        request.text, skill, list(request.capabilities_needed),
         None if request.blocking else 0, request.id, request.context_id,
         request.input or None, [_part(p) for p in request.parts], request.timeout_seconds,
     ])
 
 
-def _request(value: list[Any]) -> TaskRequest:
+def _request(value: list[Any], task_skill: str | None = None) -> TaskRequest:
     """The stored request, as the daemon decoded it when it came in: a skill's input
     holds ordinary numbers (``plain_numbers``), as the request decoder gives them."""
     f = list(value) + [None] * (9 - len(value))
     return TaskRequest(
-        text=f[0] or "", skill=f[1], capabilities_needed=tuple(f[2] or ()),
+        text=f[0] or "", skill=task_skill if f[1] == 1 and task_skill else f[1],
+        capabilities_needed=tuple(f[2] or ()),
         blocking=f[3] is None, id=f[4], context_id=f[5],
         input=exact_json.plain_numbers(f[6]) if f[6] else {}, parts=_parts(f[7]),
         timeout_seconds=None if f[8] is None else float(f[8]),
@@ -196,10 +277,14 @@ def _encode_cost(node: CostNode) -> list[Any]:
             [_encode_cost(c) for c in node.children]]
 
 
-def _cost(value: list[Any]) -> CostNode:
-    return CostNode(agent=value[0], skill=value[1], cost_usd=Decimal(value[2]),
-                    duration_ms=value[3], status=value[4],
-                    children=tuple(_cost(c) for c in value[5]))
+def _cost(value: list[Any], skill: str | None = None,
+          state: TaskState | None = None) -> CostNode:
+    """A stored cost node; a task's own (``_compact_cost``) given its skill and state."""
+    return CostNode(
+        agent=value[0], skill=skill if value[1] == 0 and skill is not None else value[1],
+        cost_usd=Decimal(value[2]), duration_ms=value[3],
+        status=state.value if value[4] == 0 and state is not None else value[4],
+        children=tuple(_cost(c) for c in value[5]) if len(value) > 5 else ())
 
 
 def _encode_message(message: Message) -> list[Any]:

@@ -1,0 +1,55 @@
+"""A task row in the compact layout (docs/tasks.md#storage) against one written before it
+(schema 4, a JSON array of every field): the old row still reads, and as the same task
+its compact form gives back, in fewer bytes."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from butler.engine.receipt_rows import Signer, Signers
+from butler.engine.task_row import decode_row, row_columns
+from internal.signing import public_key_from_jwk, verify_jws
+
+# A finished echo task as bench/storage.py built it at d642eda, with its receipt signer.
+PROTECTED = (
+    "eyJhbGciOiJFZERTQSIsImp3ayI6eyJjcnYiOiJFZDI1NTE5Iiwia3R5IjoiT0tQIiwieCI6Il9hT2x6YVIyMW"
+    "Qxak5GbThJVTRyWTBkSEwtTVVCMVJuY1l3RHI3dDgzRk0ifSwia2lkIjoiUmJqd0h0UGhkTk9oVHBiWDRoQjB0"
+    "ZDd0dWlYb2tlMzNVSWlHd18zMDFLQSIsInR5cCI6ImJ1dGxlci1yZWNlaXB0K2p3cyJ9")
+SIGNERS = Signers([Signer(1, PROTECTED, "bench", "http://127.0.0.1:8081")])
+OLD_ROW = (
+    b"\x01\xa1{BDB\xc9DeQ \xa0X)T_", "caller-5",
+    b"\x01\xa1{BDB\x00\x00\x00\x00\x00\x00\x00\x00\x00\x99", 4, 1793069302851337,
+    b'[762,"echo",[[0,0],[1,0],[4,762]],["hello"],[],null,"",["5.00","0"],'
+    b'["bench","echo","0",0,"completed",[]],["caller-5"],"4b7d07a8f3b165223b9d45d6cab394bb",'
+    b'["hello","echo"],[],null,null,[[1]]]\x00f\xb3\x89\x8c\xf4\x95g\x9bT\x8a\x1e\x0c\x03'
+    b"\xb8u\xa4@\xa3L\x04\xc0=\xf1\xd8\xb5-D\xf1\xf7\xdcF\xc2V&\x9de=kL\x94\x89-\xda\xe4"
+    b"\x99\xc5I_\x86\xdd\x11\xad\xb8\x04MTB\x9bel\r\x94\x853\n\x8a\x10\xd8\x9b\xcc*u\xd5I:"
+    b"\xb6\xc4\xc4p\x0b\xd4cG\x81JI\xa2\xb7]vo.\xd3ax\xcd\xc4\xcf\xbd\xab\x0e\x93\x9f\n\xd8"
+    b"\xea\x87\xff\xbc\xce\x90\x0f")
+
+
+def test_a_schema_4_row_reads_with_its_receipt_still_verifying() -> None:
+    task = decode_row(*OLD_ROW, signers=SIGNERS)
+    assert (task.owner, task.skill, task.request.text, task.request.skill) == (
+        "caller-5", "echo", "hello", "echo")
+    assert task.chain == ("caller-5",) and task.trace_id == "4b7d07a8f3b165223b9d45d6cab394bb"
+    assert [h.state.value for h in task.history] == ["submitted", "working", "completed"]
+    assert task.history[-1].at == task.updated_at != task.created_at
+    (receipt,) = task.receipts
+    header = json.loads(base64.urlsafe_b64decode(PROTECTED + "=="))
+    claims = json.loads(verify_jws(receipt, public_key_from_jwk(header["jwk"])))
+    assert claims["task_id"] == task.wire_id and claims["trace_id"] == task.trace_id
+    assert claims["receipt_id"] == "r-66b3898cf495679b548a1e0c03b875a4"
+
+
+def test_the_compact_layout_gives_the_same_task_back_in_fewer_bytes() -> None:
+    task = decode_row(*OLD_ROW, signers=SIGNERS)
+    columns = row_columns(task, SIGNERS)
+    assert columns[:5] == OLD_ROW[:5]
+    body = columns[5]
+    assert isinstance(body, bytes) and body.startswith(b"\x01")
+    assert decode_row(*columns, signers=SIGNERS) == task
+    text = body[1:body.index(b"\x00")]
+    assert text == b'[762,"echo",1,["5.00","0"],["bench",0,"0",0,0],1,["hello",1],0,1,[[1]]]'
+    assert len(body) < len(OLD_ROW[5]) - 100
