@@ -71,9 +71,9 @@ async def test_a_sealed_task_keeps_its_receipt_compact_and_exact(tmp_path: Path)
     body, binary = _body(tmp_path / "tasks.db", task.id)
     protected, payload, signature = task.receipts[0].split(".")
     assert protected not in body and payload not in body and signature not in body
-    # the trace id, then the receipt's id, digest and signature
-    assert binary[16:].endswith(unb64url(signature)) and len(binary) == 16 + 112
-    assert len(body) + len(binary) < 250  # the receipt alone was about 850 bytes as text
+    # the trace id, then the receipt's id and signature (its digest is the result's)
+    assert binary[16:].endswith(unb64url(signature)) and len(binary) == 16 + 80
+    assert len(body) + len(binary) < 220  # the receipt alone was about 850 bytes as text
 
     again = await SqliteTaskStore.open(tmp_path / "tasks.db")  # signers read from the file
     try:
@@ -151,8 +151,11 @@ async def test_a_version_1_file_gains_the_signers_loses_three_indexes_and_reads_
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION == 5
         assert conn.execute("SELECT count(*) FROM receipt_signers").fetchone()[0] == 1
+        assert conn.execute("SELECT name FROM task_owners").fetchall() == [(old.owner,)]
+        assert conn.execute("SELECT DISTINCT typeof(owner) FROM tasks").fetchall() == [
+            ("blob",)]
         indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE "
                                               "type='index' AND tbl_name='tasks'")}
         assert not indexes & {"tasks_owner", "tasks_owner_updated", "tasks_updated"}

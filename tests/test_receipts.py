@@ -119,8 +119,8 @@ async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
     from butler.config import load_config
     from butler.daemon import Daemon
     from butler.engine.receipt_rows import Signers
-    from butler.engine.task_row import decode_row, row_columns
-    from butler.storage import hex_bytes
+    from butler.engine.task_row import OWNERS_TABLE, decode_row, row_columns
+    from butler.storage import NumberedNames, hex_bytes
 
     raw, agents = await three_hops(mesh)
     a = agents["a"]
@@ -130,7 +130,8 @@ async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
         row = db.execute("SELECT id, owner, context_id, state, updated, body FROM tasks "
                          "WHERE id = ?", (hex_bytes(raw["id"]),)).fetchone()
         signers = Signers.load(db)  # receipts are kept compact (butler/engine/receipt_rows)
-        stored = decode_row(*row, signers=signers)
+        stored = decode_row(*row, signers=signers,
+                            owners=NumberedNames.load(db, OWNERS_TABLE))
         assert any(p.text == "deep" for p in stored.parts)
         edited = replace(stored, parts=tuple(replace(p, text="deeq") if p.text == "deep"
                                              else p for p in stored.parts))

@@ -2,21 +2,22 @@
 
 A receipt is a compact JWS, ``protected.payload.signature`` in base64url, and most of it
 repeats what the row already holds: the protected header is the same for every receipt
-one key signs, and most claims are the task's own (its id, state, cost, budget, trace id
-and time). So a row keeps a receipt as ``[signer, id, signature, digest, changed]``:
-``signer`` numbers its header in ``receipt_signers`` (with the agent and url first seen
-with it), ``id`` is its receipt id's hex, ``digest`` its result digest's, and ``changed``
-holds the claims that differ from those rebuilt from the task. Id, digest and signature
-are 112 bytes written as 165 characters: where they give their text back exactly, the
-row keeps them as bytes after its JSON body (``task_row``) and the receipt as
-``[signer, changed]``. Reading rebuilds the
-claims, their RFC 8785 form and the JWS, byte for byte. A receipt is kept that way only
-if rebuilding it when it is written gives exactly its text back; any other (an unknown
+one key signs, and most claims are the task's own (its id, state, cost, budget, trace
+id, time and result digest). So a row keeps a receipt as ``[signer, id, signature,
+digest, changed]``: ``signer`` numbers its header in ``receipt_signers`` (with the agent
+and url first seen with it), ``id`` is its receipt id's hex, and ``changed`` holds the
+claims that differ from those rebuilt from the task (a peer's receipt: its own task,
+cost and digest). Where they give their text back exactly, the id and signature (80
+bytes written as 120 characters) are kept as bytes after the row's JSON body
+(``task_row``) and the receipt as ``[signer, changed]``. Reading rebuilds the claims,
+their RFC 8785 form and the JWS, byte for byte. A receipt is kept that way only if
+rebuilding it when it is written gives exactly its text back; any other (an unknown
 signer, a payload in another form) is kept as the text it is.
 
-The digest is kept, not rebuilt from the stored result: a result edited on disk then
-still fails ``butler receipt verify`` as a result that is not the one signed, and no
-read or write hashes the result again.
+The result digest is rebuilt from the stored result, as every other claim is rebuilt
+from the task: a result edited on disk then gives a receipt whose signature fails
+``butler receipt verify``, as an edited cost or state does. Rows of the layout before
+(schema 4) keep each digest with the id and signature (``_PACKED_WITH_DIGEST``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
+from butler.identity.receipts import task_digest
 from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import Budget, CostNode, Task, TaskState
 from internal.signing import b64url, unb64url
@@ -58,10 +60,12 @@ class Signer:
 
 
 def task_claims(wire_id: str, state: TaskState, cost: CostNode | None,
-                budget: Budget | None, trace_id: str, at: str) -> dict[str, Any]:
+                budget: Budget | None, trace_id: str, at: str,
+                digest: str | None = None) -> dict[str, Any]:
     """The claims a receipt of a task rebuilds from it, as ``receipts.seal`` signs them;
-    where a receipt's differ, the row keeps the signed ones."""
-    return {
+    where a receipt's differ, the row keeps the signed ones. ``digest``: its result's
+    (``receipts.parts_digest``); None for a row of the layout before, which keeps it."""
+    claims: dict[str, Any] = {
         "task_id": wire_id,
         "state": state.value,
         "cost_usd": str(cost.cost_usd) if cost is not None else "0",
@@ -72,11 +76,14 @@ def task_claims(wire_id: str, state: TaskState, cost: CostNode | None,
         "children": [],
         "at": at,
     }
+    if digest is not None:
+        claims["digest"] = digest
+    return claims
 
 
 def claims_of(task: Task) -> dict[str, Any]:
     return task_claims(task.wire_id, task.state, task.cost, task.budget, task.trace_id,
-                       task.updated_at)
+                       task.updated_at, task_digest(task))
 
 
 class Signers:
@@ -161,19 +168,21 @@ class Signers:
         return out, bytes(binary)
 
     def rebuilt(self, stored: Sequence[Any], claims: Callable[[], dict[str, Any]],
-                binary: bytes = b"") -> tuple[str, ...]:
+                binary: bytes = b"", *, with_digest: bool = False) -> tuple[str, ...]:
         """The receipts a row keeps (``stored``, ``binary``), as they were signed;
-        ``claims`` gives its task's (``task_claims``)."""
+        ``claims`` gives its task's (``task_claims``). ``with_digest``: a row of the
+        layout before, whose ``binary`` holds each digest too (``_PACKED_WITH_DIGEST``)."""
         base = claims() if any(isinstance(s, list) for s in stored) else {}
         out: list[str] = []
+        size = _PACKED_WITH_DIGEST if with_digest else _PACKED
         at = 0
         for s in stored:
             if isinstance(s, str):
                 out.append(s)
                 continue
-            if len(s) <= 2:  # its id, digest and signature are in ``binary``
-                s = [s[0], *_unpacked(binary[at:at + _PACKED]), *s[1:]]
-                at += _PACKED
+            if len(s) <= 2:  # its id and signature (and digest) are in ``binary``
+                s = [s[0], *_unpacked(binary[at:at + size], size), *s[1:]]
+                at += size
             out.append(self._jws(s, base))
         return tuple(out)
 
@@ -187,9 +196,9 @@ class Signers:
         except ValueError:
             return jws
         fast = _FAST.search(signed_bytes)
-        if fast is not None:  # the common case: no claim but those the task gives
-            stored: list[Any] = [signer.ref, fast.group(2).decode(), signature,
-                                 fast.group(1).decode()]
+        if fast is not None and _DIGEST + fast.group(1).decode() == base["digest"]:
+            # the common case: no claim but those the task gives
+            stored: list[Any] = [signer.ref, fast.group(2).decode(), signature, ""]
             try:
                 if self._jws(stored, base) == jws:
                     return stored
@@ -201,16 +210,15 @@ class Signers:
         expected = {**base, "agent": signer.agent, "url": signer.url}
         if any(key not in signed for key in expected):
             return jws
-        rid_text, digest = signed.get("receipt_id"), signed.get("digest")
+        rid_text = signed.get("receipt_id")
         match = _RECEIPT_ID.fullmatch(rid_text) if isinstance(rid_text, str) else None
-        kept = isinstance(digest, str) and digest.startswith(_DIGEST)
+        # A digest that is not its task's result's (a peer's receipt) is a changed claim.
         changed = {key: value for key, value in signed.items()
-                   if (key != "receipt_id" or match is None) and (key != "digest" or not kept)
+                   if (key != "receipt_id" or match is None)
                    and (key not in expected or expected[key] != value)}
         if not all(map(_round_trips, changed.values())):
             return jws
-        stored = [signer.ref, match.group(1) if match else "", signature,
-                  str(digest)[len(_DIGEST):] if kept else ""]
+        stored = [signer.ref, match.group(1) if match else "", signature, ""]
         if changed:
             stored.append(changed)
         try:
@@ -252,27 +260,33 @@ def _canonical(claims: dict[str, Any]) -> bytes:
     return ("{" + ",".join(out) + "}").encode()
 
 
-_PACKED = 16 + 32 + 64  # receipt id, result digest, signature
+_PACKED = 16 + 64  # receipt id, signature
+_PACKED_WITH_DIGEST = 16 + 32 + 64  # receipt id, result digest, signature: schema 4 rows
 
 
 def _packed(stored: list[Any]) -> bytes | None:
-    """A compact receipt's id (hex), digest and signature (base64url) as their bytes,
-    when each gives its text back exactly; else None (the row keeps the text)."""
+    """A compact receipt's id (hex) and signature (base64url) as their bytes, when each
+    gives its text back exactly and its digest is its task's; else None (the row keeps
+    the text)."""
     _, rid, signature, digest = stored[:4]
+    if digest:
+        return None
     try:
-        raw = (bytes.fromhex(rid), unb64url(digest), unb64url(signature))
+        raw = (bytes.fromhex(rid), unb64url(signature))
     except ValueError:  # BadSignature too
         return None
-    if [len(r) for r in raw] != [16, 32, 64] or raw[0].hex() != rid \
-            or b64url(raw[1]) != digest or b64url(raw[2]) != signature:
+    if [len(r) for r in raw] != [16, 64] or raw[0].hex() != rid \
+            or b64url(raw[1]) != signature:
         return None
     return b"".join(raw)
 
 
-def _unpacked(packed: bytes) -> tuple[str, str, str]:
-    """(receipt id hex, signature, digest): ``_packed`` undone."""
-    if len(packed) != _PACKED:
+def _unpacked(packed: bytes, size: int) -> tuple[str, str, str]:
+    """(receipt id hex, signature, digest or ""): ``_packed`` undone."""
+    if len(packed) != size:
         raise ValueError("a task row's receipt fields are cut short")
+    if size == _PACKED:
+        return packed[:16].hex(), b64url(packed[16:]), ""
     return packed[:16].hex(), b64url(packed[48:]), b64url(packed[16:48])
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from butler.engine.receipt_rows import Signers
 from butler.engine.task_row import (
+    OWNERS_TABLE,
     STATE_CODES,
     TERMINAL_CODES,
     decode_row,
@@ -24,9 +25,11 @@ from butler.engine.task_row import (
 )
 from butler.engine.task_schema import OPEN_STATES, UPSERT, create_schema
 from butler.storage import (
+    MAX_NAMES,
     BatchWriter,
     CheckpointPolicy,
     Database,
+    NumberedNames,
     hex_bytes,
     hex_text,
     micros_stamp,
@@ -62,9 +65,11 @@ class SqliteTaskStore:
     """``await SqliteTaskStore.open(path)``."""
 
     def __init__(self, db: Database, checkpoints: CheckpointPolicy,
-                 commit_on_loop: bool, signers: Signers) -> None:
+                 commit_on_loop: bool, signers: Signers, owners: NumberedNames) -> None:
         self._db = db
         self._signers = signers
+        self._owners = owners
+        self._unnumbered: set[str] = set()  # owners a full task_owners had no room for
         self._writer = BatchWriter(db, UPSERT, self._columns, key=_task_id,
                                    checkpoints=checkpoints, commit_on_loop=commit_on_loop)
 
@@ -74,7 +79,8 @@ class SqliteTaskStore:
         checkpoints = checkpoints or CheckpointPolicy()
         db = await Database.open(path, name="tasks", setup=create_schema, incremental_vacuum=True,
                                  pragmas=checkpoints.pragmas())
-        return cls(db, checkpoints, commit_on_loop, await db.run(Signers.load))
+        return cls(db, checkpoints, commit_on_loop, await db.run(Signers.load),
+                   await db.run(NumberedNames.load, OWNERS_TABLE))
 
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
@@ -83,13 +89,25 @@ class SqliteTaskStore:
         signer the file does not know yet has it recorded first (``receipt_rows``)."""
         if task.receipts and (new := self._signers.unknown(task.receipts)):
             self._signers.add(await self._db.transaction(Signers.register, new), new)
+        if self._owners.find(task.owner) is None and task.owner not in self._unnumbered:
+            await self._number(task.owner)
         await self._writer.submit(task, defer)
 
+    async def _number(self, owner: str) -> None:
+        """A new owner's number, in its own transaction before the row that needs it."""
+        added = await self._db.transaction(self._owners.add, owner)
+        if added is not None:
+            self._owners.known([added])
+        elif self._owners.find(owner) is None:
+            if len(self._unnumbered) >= MAX_NAMES:
+                self._unnumbered.clear()
+            self._unnumbered.add(owner)
+
     def _columns(self, task: Task) -> tuple[Any, ...]:
-        return row_columns(task, self._signers)
+        return row_columns(task, self._signers, self._owners)
 
     def _task(self, row: Sequence[Any]) -> Task:
-        return decode_row(*row, signers=self._signers)
+        return decode_row(*row, signers=self._signers, owners=self._owners)
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._db.fetchone(f"SELECT {_COLUMNS} FROM tasks WHERE id=?",
@@ -116,7 +134,7 @@ class SqliteTaskStore:
             args.append(hex_bytes(context_id))
         if owner is not None:
             where.append(f"{other}owner=?")
-            args.append(owner)
+            args.append(self._owners.stored(owner))
         if state is not None:
             where.append(f"{other}state=?")
             args.append(STATE_CODES[state])

@@ -1,6 +1,7 @@
 """A task's stored row: a few indexed columns and a compact body (docs/tasks.md#storage).
 
-The columns hold what queries filter and sort on, each once: ``id``, ``owner``,
+The columns hold what queries filter and sort on, each once: ``id``, ``owner`` (its
+number in ``task_owners``, ``butler.storage.NumberedNames``),
 ``context_id``, ``state`` (a small integer, ``STATE_CODES``) and ``updated`` (microseconds
 since the epoch). The body is a JSON array of everything else, by position, trailing
 empty fields left out: no key names, nothing the API derives (``status``, ``output``,
@@ -27,7 +28,8 @@ from decimal import Decimal
 from typing import Any
 
 from butler.engine.receipt_rows import Signers, task_claims
-from butler.storage import hex_bytes, hex_text, micros_stamp, stamp_micros
+from butler.identity.receipts import parts_digest
+from butler.storage import NumberedNames, hex_bytes, hex_text, micros_stamp, stamp_micros
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     Artifact,
@@ -54,22 +56,28 @@ TERMINAL_CODES = tuple(code for state, code in STATE_CODES.items() if state.term
 OPEN_CODES = tuple(code for state, code in STATE_CODES.items() if not state.terminal)
 
 NO_SIGNERS = Signers()  # every receipt kept as its text
+OWNERS_TABLE = "task_owners"
+NO_OWNERS = NumberedNames(OWNERS_TABLE)  # every owner kept as its text
 NOT_CANONICAL = 0  # ``updated`` of a task whose time is not canonical: sorts first
 
 
-def row_columns(task: Task, signers: Signers = NO_SIGNERS,
-                ) -> tuple[Any, str, Any, int, int, str | bytes]:
+def row_columns(task: Task, signers: Signers = NO_SIGNERS, owners: NumberedNames = NO_OWNERS,
+                ) -> tuple[Any, object, Any, int, int, str | bytes]:
     """(id, owner, context_id, state, updated, body), as stored: ids Butler made (hex)
-    as their bytes (``hex_bytes``); receipts of a known signer compact (``receipt_rows``),
-    their binary fields after the JSON text, the body then a BLOB."""
+    as their bytes (``hex_bytes``); the owner as its number in ``task_owners`` if it has
+    one; receipts of a known signer compact (``receipt_rows``)."""
     updated = stamp_micros(task.updated_at)
     body = _encode_body(task, updated, signers)
-    return (hex_bytes(task.id), task.owner, hex_bytes(task.context_id), STATE_CODES[task.state],
-            NOT_CANONICAL if updated is None else updated, body)
+    return (hex_bytes(task.id), owners.stored(task.owner), hex_bytes(task.context_id),
+            STATE_CODES[task.state], NOT_CANONICAL if updated is None else updated, body)
 
 
-def decode_row(task_id: object, owner: str, context_id: object, state: int, updated: int,
-               body: str | bytes, *, signers: Signers = NO_SIGNERS) -> Task:
+def decode_row(task_id: object, owner: object, context_id: object, state: int, updated: int,
+               body: str | bytes, *, signers: Signers = NO_SIGNERS,
+               owners: NumberedNames = NO_OWNERS) -> Task:
+    owner = owners.name(owner)
+    if not isinstance(owner, str):
+        raise ValueError("a task row's owner number is not in task_owners")
     if type(body) is bytes and body[:1] == _COMPACT:
         return _decode_compact(task_id, owner, context_id, state, updated, body, signers)
     binary = b""
@@ -99,8 +107,8 @@ def decode_row(task_id: object, owner: str, context_id: object, state: int, upda
         messages=tuple(_message(m) for m in messages or ()),
         reply_as_message=reply_as_message is True,
         receipts=signers.rebuilt(receipts, lambda: task_claims(
-            wire_task_id(key), task_state, costs, spent, trace_id, updated_at), binary)
-        if receipts else (),
+            wire_task_id(key), task_state, costs, spent, trace_id, updated_at), binary,
+            with_digest=True) if receipts else (),
     )
 
 
@@ -167,6 +175,8 @@ def _decode_compact(task_id: object, owner: str, context_id: object, state: int,
     costs, trace_id = _cost(cost, skill, task_state) if cost else None, trace_id or ""
     decoded = _request(request, skill)
     base = stamp_micros(created_at)
+    result = (Part(text=decoded.text),) if parts == 1 else _parts(parts)
+    kept = tuple(_artifact(a) for a in artifacts or ())
     return Task(
         id=key, context_id=str(hex_text(context_id)), owner=owner, state=task_state,
         request=decoded, created_at=created_at, updated_at=updated_at, skill=skill,
@@ -175,16 +185,15 @@ def _decode_compact(task_id: object, owner: str, context_id: object, state: int,
                  StatusEntry(task_state, updated_at)) if history == 0 else
         tuple(StatusEntry(CODE_STATES[h[0]], _time(h[1], base), h[2] if len(h) > 2 else "")
               for h in history),
-        parts=(Part(text=decoded.text),) if parts == 1 else _parts(parts),
-        artifacts=tuple(_artifact(a) for a in artifacts or ()),
+        parts=result, artifacts=kept,
         error=TaskError(error[0], error[1]) if error else None,
         status_message=status_message or "", budget=spent, cost=costs,
         chain=(owner,) if chain == 1 else tuple(chain or ()), trace_id=trace_id,
         messages=tuple(_message(m) for m in messages or ()),
         reply_as_message=reply_as_message == 1,
         receipts=signers.rebuilt(receipts, lambda: task_claims(
-            wire_task_id(key), task_state, costs, spent, trace_id, updated_at), binary)
-        if receipts else (),
+            wire_task_id(key), task_state, costs, spent, trace_id, updated_at,
+            parts_digest(result, kept)), binary) if receipts else (),
     )
 
 

@@ -24,8 +24,8 @@ from dataclasses import replace
 from decimal import Decimal
 
 from butler.engine.receipt_rows import SIGNERS_TABLE
-from butler.engine.task_row import OPEN_CODES, row_columns
-from butler.storage import schema_version
+from butler.engine.task_row import OPEN_CODES, OWNERS_TABLE, row_columns
+from butler.storage import NumberedNames, names_table, schema_version
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import Message, Task
 
@@ -33,8 +33,10 @@ log = logging.getLogger("butler.engine")
 
 # 1: the compact row; 2: receipt_signers (receipts kept compact); 3: five listing
 # indexes, not eight (an owner's or everyone's tasks are walked state by state, merged);
-# 4: a body may be a BLOB (receipts' binary fields after its JSON), which 3 cannot read.
-VERSION = 4
+# 4: a body may be a BLOB (receipts' binary fields after its JSON), which 3 cannot read;
+# 5: owners numbered in task_owners (rows and task_counts hold the number), which 4
+# cannot read.
+VERSION = 5
 
 _TABLES = ("""
 CREATE TABLE tasks (
@@ -51,7 +53,7 @@ CREATE TABLE task_counts (
     state INTEGER NOT NULL,
     n INTEGER NOT NULL,
     PRIMARY KEY (owner, state)
-) WITHOUT ROWID""", SIGNERS_TABLE)
+) WITHOUT ROWID""", SIGNERS_TABLE, names_table(OWNERS_TABLE))
 
 _INDEXES = (
     "CREATE INDEX tasks_owner_state ON tasks(owner, state, seq)",
@@ -72,7 +74,7 @@ END""", """CREATE TRIGGER tasks_uncounted AFTER DELETE ON tasks BEGIN
 END""",
 )
 
-_UPGRADE = (SIGNERS_TABLE, "DROP INDEX IF EXISTS tasks_owner",
+_UPGRADE = (SIGNERS_TABLE, names_table(OWNERS_TABLE), "DROP INDEX IF EXISTS tasks_owner",
             "DROP INDEX IF EXISTS tasks_owner_updated", "DROP INDEX IF EXISTS tasks_updated")
 
 INSERT = ("INSERT INTO tasks(id, owner, context_id, state, updated, body) "
@@ -95,8 +97,10 @@ def create_schema(conn: sqlite3.Connection) -> None:
             # Rows of version 1 keep their receipts as text, which is read as it is:
             # only the signers' table is new, and three indexes go. Their pages are
             # reused by new rows, and given back by the purges' incremental vacuum.
+            # Owners are numbered in place (each row rewritten).
             for statement in _UPGRADE:
                 conn.execute(statement)
+            _number_owners(conn)
             conn.execute(f"PRAGMA user_version={VERSION}")
             conn.execute("COMMIT")
             return
@@ -114,6 +118,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
         if legacy is not None:
             _recount(conn)
+            _number_owners(conn)
         conn.execute(f"PRAGMA user_version={VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -141,6 +146,20 @@ def _copy_v0(conn: sqlite3.Connection) -> None:
         after = rows[-1][0]
     conn.execute("DROP TABLE tasks_v0")
     log.info("tasks database migrated to schema %d: %d task(s)", VERSION, copied)
+
+
+def _number_owners(conn: sqlite3.Connection) -> None:
+    """Each owner a row holds as text given its number, in the rows and the counts."""
+    owners = NumberedNames.load(conn, OWNERS_TABLE)
+    texts = conn.execute("SELECT DISTINCT owner FROM tasks WHERE typeof(owner) = 'text'")
+    for (owner,) in texts.fetchall():
+        added = owners.add(conn, owner)
+        if added is not None:
+            owners.known([added])
+        if (number := owners.find(owner)) is not None:
+            conn.execute("UPDATE tasks SET owner = ? WHERE owner = ?", (number, owner))
+            conn.execute("UPDATE task_counts SET owner = ? WHERE owner = ?", (number, owner))
+    log.info("tasks database: owners numbered (%d)", len(owners.by_ref))
 
 
 def _recount(conn: sqlite3.Connection) -> None:

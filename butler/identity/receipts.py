@@ -23,7 +23,7 @@ from butler.identity.key_file import AgentIdentity
 from butler.ids import IDS
 from internal.protocol.a2a.codec.butler_v2 import encode_artifact, encode_part
 from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
-from internal.protocol.a2a.model import Task
+from internal.protocol.a2a.model import Artifact, Part, Task
 from internal.signing import (
     BadSignature,
     IdentityKey,
@@ -53,8 +53,13 @@ def result_digest(result: Mapping[str, Any]) -> str:
 
 
 def task_digest(task: Task) -> str:
-    return result_digest({"parts": [encode_part(p) for p in task.parts],
-                          "artifacts": [encode_artifact(a) for a in task.artifacts]})
+    return parts_digest(task.parts, task.artifacts)
+
+
+def parts_digest(parts: Iterable[Part], artifacts: Iterable[Artifact]) -> str:
+    """``result_digest`` of a task's result parts and artifacts."""
+    return result_digest({"parts": [encode_part(p) for p in parts],
+                          "artifacts": [encode_artifact(a) for a in artifacts]})
 
 
 def receipt_claims(jws: str) -> dict[str, Any]:
