@@ -1,15 +1,23 @@
 """A task row in the compact layout (docs/tasks.md#storage) against one written before it
 (schema 4, a JSON array of every field): the old row still reads, and as the same task
-its compact form gives back, in fewer bytes."""
+its compact form gives back, in fewer bytes. Owners are numbered as rows need them."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import sqlite3
+from pathlib import Path
+
+import pytest
 
 from butler.engine.receipt_rows import Signer, Signers
+from butler.engine.store import SqliteTaskStore
 from butler.engine.task_row import decode_row, row_columns
+from butler.storage import _names as storage_names
 from internal.signing import public_key_from_jwk, verify_jws
+from tests.test_task_storage import echo
 
 # A finished echo task as bench/storage.py built it at d642eda, with its receipt signer.
 PROTECTED = (
@@ -53,3 +61,36 @@ def test_the_compact_layout_gives_the_same_task_back_in_fewer_bytes() -> None:
     text = body[1:body.index(b"\x00")]
     assert text == b'[762,"echo",1,["5.00","0"],["bench",0,"0",0,0],1,["hello",1],0,1,[[1]]]'
     assert len(body) < len(OLD_ROW[5]) - 100
+
+
+async def test_owners_are_numbered_in_the_commit_that_first_needs_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(storage_names, "MAX_NAMES", 2)
+    path = tmp_path / "tasks.db"
+    store = await SqliteTaskStore.open(path)
+    try:
+        await asyncio.gather(*(store.put(echo(i, owner)) for i, owner in enumerate(
+            ["alice", "bob", "alice"])))
+        await store.put(echo(3, "carol"))  # no room left: kept as its text
+        for owner, n in (("alice", 2), ("bob", 1), ("carol", 1)):
+            page = await store.list_tasks(owner=owner, state=None, context_id=None,
+                                          cursor=None, limit=10, by_update=True)
+            assert ({t.owner for t in page.tasks}, len(page.tasks), page.total) == (
+                {owner}, n, n)
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT name FROM task_owners ORDER BY ref").fetchall() == [
+            ("alice",), ("bob",)]
+        assert dict(conn.execute("SELECT typeof(owner), count(*) FROM tasks GROUP BY 1")) \
+            == {"blob": 3, "text": 1}
+    finally:
+        conn.close()
+    again = await SqliteTaskStore.open(path)  # the numbers are read back from the file
+    try:
+        assert {t.owner for t in (await again.list_tasks(
+            owner=None, state=None, context_id=None, cursor=None, limit=10)).tasks} == {
+            "alice", "bob", "carol"}
+    finally:
+        await again.close()

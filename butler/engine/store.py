@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +25,6 @@ from butler.engine.task_row import (
 )
 from butler.engine.task_schema import OPEN_STATES, UPSERT, create_schema
 from butler.storage import (
-    MAX_NAMES,
     BatchWriter,
     CheckpointPolicy,
     Database,
@@ -68,10 +67,11 @@ class SqliteTaskStore:
                  commit_on_loop: bool, signers: Signers, owners: NumberedNames) -> None:
         self._db = db
         self._signers = signers
-        self._owners = owners
-        self._unnumbered: set[str] = set()  # owners a full task_owners had no room for
+        self._owners = owners  # as committed: queries and reads use it
+        self._encoding = owners  # what the commit being encoded knows (``_number``)
         self._writer = BatchWriter(db, UPSERT, self._columns, key=_task_id,
-                                   checkpoints=checkpoints, commit_on_loop=commit_on_loop)
+                                   checkpoints=checkpoints, commit_on_loop=commit_on_loop,
+                                   prepare=self._number)
 
     @classmethod
     async def open(cls, path: Path, checkpoints: CheckpointPolicy | None = None,
@@ -89,22 +89,27 @@ class SqliteTaskStore:
         signer the file does not know yet has it recorded first (``receipt_rows``)."""
         if task.receipts and (new := self._signers.unknown(task.receipts)):
             self._signers.add(await self._db.transaction(Signers.register, new), new)
-        if self._owners.find(task.owner) is None and task.owner not in self._unnumbered:
-            await self._number(task.owner)
         await self._writer.submit(task, defer)
 
-    async def _number(self, owner: str) -> None:
-        """A new owner's number, in its own transaction before the row that needs it."""
-        added = await self._db.transaction(self._owners.add, owner)
-        if added is not None:
-            self._owners.known([added])
-        elif self._owners.find(owner) is None:
-            if len(self._unnumbered) >= MAX_NAMES:
-                self._unnumbered.clear()
-            self._unnumbered.add(owner)
+    def _number(self, conn: sqlite3.Connection,
+                tasks: list[Task]) -> Callable[[], None] | None:
+        """In a commit's transaction, before its rows are encoded: number the owners that
+        have no number yet (``add`` reads the table first, so a commit whose caller has
+        not been told of an earlier one's numbers still finds them). The numbers are
+        known to queries once the transaction committed; one that rolled back leaves
+        nothing behind."""
+        new = {t.owner for t in tasks if self._owners.find(t.owner) is None}
+        if not new:
+            self._encoding = self._owners
+            return None
+        encoding = NumberedNames(OWNERS_TABLE, dict(self._owners.by_ref).items())
+        added = [a for name in sorted(new) if (a := encoding.add(conn, name)) is not None]
+        encoding.known(added)
+        self._encoding = encoding
+        return lambda: self._owners.known(added)
 
     def _columns(self, task: Task) -> tuple[Any, ...]:
-        return row_columns(task, self._signers, self._owners)
+        return row_columns(task, self._signers, self._encoding)
 
     def _task(self, row: Sequence[Any]) -> Task:
         return decode_row(*row, signers=self._signers, owners=self._owners)

@@ -37,6 +37,8 @@ from typing import Any
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, checkpoint, wait_unless
 from butler.storage._database import Database, DatabaseClosed
 
+# In a commit's transaction, before its items are encoded; what to run once committed.
+Prepare = Callable[[sqlite3.Connection, list[Any]], Callable[[], None] | None]
 log = logging.getLogger("butler.storage")
 
 
@@ -64,18 +66,24 @@ class BatchWriter:
     """``submit`` (on the loop) queues one item and returns a future resolved once it is
     committed; each item is written by running ``statement`` with ``encode(item)``. Of
     the items queued with one ``key(item)``, only the last is written: the statement
-    must be an upsert for which the last write wins anyway. With a ``checkpoints``
-    policy the database's WAL is checkpointed by a ``Checkpointer`` thread; the database
-    must then have been opened with ``policy.pragmas()``. ``commit_on_loop``: see the
-    module doc; construct the writer on the loop that will submit to it."""
+    must be an upsert for which the last write wins anyway. ``prepare(conn, items)``,
+    if given, runs in each commit's transaction before its items are encoded (a store
+    numbering a new name there, in the same transaction as the rows that use it); it
+    may return ``committed()``, called on the loop once that transaction committed. With
+    a ``checkpoints`` policy the database's WAL is checkpointed by a ``Checkpointer``
+    thread; the database must then have been opened with ``policy.pragmas()``.
+    ``commit_on_loop``: see the module doc; construct the writer on the loop that will
+    submit to it."""
 
     def __init__(self, db: Database, statement: str, encode: Callable[[Any], tuple[Any, ...]],
                  key: Callable[[Any], Hashable] = id,
                  checkpoints: CheckpointPolicy | None = None,
-                 commit_on_loop: bool = False) -> None:
+                 commit_on_loop: bool = False,
+                 prepare: Prepare | None = None) -> None:
         self._db = db
         self._statement = statement
         self._encode = encode
+        self._prepare = prepare
         self._key = key
         # Writes of the current pass, and those of the pass before, due at the next tick.
         self._next = _Batch()
@@ -182,12 +190,18 @@ class BatchWriter:
         if error is not None:
             log.error("%s: write failed for %d item(s): %s", self._db.name, len(waiting),
                       error)
+        elif committed.result() is not None:
+            committed.result()()
         _resume(waiting, error)
 
-    def _commit(self, conn: sqlite3.Connection, items: list[Any]) -> None:
-        """Inside a transaction: on the worker, or on the loop in loop mode."""
+    def _commit(self, conn: sqlite3.Connection,
+                items: list[Any]) -> Callable[[], None] | None:
+        """Inside a transaction: on the worker, or on the loop in loop mode; returns what
+        ``prepare`` asked to run once it committed."""
+        after = self._prepare(conn, items) if self._prepare is not None else None
         conn.executemany(self._statement, [self._encode(item) for item in items])
         self.committed += len(items)  # counted before COMMIT: only a checkpoint hint
+        return after
 
     # -- loop mode ---------------------------------------------------------------------
 
@@ -199,8 +213,10 @@ class BatchWriter:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                self._commit(conn, list(batch.items.values()))
+                after = self._commit(conn, list(batch.items.values()))
                 conn.execute("COMMIT")
+                if after is not None:
+                    after()
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
