@@ -204,3 +204,21 @@ async def test_a_signature_in_a_second_spelling_is_kept_as_spelled(tmp_path: Pat
     back = await _put_and_get(tmp_path / "tasks.db", odd)
     assert back.receipts == odd.receipts
     assert other in _body(tmp_path / "tasks.db", odd.id)[0]
+
+
+def test_a_receipt_just_sealed_is_kept_from_its_seal_and_any_other_is_checked() -> None:
+    """The task ``seal`` returned is kept without decoding its receipt again; a copy of
+    it, or a signer now known by another url, goes through the full check, and each
+    gives back the receipt signed."""
+    sealed = seal(echo(10), _ME, "home", URL)
+    conn = sqlite3.connect(":memory:")
+    conn.execute(SIGNERS_TABLE)
+    signers = Signers()
+    signers.add(Signers.register(conn, sealed.receipts))
+    moved = Signers([replace(s, url="http://10.0.0.9:8081") for s in Signers.load(conn)
+                     ._by_ref.values()])
+    for task, known in ((sealed, signers), (replace(sealed), signers), (sealed, moved)):
+        columns = row_columns(task, known)
+        assert decode_row(*columns, signers=known).receipts == sealed.receipts
+    assert row_columns(replace(sealed), signers) == row_columns(sealed, signers)
+    assert len(row_columns(sealed, moved)[-1]) > len(row_columns(sealed, signers)[-1])

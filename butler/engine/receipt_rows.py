@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
-from butler.identity.receipts import task_digest
+from butler.identity.receipts import sealed, task_digest
 from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import Budget, CostNode, Task, TaskState
 from internal.signing import b64url, unb64url
@@ -157,6 +157,10 @@ class Signers:
             if signer is None:
                 out.append(jws)
                 continue
+            if (packed := _as_sealed(jws, task, signer)) is not None:
+                out.append([signer.ref])
+                binary += packed
+                continue
             if claims is None:
                 claims = claims_of(task)
             stored = self._compact(jws, signer, claims)
@@ -239,6 +243,17 @@ class Signers:
         if len(stored) > 4:
             claims.update(stored[4])
         return f"{signer.protected}.{b64url(_canonical(claims))}.{stored[2]}"
+
+
+def _as_sealed(jws: str, task: Task, signer: Signer) -> bytes | None:
+    """The packed id and signature of a receipt ``seal`` just made of this very task
+    (the same object: a frozen one, so every claim rebuilt from it is the one signed),
+    when its signer's agent and url are the ones it signed and it has no children."""
+    made = sealed(jws)
+    if made is None or made.task is not task or len(task.receipts) != 1 \
+            or made.agent != signer.agent or made.url != signer.url:
+        return None
+    return bytes.fromhex(made.receipt_id[2:]) + unb64url(made.signature)
 
 
 def _canonical(claims: dict[str, Any]) -> bytes:
