@@ -38,7 +38,7 @@ def documented_rows(path: Path) -> list[dict[str, Any]]:
         if row["prev_hash"] is None:
             row["prev_hash"] = prev
         if len(row["hash"]) == 8:  # only its first four bytes are kept
-            check, row["hash"] = row["hash"], _documented_hash(row)
+            check, row["hash"] = row["hash"], documented_hash(row)
             assert row["hash"].startswith(check)
         prev = row["hash"]
     return rows
@@ -61,7 +61,8 @@ def _detail(stored: Any, names: dict[int, str]) -> str:
     return json.dumps(detail, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _documented_hash(row: dict[str, Any]) -> str:
+def documented_hash(row: dict[str, Any]) -> str:
+    """The hash as docs/audit.md specifies it, computed independently of the module."""
     payload = {k: v for k, v in row.items() if k != "hash"}
     payload["chain"] = json.loads(payload["chain"])
     payload["detail"] = json.loads(payload["detail"])

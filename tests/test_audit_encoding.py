@@ -4,7 +4,6 @@ so check it against json.dumps, and against a row written the documented way by 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import tempfile
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 from butler.audit import AuditLog
 from butler.audit.log import GENESIS_HASH
 from butler.audit.record import Entry
-from tests.audit_support import documented_rows
+from tests.audit_support import documented_hash, documented_rows
 
 COLUMNS = ["seq", "at", "kind", "caller", "task_id", "chain", "budget_before",
            "budget_after", "decision", "code", "trace_id", "detail", "prev_hash", "hash"]
@@ -45,13 +44,6 @@ entries = st.fixed_dictionaries({
 
 def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def documented_hash(row: dict[str, Any]) -> str:
-    payload = {k: v for k, v in row.items() if k != "hash"}
-    payload["chain"] = json.loads(payload["chain"])
-    payload["detail"] = json.loads(payload["detail"])
-    return hashlib.sha256(canonical(payload).encode("utf-8")).hexdigest()
 
 
 def stored_rows(path: Path) -> list[dict[str, Any]]:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import sqlite3
@@ -13,7 +12,7 @@ import pytest
 
 from butler.audit import AuditError, AuditLog, VerifyResult
 from butler.audit.log import GENESIS_HASH
-from tests.audit_support import append_record, documented_rows, fill_log
+from tests.audit_support import append_record, documented_hash, documented_rows, fill_log
 
 
 @pytest.fixture
@@ -42,15 +41,6 @@ def _raw_row(path: Path, seq: int) -> dict[str, Any]:
     return row
 
 
-def _documented_hash(row: dict[str, Any]) -> str:
-    """The hash as docs/audit.md specifies it, computed independently of the module."""
-    payload = {k: v for k, v in row.items() if k != "hash"}
-    payload["chain"] = json.loads(payload["chain"])
-    payload["detail"] = json.loads(payload["detail"])
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def test_append_and_verify_ok(log: AuditLog) -> None:
     kinds = ["inbound", "delegation_sent", "delegation_result", "task_finished", "refusal"]
     records = [append_record(log, i, kind=kind) for i, kind in enumerate(kinds)]
@@ -67,7 +57,7 @@ def test_append_and_verify_ok(log: AuditLog) -> None:
 def test_hash_matches_documented_encoding(log: AuditLog, db_path: Path) -> None:
     record = append_record(log, detail={"note": "héllo ✓", "nested": {"b": 1, "a": [1, 2]}})
     assert len(record.hash) == 64
-    assert _documented_hash(_raw_row(db_path, 1)) == record.hash
+    assert documented_hash(_raw_row(db_path, 1)) == record.hash
 
 
 def test_empty_log_verifies(log: AuditLog) -> None:
@@ -184,7 +174,7 @@ def test_rehashed_edit_breaks_the_next_link(log: AuditLog, db_path: Path) -> Non
     _sql(
         db_path,
         "UPDATE audit SET decision = ?, hash = ? WHERE seq = 2",
-        (row["decision"], _documented_hash(row)),
+        (row["decision"], documented_hash(row)),
     )
 
     result = log.verify()
@@ -196,7 +186,7 @@ def test_appended_forged_row_fails_via_head(log: AuditLog, db_path: Path) -> Non
     records = fill_log(log, 2)
     row = _raw_row(db_path, 2)
     row.update(seq=3, prev_hash=records[-1].hash, decision="refuse")
-    row["hash"] = _documented_hash(row)
+    row["hash"] = documented_hash(row)
     _sql(db_path, f"INSERT INTO audit ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
          tuple(row.values()))  # fmt: skip
 
