@@ -10,12 +10,15 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from butler.audit.log import GENESIS_HASH, AuditLog, append_entries
 from butler.audit.record import Entry
 from butler.audit.segments import (
     FORMAT,
     _mark_dropped,
     export,
+    export_in_child,
     retire,
     segments,
     verify_history,
@@ -216,3 +219,19 @@ async def test_the_daemon_exports_and_drops_segments_past_retention(swarm: Swarm
             assert whole.ok and whole.checked == 8, whole
 
     await asyncio.to_thread(check)
+
+
+def test_a_segment_exported_by_a_child_process_is_the_same_file(tmp_path: Path) -> None:
+    """The daemon's retention exports in a child process (``export_in_child``): the same
+    file as an export in-process; a child that fails says so, and nothing is dropped."""
+    with AuditLog(tmp_path / "audit.db", segment_records=3) as log:
+        _append(log, 4, NOW - timedelta(days=10))
+        (segment,) = segments(log)
+        child = export_in_child(log, segment, tmp_path / "child")
+        mine = export(log, segment, tmp_path / "mine")
+        assert child.read_bytes() == mine.read_bytes()
+        (tmp_path / "blocked").write_text("a file, not a folder")
+        with pytest.raises(RuntimeError,
+                           match=r"exporting audit records 1\.\.4 failed: FileExistsError"):
+            retire(log, NOW, tmp_path / "blocked", export_in_child)
+        assert not any(s.dropped for s in segments(log))

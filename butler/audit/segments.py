@@ -19,6 +19,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -89,9 +92,28 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
     return path
 
 
-def retire(log: AuditLog, before: datetime, folder: Path) -> list[Path]:
-    """Export, then drop, every segment whose newest record is older than ``before``
-    (sealing the open one first if all of it is); returns the files written.
+def export_in_child(log: AuditLog, segment: Segment, folder: Path) -> Path:
+    """``export``, run by a child process (``python -m butler.audit.segments``): the
+    daemon's retention uses it, since encoding a segment is tens of thousands of records
+    of Python that, on a thread of the daemon, would hold the interpreter's lock against
+    its event loop (docs/performance.md#storage-at-scale). The child reads the file as
+    another process would (WAL: it never waits for the appends)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "butler.audit.segments", str(log.path), str(folder),
+         str(segment.first_seq), str(segment.last_seq), segment.last_hash, segment.last_at],
+        capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"exporting audit records {segment.first_seq}..{segment.last_seq} "
+                           f"failed: {why}")
+    return Path(done.stdout.strip())
+
+
+def retire(log: AuditLog, before: datetime, folder: Path,
+           exporter: Callable[[AuditLog, Segment, Path], Path] = export) -> list[Path]:
+    """Export (with ``exporter``), then drop, every segment whose newest record is older
+    than ``before`` (sealing the open one first if all of it is); returns the files
+    written.
 
     A segment is marked dropped once its file is on disk, before its records are
     deleted: the live log then starts after it at once, and records a crash left
@@ -102,7 +124,7 @@ def retire(log: AuditLog, before: datetime, folder: Path) -> list[Path]:
     for segment in segments(log):
         if segment.dropped or segment.last_at >= cutoff:
             continue
-        written.append(export(log, segment, folder))
+        written.append(exporter(log, segment, folder))
         log.db.call(_mark_dropped, segment.last_seq, write=True)
     while log.db.call(_drop_chunk, write=True):
         pass
@@ -198,3 +220,16 @@ def _drop_chunk(conn: sqlite3.Connection) -> bool:
 
 def _mark_dropped(conn: sqlite3.Connection, last_seq: int) -> None:
     conn.execute("UPDATE audit_segments SET dropped = 1 WHERE last_seq = ?", (last_seq,))
+
+
+def _main(argv: list[str]) -> int:
+    """The child of ``export_in_child``: AUDIT_DB FOLDER FIRST LAST LAST_HASH LAST_AT."""
+    path, folder, first, last, last_hash, last_at = argv
+    with AuditLog(Path(path)) as log:
+        print(export(log, Segment(int(first), int(last), last_hash, last_at, False),
+                     Path(folder)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
