@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,11 @@ def test_every_field_survives_the_compact_row() -> None:
         receipts=("eyJhbGciOiJFZERTQSJ9.e30.c2ln", "eyJ9.e30.eA"))
     odd_times = Task(id="t", context_id="", owner="", state=TaskState.WORKING,
                      request=TaskRequest(text="x"), created_at="", updated_at="yesterday")
-    for task in (rich, odd_times, echo(7)):
+    no_times = replace(odd_times, updated_at="", chain=("",), skill="x",
+                       cost=CostNode("", "x", Decimal("0"), 0, "working"))
+    plain = replace(echo(8), history=(), trace_id="", chain=(), request=TaskRequest(
+        text="hello", skill="other"), parts=(Part(text="hello", metadata={"m": 1}),))
+    for task in (rich, odd_times, no_times, plain, echo(7)):
         assert decode_row(*row_columns(task)) == task
     assert len(row_columns(echo(7))[-1]) <= 210  # was 988 bytes as version 0
 
@@ -209,7 +214,6 @@ async def test_a_version_0_file_is_migrated_in_place(tmp_path: Path) -> None:
     message = Message(message_id="m1", role="user", parts=(Part(text="hi"),), at=T0)
     tasks = [echo(i, owner=("alice", "bob")[i % 2]) for i in range(40)]
     tasks[3] = echo(3, owner="bob", state=TaskState.WORKING)
-    from dataclasses import replace
     tasks[5] = replace(tasks[5], id=scoped_task_id("task-000005", "bob"), messages=(message,))
     conn = sqlite3.connect(path)
     conn.executescript(_V0_DDL)
@@ -275,7 +279,6 @@ def test_state_codes_on_disk_are_fixed() -> None:
 async def test_listings_merged_across_states_page_in_order(tmp_path: Path) -> None:
     """An owner's tasks, and everyone's by last update, are one walk per state merged:
     every page must still be the next one in the one order, whatever states they hold."""
-    from dataclasses import replace
 
     states = list(TaskState)
     tasks = [replace(echo(i, owner=("alice", "bob")[i % 3 == 0], state=states[i % 8]),

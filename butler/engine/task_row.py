@@ -165,7 +165,7 @@ def _decode_compact(task_id: object, owner: str, context_id: object, state: int,
     (created, skill, parts, budget, cost, trace_id, request, history, chain, receipts,
      artifacts, error, status_message, messages, reply_as_message, updated_text) = \
         list(data) + [0] * (16 - len(data))
-    updated_at = updated_text or micros_stamp(updated)
+    updated_at = updated_text if type(updated_text) is str else micros_stamp(updated)
     created_at = micros_stamp(updated - created) if type(created) is int \
         else created if type(created) is str else updated_at
     key, task_state, skill = str(hex_text(task_id)), CODE_STATES[state], skill or ""
