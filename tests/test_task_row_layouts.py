@@ -8,14 +8,27 @@ import asyncio
 import base64
 import json
 import sqlite3
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from butler.engine.receipt_rows import Signer, Signers
 from butler.engine.store import SqliteTaskStore
 from butler.engine.task_row import decode_row, row_columns
 from butler.storage import _names as storage_names
+from internal.protocol.a2a.model import (
+    Budget,
+    CostNode,
+    Part,
+    StatusEntry,
+    Task,
+    TaskError,
+    TaskRequest,
+    TaskState,
+)
 from internal.signing import public_key_from_jwk, verify_jws
 from tests.test_task_storage import echo
 
@@ -94,3 +107,52 @@ async def test_owners_are_numbered_in_the_commit_that_first_needs_them(
             "alice", "bob", "carol"}
     finally:
         await again.close()
+
+
+_texts = st.text(max_size=8)
+_times = st.sampled_from(["2026-11-24T01:00:00.000000Z", "2026-11-24T01:00:02.500000Z", "",
+                          "yesterday"]) | _texts
+
+
+@st.composite
+def _tasks(draw: st.DrawFn) -> Task:
+    """Tasks that take each of the compact layout's marks, or just miss it."""
+    owner, skill = draw(_texts), draw(_texts)
+    state = draw(st.sampled_from(list(TaskState)))
+    created, updated = draw(_times), draw(_times)
+    text = draw(_texts)
+    plain = (StatusEntry(TaskState.SUBMITTED, created), StatusEntry(TaskState.WORKING, created),
+             StatusEntry(state, updated))
+    history = draw(st.sampled_from([plain, (), plain[:2], (*plain[:2], StatusEntry(
+        state, updated, "why")), (StatusEntry(state, draw(_times)),)]))
+    node = CostNode(draw(_texts), draw(st.sampled_from([skill, "other"])),
+                    Decimal(draw(st.sampled_from(["0", "0.10"]))), draw(st.integers(0, 9)),
+                    draw(st.sampled_from([state.value, "failed"])),
+                    draw(st.sampled_from([(), (CostNode("p", "s", Decimal("1"), 1, "x"),)])))
+    return Task(
+        id=draw(st.sampled_from(["01a17c89471d0bd128f60c05bf70ee21", "mine"])),
+        context_id=draw(st.sampled_from(["01a17c89471d0bd128f60c05bf70ee22", "", "c"])),
+        owner=owner, state=state,
+        # (a request's skill is an id: never empty, which a row would read back as None)
+        request=TaskRequest(text=text, skill=draw(st.sampled_from([None, skill or None,
+                                                                   "other"])),
+                            blocking=draw(st.booleans())),
+        created_at=created, updated_at=updated, skill=skill, history=history,
+        parts=draw(st.sampled_from([(), (Part(text=text),), (Part(text=text + "!"),),
+                                    (Part(text=text), Part(text=text))])),
+        budget=draw(st.sampled_from([None, Budget(Decimal("5.00")),
+                                     Budget(Decimal("1"), Decimal("0.5"))])),
+        cost=draw(st.sampled_from([None, node])),
+        chain=draw(st.sampled_from([(), (owner,), (owner, "x"), ("x",)])),
+        trace_id=draw(st.sampled_from(["f585e364d92702df7e9bbf5165b0705f", "", "t" * 32,
+                                       "F585E364D92702DF7E9BBF5165B0705F"])),
+        status_message=draw(_texts), reply_as_message=draw(st.booleans()),
+        error=draw(st.sampled_from([None, TaskError("x", "y")])))
+
+
+@settings(max_examples=300)
+@given(task=_tasks())
+def test_any_task_comes_back_from_the_compact_layout(task: Task) -> None:
+    columns = row_columns(task)
+    assert isinstance(columns[5], bytes) and columns[5][:1] == b"\x01"
+    assert decode_row(*columns) == task
