@@ -167,15 +167,16 @@ class TaskEngine:
                             code=err.code, trace_id=trace_id)
             raise
         admitted, plan = decision.admitted, decision.plan
-        task = self._new_task(caller, request, admitted, trace_id, task_id)
         skill = plan.skill if isinstance(plan, RunSkill) else None
         if isinstance(plan, NoPlan):
+            task = self._new_task(caller, request, admitted, trace_id, task_id)
             task = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
-            task = apply(task, Started(), task.updated_at).with_changes(
-                skill=skill.id if skill else DELEGATE_SKILL)
+            task = self._new_task(caller, request, admitted, trace_id, task_id,
+                                  skill.id if skill else DELEGATE_SKILL)
+            task = apply(task, Started(), task.updated_at)
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
@@ -232,13 +233,14 @@ class TaskEngine:
         run.cancel()
 
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
-                  trace_id: str, task_id: str) -> Task:
+                  trace_id: str, task_id: str, skill: str = "") -> Task:
         now = now_iso()
         context_id = request.context_id or IDS.ordered128()
         message = request.message
         return Task(
             id=task_id,
             context_id=context_id,
+            skill=skill,
             messages=() if message is None else (
                 replace(message, task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -51,6 +51,8 @@ from internal.protocol.a2a.model import (
     ButlerError,
     CostNode,
     Identity,
+    Message,
+    Part,
     Task,
     TaskRequest,
     TaskState,
@@ -219,9 +221,8 @@ class TaskRun:
             children=tuple(self.children),
         )
         try:
-            await self.engine.apply(self.task_id, replace(
-                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node,
-                receipts=tuple(self.child_receipts)))
+            await self.engine.apply(self.task_id, outcome.accounted(
+                Budget(self.ledger.start, self.ledger.spent), node, tuple(self.child_receipts)))
         except Exception:
             # Whoever waits for the task got the error (``TaskEngine.apply``).
             log.exception("could not store the outcome of task %s", self.task_id)
@@ -258,17 +259,18 @@ class TaskRun:
     async def _run_skill(self) -> SkillResult:
         assert self.skill is not None
         request = self.task.request
-        ctx = replace(self.context(self.skill, request.text, dict(request.input)),
-                      parts=request.parts, message=request.message)
+        ctx = self.context(self.skill, request.text, dict(request.input), request.parts,
+                           request.message)
         result = await self.run_local(self.skill, ctx)
         self._charged = self.skill.config.cost_usd
         return result
 
-    def context(self, skill: Skill, text: str, input: dict[str, Any]) -> SkillContext:
+    def context(self, skill: Skill, text: str, input: dict[str, Any],
+                parts: tuple[Part, ...] = (), message: Message | None = None) -> SkillContext:
         return SkillContext(
             task_id=self.task_id, context_id=self.task.context_id, skill_id=skill.id,
-            text=text, input=input, parts=(), caller=self.caller.name, chain=self.chain,
-            trace_id=self.task.trace_id, _host=self)
+            text=text, input=input, parts=parts, caller=self.caller.name, chain=self.chain,
+            trace_id=self.task.trace_id, _host=self, message=message)
 
     async def run_local(self, skill: Skill, ctx: SkillContext) -> SkillResult:
         """Run ``skill`` here, its ``cost_usd`` reserved from this task's budget first: the

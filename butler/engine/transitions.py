@@ -86,6 +86,13 @@ class Finished:
         if not self.state.terminal:
             raise ValueError(f"Finished needs a terminal state, not {self.state.value}")
 
+    def accounted(self, budget: Budget, cost: CostNode, receipts: tuple[str, ...]) -> Finished:
+        """This outcome with what its run spent and delegated: ``dataclasses.replace`` of
+        those three, without its walk over the fields (once per task)."""
+        return Finished(self.state, error=self.error, message=self.message, parts=self.parts,
+                        artifacts=self.artifacts, budget=budget, cost=cost, receipts=receipts,
+                        as_message=self.as_message)
+
 
 def failed(code: str, message: str, state: TaskState = TaskState.FAILED) -> Finished:
     return Finished(state, error=TaskError(code, message), message=message)
@@ -131,11 +138,20 @@ def apply(task: Task, event: Event, at: str) -> Task:
 
 
 def _finish(task: Task, event: Finished, at: str) -> Task:
+    # What the event leaves as None keeps the task's own.
     changes: dict[str, Any] = {"reply_as_message": True} if event.as_message else {}
-    for name in ("error", "parts", "artifacts", "budget", "cost", "receipts"):
-        value = getattr(event, name)
-        if value is not None:
-            changes[name] = value
+    if event.error is not None:
+        changes["error"] = event.error
+    if event.parts is not None:
+        changes["parts"] = event.parts
+    if event.artifacts is not None:
+        changes["artifacts"] = event.artifacts
+    if event.budget is not None:
+        changes["budget"] = event.budget
+    if event.cost is not None:
+        changes["cost"] = event.cost
+    if event.receipts is not None:
+        changes["receipts"] = event.receipts
     return _move(task, event.state, event.message, at, **changes)
 
 

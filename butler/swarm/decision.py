@@ -121,7 +121,9 @@ class SwarmDecision:
         needed = plan.skill.config.cost_usd if isinstance(plan, RunSkill) \
             else plan.price_usd if isinstance(plan, Delegate) else Decimal("0")
         budget = await self.spend.admit(caller.name, task_id, admitted.budget_usd, needed)
-        return Decision(replace(admitted, budget_usd=budget), plan)
+        if budget is not admitted.budget_usd:  # a caller's caps clamped it (no copy else)
+            admitted = replace(admitted, budget_usd=budget)
+        return Decision(admitted, plan)
 
     async def rank(self, caller: Identity, text: str, chain: tuple[str, ...],
                    peers: PeerPrices | None) -> Ranking:
