@@ -87,6 +87,8 @@ class TaskEngine:
         self._default_timeout = default_timeout
         self._live: dict[str, Task] = {}
         self._runs: dict[str, TaskRun] = {}
+        # How many of ``_runs`` each caller has: the per-caller cap is checked per request.
+        self._running: dict[str, int] = {}
         self._claims: dict[str, asyncio.Event] = {}
         self._settlements = Settlements()
         self._purger: asyncio.Task[None] | None = None
@@ -150,7 +152,7 @@ class TaskEngine:
         outcome, which is committed first."""
         await self.deps.audit_room()  # back-pressure: the audit trail must keep up
         cap = self.deps.max_tasks_per_caller
-        if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
+        if cap and self._running.get(caller.name, 0) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
                               retry_after=1)
         trace_id, incoming = trace_of(envelope)
@@ -218,6 +220,8 @@ class TaskEngine:
     def _start(self, run: TaskRun) -> None:
         self._live[run.task_id] = run.task
         self._runs[run.task_id] = run
+        name = run.caller.name
+        self._running[name] = self._running.get(name, 0) + 1
         run.start()
 
     def _abandon(self, run: TaskRun, settled: asyncio.Future[Task] | None) -> None:
@@ -375,7 +379,13 @@ class TaskEngine:
 
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)
-        self._runs.pop(task.id, None)
+        run = self._runs.pop(task.id, None)
+        if run is not None:
+            name = run.caller.name
+            if (left := self._running[name] - 1) > 0:
+                self._running[name] = left
+            else:
+                del self._running[name]
 
     def _audit_final(self, task: Task, at: datetime | None = None) -> None:
         """Every task that was created gets exactly one of these, however it ended; so its

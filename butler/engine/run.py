@@ -229,7 +229,7 @@ class TaskRun:
         return outcome.state
 
     async def _outcome(self) -> Finished:
-        await self.engine.apply(self.task_id, Started())
+        # No ``Started`` to apply: the task was created working (``TaskEngine._create``).
         try:
             async with asyncio.timeout(self.timeout):
                 result = await (self._run_skill() if self.skill else self._run_delegation())
