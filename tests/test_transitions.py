@@ -172,3 +172,13 @@ def test_with_changes_is_dataclasses_replace(names: list[str]) -> None:
     assert task.with_changes() == task
     with pytest.raises(TypeError, match="no field"):
         task.with_changes(stat=S.FAILED)
+
+
+def test_message_with_changes_is_dataclasses_replace() -> None:
+    """A caller's message is copied into its task the same way (``_copier``)."""
+    message = Message("m1", "user", (Part(text="hi"),), metadata={"k": 1}, extensions=("x",))
+    changes = {"task_id": "t1", "context_id": "c1", "at": T1}
+    assert message.with_changes(**changes) == replace(message, **changes)
+    assert message.with_changes() == message
+    with pytest.raises(TypeError, match="no field"):
+        message.with_changes(text="hi")

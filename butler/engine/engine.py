@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -246,7 +245,7 @@ class TaskEngine:
             context_id=context_id,
             skill=skill,
             messages=() if message is None else (
-                replace(message, task_id=task_id, context_id=context_id, at=now),),
+                message.with_changes(task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
             state=TaskState.SUBMITTED,
             request=request,

@@ -120,8 +120,9 @@ def apply(task: Task, event: Event, at: str) -> Task:
             if not task.state.interrupted:
                 raise StateConflict("task_not_waiting", f"task {task.id} is "
                                     f"{task.state.value}, not waiting for input")
-            changes = {} if message is None else {"messages": (*task.messages, replace(
-                message, task_id=task.id, context_id=task.context_id, at=at))}
+            changes = {} if message is None else {"messages": (
+                *task.messages,
+                message.with_changes(task_id=task.id, context_id=task.context_id, at=at))}
             return _move(task, TaskState.WORKING, "input received", at, **changes)
         case ArtifactAdded(artifact=artifact, append=True) if any(
                 a.artifact_id == artifact.artifact_id for a in task.artifacts):
