@@ -157,11 +157,14 @@ class SwarmDecision:
             intent = await self.intent.choose(caller, request.text, chain, peers,
                                               routable(limits, DELEGATE_SKILL))
             best = intent.ranking.best
-            # The operator's view of each choice (the log line carries the trace id).
-            log.info("intent router, for %s: %s", caller.name,
-                     f"{best.candidate.label} ({best.score:.2f})" if best is not None
-                     else f"{intent.skill.id}, the first visible skill" if intent.skill
-                     else f"nothing above the threshold; closest: {intent.ranking.closest()}")
+            # The operator's view of each choice (the log line carries the trace id); its
+            # text is made only when the line is written.
+            if log.isEnabledFor(logging.INFO):
+                log.info("intent router, for %s: %s", caller.name,
+                         f"{best.candidate.label} ({best.score:.2f})" if best is not None
+                         else f"{intent.skill.id}, the first visible skill" if intent.skill
+                         else f"nothing above the threshold; closest: "
+                              f"{intent.ranking.closest()}")
             if intent.skill is not None:
                 return self._run(caller, limits, intent.skill, request, admitted)
             if intent.peer is None:
