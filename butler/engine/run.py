@@ -18,6 +18,7 @@ from opentelemetry.trace import NoOpTracer, Tracer
 
 from butler.delegation.peers import PeerStatus
 from butler.engine.plan_run import PlanSteps
+from butler.engine.time_limit import within
 from butler.engine.transitions import (
     ArtifactAdded,
     Event,
@@ -231,8 +232,8 @@ class TaskRun:
     async def _outcome(self) -> Finished:
         # No ``Started`` to apply: the task was created working (``TaskEngine._create``).
         try:
-            async with asyncio.timeout(self.timeout):
-                result = await (self._run_skill() if self.skill else self._run_delegation())
+            result = await within(self._run_skill() if self.skill else self._run_delegation(),
+                                  self.timeout)
         except asyncio.CancelledError:
             return Finished(TaskState.CANCELED)
         except TimeoutError:
