@@ -61,6 +61,8 @@ from internal.protocol.a2a.model import (
 
 log = logging.getLogger("butler.engine")
 
+_ZERO = Decimal(0)  # once: Decimal("0") parses its text at each call
+
 
 class Delegator(Protocol):
     async def cheapest(self, capabilities: Sequence[str], chain: tuple[str, ...]) -> Decimal | None:
@@ -174,7 +176,7 @@ class TaskRun:
         self._planning = False
         self.handle: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[FollowUp] | None = None
-        self._charged = Decimal("0")
+        self._charged = _ZERO
         self._incoming = incoming
         self._parent: Context | None = None  # made on first use (see ``_trace_parent``)
 
