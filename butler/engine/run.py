@@ -25,7 +25,6 @@ from butler.engine.transitions import (
     Finished,
     InputRequested,
     Started,
-    failed,
 )
 from butler.logs import TRACE_ID
 from butler.planner import Planner, Toolbox
@@ -55,6 +54,7 @@ from internal.protocol.a2a.model import (
     Message,
     Part,
     Task,
+    TaskError,
     TaskRequest,
     TaskState,
 )
@@ -217,39 +217,45 @@ class TaskRun:
         return self._parent
 
     async def _finish(self, started: float) -> TaskState:
-        outcome = await self._outcome()
-        node = CostNode(
-            agent=self.deps.agent_id, skill=self.task.skill, cost_usd=self._charged,
-            duration_ms=int((time.monotonic() - started) * 1000), status=outcome.state.value,
-            children=tuple(self.children),
-        )
+        outcome = await self._outcome(started)
         try:
-            await self.engine.apply(self.task_id, outcome.accounted(
-                Budget(self.ledger.start, self.ledger.spent), node, tuple(self.child_receipts)))
+            await self.engine.apply(self.task_id, outcome)
         except Exception:
             # Whoever waits for the task got the error (``TaskEngine.apply``).
             log.exception("could not store the outcome of task %s", self.task_id)
         return outcome.state
 
-    async def _outcome(self) -> Finished:
+    async def _outcome(self, started: float) -> Finished:
         # No ``Started`` to apply: the task was created working (``TaskEngine._create``).
         try:
             result = await within(self._run_skill() if self.skill else self._run_delegation(),
                                   self.timeout)
         except asyncio.CancelledError:
-            return Finished(TaskState.CANCELED)
+            return self._ended(started, TaskState.CANCELED)
         except TimeoutError:
-            return failed("task_timeout", f"task did not finish within {self.timeout:g}s")
+            return self._ended(started, TaskState.FAILED, "task_timeout",
+                               f"task did not finish within {self.timeout:g}s")
         except SkillRejected as exc:
-            return failed("rejected", exc.message, TaskState.REJECTED)
+            return self._ended(started, TaskState.REJECTED, "rejected", exc.message)
         except ButlerError as exc:  # SkillFailed, or a refusal a skill let through
-            return failed(exc.code, exc.message)
+            return self._ended(started, TaskState.FAILED, exc.code, exc.message)
         except Exception as exc:
             log.exception("skill %s raised on task %s", self.task.skill, self.task_id)
-            return failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
-        return Finished(TaskState.COMPLETED, parts=result.parts,
-                        artifacts=self._artifacts() + result.artifacts,
-                        message=result.status_message or None, as_message=result.as_message)
+            return self._ended(started, TaskState.FAILED, "skill_error",
+                               f"{type(exc).__name__}: {str(exc)[:500]}")
+        return self._ended(started, TaskState.COMPLETED, message=result.status_message or None,
+                           parts=result.parts, artifacts=self._artifacts() + result.artifacts,
+                           as_message=result.as_message)
+
+    def _ended(self, started: float, state: TaskState, code: str | None = None,
+               message: str | None = None, **result: Any) -> Finished:
+        """The outcome with what the run spent and delegated, made whole in one go (each
+        frozen field costs ~1,500 instructions); an error ``code`` as ``failed`` makes."""
+        node = CostNode(self.deps.agent_id, self.task.skill, self._charged, int(
+            (time.monotonic() - started) * 1000), state.value, tuple(self.children))
+        return Finished(state, error=None if code is None else TaskError(code, message or ""),
+                        message=message, budget=Budget(self.ledger.start, self.ledger.spent),
+                        cost=node, receipts=tuple(self.child_receipts), **result)
 
     def _artifacts(self) -> tuple[Artifact, ...]:
         live = self.engine.live(self.task_id)

@@ -86,13 +86,6 @@ class Finished:
         if not self.state.terminal:
             raise ValueError(f"Finished needs a terminal state, not {self.state.value}")
 
-    def accounted(self, budget: Budget, cost: CostNode, receipts: tuple[str, ...]) -> Finished:
-        """This outcome with what its run spent and delegated: ``dataclasses.replace`` of
-        those three, without its walk over the fields (once per task)."""
-        return Finished(self.state, error=self.error, message=self.message, parts=self.parts,
-                        artifacts=self.artifacts, budget=budget, cost=cost, receipts=receipts,
-                        as_message=self.as_message)
-
 
 def failed(code: str, message: str, state: TaskState = TaskState.FAILED) -> Finished:
     return Finished(state, error=TaskError(code, message), message=message)
