@@ -30,8 +30,8 @@ from butler.engine.transitions import (
     Canceled,
     Event,
     InputReceived,
-    Started,
     apply,
+    created,
     interrupted,
 )
 from butler.ids import IDS
@@ -51,7 +51,6 @@ from internal.protocol.a2a.model import (
     Refusal,
     RequestError,
     StateConflict,
-    StatusEntry,
     Task,
     TaskEvent,
     TaskPage,
@@ -177,7 +176,6 @@ class TaskEngine:
             # not as "submitted" and then "working".
             task = self._new_task(caller, request, admitted, trace_id, task_id,
                                   skill.id if skill else DELEGATE_SKILL)
-            task = apply(task, Started(), task.updated_at)
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
@@ -236,22 +234,21 @@ class TaskEngine:
         run.cancel()
 
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
-                  trace_id: str, task_id: str, skill: str = "") -> Task:
+                  trace_id: str, task_id: str, skill: str | None = None) -> Task:
+        """Submitted; or, given the ``skill`` it runs, already working (``created``)."""
         now = now_iso()
         context_id = request.context_id or IDS.ordered128()
         message = request.message
-        return Task(
+        return created(
+            now,
+            running=skill is not None,
             id=task_id,
             context_id=context_id,
-            skill=skill,
+            skill=skill or "",
             messages=() if message is None else (
                 message.with_changes(task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
-            state=TaskState.SUBMITTED,
             request=request,
-            created_at=now,
-            updated_at=now,
-            history=(StatusEntry(TaskState.SUBMITTED, now),),
             budget=Budget(admitted.budget_usd),
             chain=admitted.chain,
             trace_id=trace_id,

@@ -87,6 +87,18 @@ class Finished:
             raise ValueError(f"Finished needs a terminal state, not {self.state.value}")
 
 
+def created(at: str, *, running: bool, **fields: Any) -> Task:
+    """A new task at ``at``: submitted, or (``running``) submitted and at once working,
+    the task ``apply(created(at, running=False, ...), Started(), at)`` is, made without
+    that copy (a whole task's worth of frozen fields): a task whose run starts right
+    away is recorded working in its first write."""
+    history: tuple[StatusEntry, ...] = (StatusEntry(TaskState.SUBMITTED, at),)
+    if running:
+        history += (StatusEntry(TaskState.WORKING, at, ""),)
+    return Task(state=TaskState.WORKING if running else TaskState.SUBMITTED, created_at=at,
+                updated_at=at, history=history, **fields)
+
+
 def failed(code: str, message: str, state: TaskState = TaskState.FAILED) -> Finished:
     return Finished(state, error=TaskError(code, message), message=message)
 
