@@ -61,6 +61,31 @@ async def test_running_tasks_per_caller_are_capped_before_any_work(
     assert len(page["tasks"]) == 2  # the refused one was never created
 
 
+async def test_a_callers_ended_tasks_leave_its_cap(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    """The cap counts running tasks: one that completed or was canceled frees its place
+    (the engine keeps a count per caller, not a scan of the runs)."""
+    home = await swarm.start("home", skills=[ECHO, command_skill("slow", SLOW)],
+                             extra={"rate_limits": {"max_inflight_tasks_per_caller": 1}})
+    for _ in range(3):
+        async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                             json={"task": "x", "skill": "echo"}) as resp:
+            assert resp.status == 200
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": "x", "skill": "slow", "mode": "async"}) as resp:
+        assert resp.status == 202
+        slow = (await resp.json())["id"]
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": "x", "skill": "echo"}) as resp:
+        assert resp.status == 429
+    async with http.post(f"{home.url}/v2/tasks/{slow}/cancel", headers=home.headers()) as resp:
+        assert resp.status == 200
+    async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                         json={"task": "x", "skill": "echo"}) as resp:
+        assert resp.status == 200
+
+
 async def test_metrics_count_requests_tasks_and_refusals(
     swarm: Swarm, http: aiohttp.ClientSession
 ) -> None:

@@ -21,6 +21,7 @@ from butler.engine.transitions import (
     InputRequested,
     Started,
     apply,
+    created,
     failed,
     interrupted,
 )
@@ -172,3 +173,23 @@ def test_with_changes_is_dataclasses_replace(names: list[str]) -> None:
     assert task.with_changes() == task
     with pytest.raises(TypeError, match="no field"):
         task.with_changes(stat=S.FAILED)
+
+
+def test_a_task_created_running_is_the_submitted_one_started() -> None:
+    """``created(running=True)`` spares the engine a copy, not a transition."""
+    fields = {"id": "t1", "context_id": "c1", "owner": "alice", "skill": "echo",
+              "request": TaskRequest(text="hi"), "budget": Budget(Decimal("1")),
+              "chain": ("a",), "trace_id": "f" * 32}
+    submitted = created(T0, running=False, **fields)
+    assert submitted.state is S.SUBMITTED and submitted.history == (StatusEntry(S.SUBMITTED, T0),)
+    assert created(T0, running=True, **fields) == apply(submitted, Started(), T0)
+
+
+def test_message_with_changes_is_dataclasses_replace() -> None:
+    """A caller's message is copied into its task the same way (``_copier``)."""
+    message = Message("m1", "user", (Part(text="hi"),), metadata={"k": 1}, extensions=("x",))
+    changes = {"task_id": "t1", "context_id": "c1", "at": T1}
+    assert message.with_changes(**changes) == replace(message, **changes)
+    assert message.with_changes() == message
+    with pytest.raises(TypeError, match="no field"):
+        message.with_changes(text="hi")

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -31,8 +30,8 @@ from butler.engine.transitions import (
     Canceled,
     Event,
     InputReceived,
-    Started,
     apply,
+    created,
     interrupted,
 )
 from butler.ids import IDS
@@ -52,7 +51,6 @@ from internal.protocol.a2a.model import (
     Refusal,
     RequestError,
     StateConflict,
-    StatusEntry,
     Task,
     TaskEvent,
     TaskPage,
@@ -87,6 +85,8 @@ class TaskEngine:
         self._default_timeout = default_timeout
         self._live: dict[str, Task] = {}
         self._runs: dict[str, TaskRun] = {}
+        # How many of ``_runs`` each caller has: the per-caller cap is checked per request.
+        self._running: dict[str, int] = {}
         self._claims: dict[str, asyncio.Event] = {}
         self._settlements = Settlements()
         self._purger: asyncio.Task[None] | None = None
@@ -150,7 +150,7 @@ class TaskEngine:
         outcome, which is committed first."""
         await self.deps.audit_room()  # back-pressure: the audit trail must keep up
         cap = self.deps.max_tasks_per_caller
-        if cap and sum(1 for r in self._runs.values() if r.caller.name == caller.name) >= cap:
+        if cap and self._running.get(caller.name, 0) >= cap:
             raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
                               retry_after=1)
         trace_id, incoming = trace_of(envelope)
@@ -167,15 +167,15 @@ class TaskEngine:
                             code=err.code, trace_id=trace_id)
             raise
         admitted, plan = decision.admitted, decision.plan
-        task = self._new_task(caller, request, admitted, trace_id, task_id)
         skill = plan.skill if isinstance(plan, RunSkill) else None
         if isinstance(plan, NoPlan):
+            task = self._new_task(caller, request, admitted, trace_id, task_id)
             task = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
-            task = apply(task, Started(), task.updated_at).with_changes(
-                skill=skill.id if skill else DELEGATE_SKILL)
+            task = self._new_task(caller, request, admitted, trace_id, task_id,
+                                  skill.id if skill else DELEGATE_SKILL)
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
@@ -217,6 +217,8 @@ class TaskEngine:
     def _start(self, run: TaskRun) -> None:
         self._live[run.task_id] = run.task
         self._runs[run.task_id] = run
+        name = run.caller.name
+        self._running[name] = self._running.get(name, 0) + 1
         run.start()
 
     def _abandon(self, run: TaskRun, settled: asyncio.Future[Task] | None) -> None:
@@ -232,21 +234,21 @@ class TaskEngine:
         run.cancel()
 
     def _new_task(self, caller: Identity, request: TaskRequest, admitted: Admitted,
-                  trace_id: str, task_id: str) -> Task:
+                  trace_id: str, task_id: str, skill: str | None = None) -> Task:
+        """Submitted; or, given the ``skill`` it runs, already working (``created``)."""
         now = now_iso()
         context_id = request.context_id or IDS.ordered128()
         message = request.message
-        return Task(
+        return created(
+            now,
+            running=skill is not None,
             id=task_id,
             context_id=context_id,
+            skill=skill or "",
             messages=() if message is None else (
-                replace(message, task_id=task_id, context_id=context_id, at=now),),
+                message.with_changes(task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
-            state=TaskState.SUBMITTED,
             request=request,
-            created_at=now,
-            updated_at=now,
-            history=(StatusEntry(TaskState.SUBMITTED, now),),
             budget=Budget(admitted.budget_usd),
             chain=admitted.chain,
             trace_id=trace_id,
@@ -373,7 +375,13 @@ class TaskEngine:
 
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)
-        self._runs.pop(task.id, None)
+        run = self._runs.pop(task.id, None)
+        if run is not None:
+            name = run.caller.name
+            if (left := self._running[name] - 1) > 0:
+                self._running[name] = left
+            else:
+                del self._running[name]
 
     def _audit_final(self, task: Task, at: datetime | None = None) -> None:
         """Every task that was created gets exactly one of these, however it ended; so its

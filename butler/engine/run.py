@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -18,13 +18,13 @@ from opentelemetry.trace import NoOpTracer, Tracer
 
 from butler.delegation.peers import PeerStatus
 from butler.engine.plan_run import PlanSteps
+from butler.engine.time_limit import within
 from butler.engine.transitions import (
     ArtifactAdded,
     Event,
     Finished,
     InputRequested,
     Started,
-    failed,
 )
 from butler.logs import TRACE_ID
 from butler.planner import Planner, Toolbox
@@ -51,12 +51,17 @@ from internal.protocol.a2a.model import (
     ButlerError,
     CostNode,
     Identity,
+    Message,
+    Part,
     Task,
+    TaskError,
     TaskRequest,
     TaskState,
 )
 
 log = logging.getLogger("butler.engine")
+
+_ZERO = Decimal(0)  # once: Decimal("0") parses its text at each call
 
 
 class Delegator(Protocol):
@@ -171,7 +176,7 @@ class TaskRun:
         self._planning = False
         self.handle: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[FollowUp] | None = None
-        self._charged = Decimal("0")
+        self._charged = _ZERO
         self._incoming = incoming
         self._parent: Context | None = None  # made on first use (see ``_trace_parent``)
 
@@ -212,40 +217,45 @@ class TaskRun:
         return self._parent
 
     async def _finish(self, started: float) -> TaskState:
-        outcome = await self._outcome()
-        node = CostNode(
-            agent=self.deps.agent_id, skill=self.task.skill, cost_usd=self._charged,
-            duration_ms=int((time.monotonic() - started) * 1000), status=outcome.state.value,
-            children=tuple(self.children),
-        )
+        outcome = await self._outcome(started)
         try:
-            await self.engine.apply(self.task_id, replace(
-                outcome, budget=Budget(self.ledger.start, self.ledger.spent), cost=node,
-                receipts=tuple(self.child_receipts)))
+            await self.engine.apply(self.task_id, outcome)
         except Exception:
             # Whoever waits for the task got the error (``TaskEngine.apply``).
             log.exception("could not store the outcome of task %s", self.task_id)
         return outcome.state
 
-    async def _outcome(self) -> Finished:
-        await self.engine.apply(self.task_id, Started())
+    async def _outcome(self, started: float) -> Finished:
+        # No ``Started`` to apply: the task was created working (``TaskEngine._create``).
         try:
-            async with asyncio.timeout(self.timeout):
-                result = await (self._run_skill() if self.skill else self._run_delegation())
+            result = await within(self._run_skill() if self.skill else self._run_delegation(),
+                                  self.timeout)
         except asyncio.CancelledError:
-            return Finished(TaskState.CANCELED)
+            return self._ended(started, TaskState.CANCELED)
         except TimeoutError:
-            return failed("task_timeout", f"task did not finish within {self.timeout:g}s")
+            return self._ended(started, TaskState.FAILED, "task_timeout",
+                               f"task did not finish within {self.timeout:g}s")
         except SkillRejected as exc:
-            return failed("rejected", exc.message, TaskState.REJECTED)
+            return self._ended(started, TaskState.REJECTED, "rejected", exc.message)
         except ButlerError as exc:  # SkillFailed, or a refusal a skill let through
-            return failed(exc.code, exc.message)
+            return self._ended(started, TaskState.FAILED, exc.code, exc.message)
         except Exception as exc:
             log.exception("skill %s raised on task %s", self.task.skill, self.task_id)
-            return failed("skill_error", f"{type(exc).__name__}: {str(exc)[:500]}")
-        return Finished(TaskState.COMPLETED, parts=result.parts,
-                        artifacts=self._artifacts() + result.artifacts,
-                        message=result.status_message or None, as_message=result.as_message)
+            return self._ended(started, TaskState.FAILED, "skill_error",
+                               f"{type(exc).__name__}: {str(exc)[:500]}")
+        return self._ended(started, TaskState.COMPLETED, message=result.status_message or None,
+                           parts=result.parts, artifacts=self._artifacts() + result.artifacts,
+                           as_message=result.as_message)
+
+    def _ended(self, started: float, state: TaskState, code: str | None = None,
+               message: str | None = None, **result: Any) -> Finished:
+        """The outcome with what the run spent and delegated, made whole in one go (each
+        frozen field costs ~1,500 instructions); an error ``code`` as ``failed`` makes."""
+        node = CostNode(self.deps.agent_id, self.task.skill, self._charged, int(
+            (time.monotonic() - started) * 1000), state.value, tuple(self.children))
+        return Finished(state, error=None if code is None else TaskError(code, message or ""),
+                        message=message, budget=Budget(self.ledger.start, self.ledger.spent),
+                        cost=node, receipts=tuple(self.child_receipts), **result)
 
     def _artifacts(self) -> tuple[Artifact, ...]:
         live = self.engine.live(self.task_id)
@@ -258,17 +268,18 @@ class TaskRun:
     async def _run_skill(self) -> SkillResult:
         assert self.skill is not None
         request = self.task.request
-        ctx = replace(self.context(self.skill, request.text, dict(request.input)),
-                      parts=request.parts, message=request.message)
+        ctx = self.context(self.skill, request.text, dict(request.input), request.parts,
+                           request.message)
         result = await self.run_local(self.skill, ctx)
         self._charged = self.skill.config.cost_usd
         return result
 
-    def context(self, skill: Skill, text: str, input: dict[str, Any]) -> SkillContext:
+    def context(self, skill: Skill, text: str, input: dict[str, Any],
+                parts: tuple[Part, ...] = (), message: Message | None = None) -> SkillContext:
         return SkillContext(
             task_id=self.task_id, context_id=self.task.context_id, skill_id=skill.id,
-            text=text, input=input, parts=(), caller=self.caller.name, chain=self.chain,
-            trace_id=self.task.trace_id, _host=self)
+            text=text, input=input, parts=parts, caller=self.caller.name, chain=self.chain,
+            trace_id=self.task.trace_id, _host=self, message=message)
 
     async def run_local(self, skill: Skill, ctx: SkillContext) -> SkillResult:
         """Run ``skill`` here, its ``cost_usd`` reserved from this task's budget first: the

@@ -87,6 +87,18 @@ class Finished:
             raise ValueError(f"Finished needs a terminal state, not {self.state.value}")
 
 
+def created(at: str, *, running: bool, **fields: Any) -> Task:
+    """A new task at ``at``: submitted, or (``running``) submitted and at once working,
+    the task ``apply(created(at, running=False, ...), Started(), at)`` is, made without
+    that copy (a whole task's worth of frozen fields): a task whose run starts right
+    away is recorded working in its first write."""
+    history: tuple[StatusEntry, ...] = (StatusEntry(TaskState.SUBMITTED, at),)
+    if running:
+        history += (StatusEntry(TaskState.WORKING, at, ""),)
+    return Task(state=TaskState.WORKING if running else TaskState.SUBMITTED, created_at=at,
+                updated_at=at, history=history, **fields)
+
+
 def failed(code: str, message: str, state: TaskState = TaskState.FAILED) -> Finished:
     return Finished(state, error=TaskError(code, message), message=message)
 
@@ -113,8 +125,9 @@ def apply(task: Task, event: Event, at: str) -> Task:
             if not task.state.interrupted:
                 raise StateConflict("task_not_waiting", f"task {task.id} is "
                                     f"{task.state.value}, not waiting for input")
-            changes = {} if message is None else {"messages": (*task.messages, replace(
-                message, task_id=task.id, context_id=task.context_id, at=at))}
+            changes = {} if message is None else {"messages": (
+                *task.messages,
+                message.with_changes(task_id=task.id, context_id=task.context_id, at=at))}
             return _move(task, TaskState.WORKING, "input received", at, **changes)
         case ArtifactAdded(artifact=artifact, append=True) if any(
                 a.artifact_id == artifact.artifact_id for a in task.artifacts):
@@ -131,11 +144,20 @@ def apply(task: Task, event: Event, at: str) -> Task:
 
 
 def _finish(task: Task, event: Finished, at: str) -> Task:
+    # What the event leaves as None keeps the task's own.
     changes: dict[str, Any] = {"reply_as_message": True} if event.as_message else {}
-    for name in ("error", "parts", "artifacts", "budget", "cost", "receipts"):
-        value = getattr(event, name)
-        if value is not None:
-            changes[name] = value
+    if event.error is not None:
+        changes["error"] = event.error
+    if event.parts is not None:
+        changes["parts"] = event.parts
+    if event.artifacts is not None:
+        changes["artifacts"] = event.artifacts
+    if event.budget is not None:
+        changes["budget"] = event.budget
+    if event.cost is not None:
+        changes["cost"] = event.cost
+    if event.receipts is not None:
+        changes["receipts"] = event.receipts
     return _move(task, event.state, event.message, at, **changes)
 
 

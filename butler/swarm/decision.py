@@ -121,7 +121,9 @@ class SwarmDecision:
         needed = plan.skill.config.cost_usd if isinstance(plan, RunSkill) \
             else plan.price_usd if isinstance(plan, Delegate) else Decimal("0")
         budget = await self.spend.admit(caller.name, task_id, admitted.budget_usd, needed)
-        return Decision(replace(admitted, budget_usd=budget), plan)
+        if budget is not admitted.budget_usd:  # a caller's caps clamped it (no copy else)
+            admitted = replace(admitted, budget_usd=budget)
+        return Decision(admitted, plan)
 
     async def rank(self, caller: Identity, text: str, chain: tuple[str, ...],
                    peers: PeerPrices | None) -> Ranking:
@@ -155,11 +157,14 @@ class SwarmDecision:
             intent = await self.intent.choose(caller, request.text, chain, peers,
                                               routable(limits, DELEGATE_SKILL))
             best = intent.ranking.best
-            # The operator's view of each choice (the log line carries the trace id).
-            log.info("intent router, for %s: %s", caller.name,
-                     f"{best.candidate.label} ({best.score:.2f})" if best is not None
-                     else f"{intent.skill.id}, the first visible skill" if intent.skill
-                     else f"nothing above the threshold; closest: {intent.ranking.closest()}")
+            # The operator's view of each choice (the log line carries the trace id); its
+            # text is made only when the line is written.
+            if log.isEnabledFor(logging.INFO):
+                log.info("intent router, for %s: %s", caller.name,
+                         f"{best.candidate.label} ({best.score:.2f})" if best is not None
+                         else f"{intent.skill.id}, the first visible skill" if intent.skill
+                         else f"nothing above the threshold; closest: "
+                              f"{intent.ranking.closest()}")
             if intent.skill is not None:
                 return self._run(caller, limits, intent.skill, request, admitted)
             if intent.peer is None:

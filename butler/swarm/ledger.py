@@ -9,12 +9,14 @@ from decimal import Decimal
 
 from internal.protocol.a2a.model import Refusal
 
+_ZERO = Decimal(0)  # once: Decimal("0") parses its text at each call, and this is per task
+
 
 class BudgetLedger:
     def __init__(self, start: Decimal) -> None:
         self.start = start
-        self._spent = Decimal("0")
-        self._reserved = Decimal("0")
+        self._spent = _ZERO
+        self._reserved = _ZERO
 
     @property
     def spent(self) -> Decimal:
@@ -39,6 +41,6 @@ class BudgetLedger:
 
     def settle(self, reserved: Decimal, actual: Decimal) -> None:
         """Turn a reservation into spending; ``actual`` is clamped to what was reserved."""
-        actual = max(Decimal("0"), min(actual, reserved))
+        actual = max(_ZERO, min(actual, reserved))
         self._reserved -= reserved
         self._spent += actual

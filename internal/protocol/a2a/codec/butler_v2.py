@@ -21,6 +21,7 @@ from internal.protocol.a2a.model import (
     TaskError,
     TaskRequest,
     TaskState,
+    wire_task_id,
 )
 
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -130,13 +131,14 @@ def _optional_id(value: Any, where: str) -> str | None:
 
 
 def encode_part(part: Part) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": part.kind}
+    # ``Part.kind``'s test, spelled out: this runs for every part of every answer.
+    out: dict[str, Any]
     if part.text is not None:
-        out["text"] = part.text
+        out = {"kind": "text", "text": part.text}
     elif part.data is not None:
-        out["data"] = part.data
+        out = {"kind": "data", "data": part.data}
     else:
-        out["file"] = part.file
+        out = {"kind": "file", "file": part.file}
     if part.metadata:
         out["metadata"] = part.metadata
     return out
@@ -166,34 +168,42 @@ def encode_cost(node: CostNode) -> dict[str, Any]:
     }
 
 
+# A state's wire name; ``TaskState.value`` is a property, looked up in Python each time.
+_STATE_NAMES = {s: s.value for s in TaskState}
+
+
 def encode_task(task: Task) -> dict[str, Any]:
+    state = _STATE_NAMES[task.state]
+    updated_at = task.updated_at
+    parts = task.parts
+    chain = task.chain
     out: dict[str, Any] = {
-        "id": task.wire_id,
+        "id": wire_task_id(task.id),
         "context_id": task.context_id,
-        "state": task.state.value,
+        "state": state,
         "skill": task.skill,
         "capabilities_needed": list(task.request.capabilities_needed),
         "created_at": task.created_at,
-        "updated_at": task.updated_at,
-        "status": {"state": task.state.value, "message": task.status_message,
-                   "at": task.updated_at},
-        "history": [{"state": h.state.value, "at": h.at, "message": h.message}
+        "updated_at": updated_at,
+        "status": {"state": state, "message": task.status_message, "at": updated_at},
+        "history": [{"state": _STATE_NAMES[h.state], "at": h.at, "message": h.message}
                     for h in task.history],
         "result": {
-            "parts": [encode_part(p) for p in task.parts],
+            "parts": [encode_part(p) for p in parts],
             "artifacts": [encode_artifact(a) for a in task.artifacts],
         },
-        "output": "\n".join(p.text for p in task.parts if p.text is not None),
-        "swarm": {"caller_chain": list(task.chain), "depth": len(task.chain),
+        "output": "\n".join([p.text for p in parts if p.text is not None]),
+        "swarm": {"caller_chain": list(chain), "depth": len(chain),
                   "trace_id": task.trace_id},
     }
     if task.error is not None:
         out["error"] = {"code": task.error.code, "message": task.error.message}
-    if task.budget is not None:
+    budget = task.budget
+    if budget is not None:
         out["budget"] = {
-            "start_usd": str(task.budget.start_usd),
-            "spent_usd": str(task.budget.spent_usd),
-            "left_usd": str(task.budget.left_usd),
+            "start_usd": str(budget.start_usd),
+            "spent_usd": str(budget.spent_usd),
+            "left_usd": str(budget.left_usd),
         }
     if task.cost is not None:
         out["cost"] = encode_cost(task.cost)
