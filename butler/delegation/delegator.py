@@ -43,6 +43,7 @@ from internal.protocol.a2a.model import (
     agent_key,
 )
 
+_ZERO = Decimal("0")
 log = logging.getLogger("butler.delegation")
 MAX_ATTEMPTS = 3
 # The registry's agents and their cards' skills the intent router ranks, at most.
@@ -316,8 +317,8 @@ class PeerDelegator:
                                guard=guard, ca_file=cand.ca_file, grpc=self._grpc)
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline, card=card)
-        spent = cand.cost_usd if task.state is TaskState.COMPLETED else Decimal("0")
-        return replace(task, budget=Budget(grant, min(spent, grant)))
+        spent = cand.cost_usd if task.state is TaskState.COMPLETED else _ZERO
+        return task.with_changes(budget=Budget(grant, min(spent, grant)))
 
     async def _follow(self, client: PeerClient, task: Task, deadline: float) -> Task:
         """A blocking answer is normally final; if not, poll until it is or time runs out."""
