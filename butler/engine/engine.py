@@ -17,7 +17,7 @@ from typing import Any
 
 from butler.engine.clock import now_iso
 from butler.engine.events import EventHub
-from butler.engine.outcome import final_detail
+from butler.engine.outcome import final_record
 from butler.engine.purge import PurgeListener, purge_loop
 from butler.engine.recovery import FinalRecords, recover
 from butler.engine.run import Delegator, RunDeps, TaskRun
@@ -376,25 +376,14 @@ class TaskEngine:
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)
         run = self._runs.pop(task.id, None)
-        if run is not None:
-            name = run.caller.name
-            if (left := self._running[name] - 1) > 0:
-                self._running[name] = left
-            else:
-                del self._running[name]
+        if run is not None and (left := self._running.pop(run.caller.name) - 1) > 0:
+            self._running[run.caller.name] = left
 
     def _audit_final(self, task: Task, at: datetime | None = None) -> None:
         """Every task that was created gets exactly one of these, however it ended; so its
         caller's spending is settled here too."""
         self.swarm.settle(task)
-        budget = task.budget
-        when = {} if at is None else {"at": at}
-        self.deps.audit("task_finished", **when, caller=task.owner, task_id=task.id,
-                        chain=task.chain, budget_before=budget.start_usd if budget else None,
-                        budget_after=budget.left_usd if budget else None,
-                        decision=task.state.value,
-                        code=task.error.code if task.error else None, trace_id=task.trace_id,
-                        detail=final_detail(task))
+        self.deps.audit("task_finished", **final_record(task, at))
 
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)

@@ -5,9 +5,21 @@ histograms read it from there (``butler.oplog``, ``butler.metrics.observe_audit`
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from butler.identity.receipts import receipt_id
 from internal.protocol.a2a.model import Task
+
+
+def final_record(task: Task, at: datetime | None = None) -> dict[str, Any]:
+    """The fields of a task's ``task_finished`` record; ``at``: when it ended, for a
+    record written later (start-up recovery), else now."""
+    budget = task.budget
+    return {**({} if at is None else {"at": at}), "caller": task.owner, "task_id": task.id,
+            "chain": task.chain, "budget_before": budget.start_usd if budget else None,
+            "budget_after": budget.left_usd if budget else None,
+            "decision": task.state.value, "code": task.error.code if task.error else None,
+            "trace_id": task.trace_id, "detail": final_detail(task)}
 
 
 def final_detail(task: Task) -> dict[str, str]:

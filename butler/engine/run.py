@@ -26,6 +26,7 @@ from butler.engine.transitions import (
     InputRequested,
     Started,
 )
+from butler.engine.workspace import NoWorkspace, Workspace
 from butler.logs import TRACE_ID
 from butler.planner import Planner, Toolbox
 from butler.routing import Ranking, RouteCandidate
@@ -100,19 +101,6 @@ class RunEngine(Protocol):
         (the next hop would exceed the depth)."""
 
 
-class Workspace(Protocol):
-    async def get(self, tree: str, key: str) -> Any: ...
-    async def put(self, tree: str, key: str, value: Any) -> None: ...
-
-
-class _NoWorkspace:
-    async def get(self, tree: str, key: str) -> Any:
-        return None
-
-    async def put(self, tree: str, key: str, value: Any) -> None:
-        raise SkillFailed("workspace_unavailable", "this instance has no workspace")
-
-
 def _no_audit(kind: str, **fields: Any) -> None:
     return None
 
@@ -133,7 +121,7 @@ class RunDeps:
     tracer: Tracer = field(default_factory=lambda: trace.get_tracer("butler"))
     audit: Callable[..., None] = _no_audit
     audit_room: Callable[[], Awaitable[None]] = _room_always  # waits while audit is behind
-    workspace: Workspace = field(default_factory=_NoWorkspace)
+    workspace: Workspace = field(default_factory=NoWorkspace)
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
     planner: Planner | None = None  # the config's ``planner:``

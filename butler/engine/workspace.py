@@ -13,8 +13,9 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from butler.skills.base import SkillFailed
 from butler.storage import Database
 from internal.protocol.a2a.model import TaskFailed
 
@@ -35,6 +36,21 @@ def _create_schema(conn: sqlite3.Connection) -> None:
         "value TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tree, key))"
     )
     conn.execute("CREATE INDEX IF NOT EXISTS workspace_age ON workspace(created_at)")
+
+
+class Workspace(Protocol):
+    async def get(self, tree: str, key: str) -> Any: ...
+    async def put(self, tree: str, key: str, value: Any) -> None: ...
+
+
+class NoWorkspace:
+    """An instance without a workspace: reads find nothing, writes fail the skill."""
+
+    async def get(self, tree: str, key: str) -> Any:
+        return None
+
+    async def put(self, tree: str, key: str, value: Any) -> None:
+        raise SkillFailed("workspace_unavailable", "this instance has no workspace")
 
 
 class SqliteWorkspace:
