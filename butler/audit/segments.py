@@ -70,8 +70,8 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
                          "last_seq": segment.last_seq, "prev_hash": prev,
                          "last_hash": segment.last_hash}, sort_keys=True)]
     after, link = segment.first_seq - 1, prev
+    names = log.db.call(Names)  # a sealed segment's names are all in the table already
     while after < segment.last_seq:
-        names = log.db.call(Names)
         rows = log.db.call(_fetch, f"SELECT {COLUMNS} FROM audit WHERE seq > ? AND seq <= ? "
                            "ORDER BY seq LIMIT ?", (after, segment.last_seq, _PAGE))
         if not rows:

@@ -207,8 +207,9 @@ def _plain_history(task: Task) -> tuple[StatusEntry, ...]:
 
 def _compact_cost(node: CostNode, task: Task) -> list[Any]:
     """A task's own cost node: its skill and status ``0`` where they are the task's."""
-    out: list[Any] = [node.agent, 0 if node.skill == task.skill else node.skill, str(node.cost_usd),
-           node.duration_ms, 0 if node.status == task.state.value else node.status]
+    out: list[Any] = [node.agent, 0 if node.skill == task.skill else node.skill,
+                      str(node.cost_usd), node.duration_ms,
+                      0 if node.status == task.state.value else node.status]
     if node.children:
         out.append([_encode_cost(c) for c in node.children])
     return out
