@@ -205,9 +205,12 @@ async def test_the_daemon_exports_and_drops_segments_past_retention(swarm: Swarm
         status, _ = await post_task(home, {"task": f"t{i}", "skill": "echo"})
         assert status == 200
     archive = home.daemon.config.data_dir / "audit-archive"
+    database = home.daemon.config.data_dir / "audit.db"
     deadline = asyncio.get_running_loop().time() + 30
-    while not list(archive.glob("*.jsonl")):  # the loop looks every second
-        assert asyncio.get_running_loop().time() < deadline, "nothing was exported"
+    # The loop looks every second. A segment's file appears (the child's rename) before
+    # the daemon marks it dropped, so wait for the mark, read as another process would.
+    while not await asyncio.to_thread(_dropped_segments, database):
+        assert asyncio.get_running_loop().time() < deadline, "nothing was dropped"
         await asyncio.sleep(0.1)
     await swarm.stop(home)
 
@@ -235,3 +238,13 @@ def test_a_segment_exported_by_a_child_process_is_the_same_file(tmp_path: Path) 
                            match=r"exporting audit records 1\.\.4 failed: FileExistsError"):
             retire(log, NOW, tmp_path / "blocked", export_in_child)
         assert not any(s.dropped for s in segments(log))
+
+
+def _dropped_segments(database: Path) -> int:
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        found: int = conn.execute(
+            "SELECT count(*) FROM audit_segments WHERE dropped = 1").fetchone()[0]
+    finally:
+        conn.close()
+    return found
