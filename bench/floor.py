@@ -15,17 +15,17 @@ itself (it prints its URL, as ``harness.procs.start`` expects).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from idle import cpu_seconds
+
 from harness import wrk
 from harness.procs import Cpus, free_port, start
 
-_TICK = os.sysconf("SC_CLK_TCK")
 _ANSWER = (b'{"id":"t-1","state":"completed",'
            b'"result":{"parts":[{"kind":"text","text":"hello"}]}}')
 MODES = ("plain", "sign")
@@ -55,14 +55,6 @@ def _serve(mode: str, port: int) -> None:
                 print=lambda *_: print(f"serving on {url}", flush=True))
 
 
-def _cpu_seconds(pid: int) -> float:
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / _TICK
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -85,10 +77,10 @@ def main() -> int:
                     for connections in (64, 1):
                         wrk.run(server.url, load, connections=connections, seconds=2,
                                 cpu=cpus.load)
-                        before = _cpu_seconds(server.pid)
+                        before = cpu_seconds(server.pid)
                         got = wrk.run(server.url, load, connections=connections,
                                       seconds=args.seconds, cpu=cpus.load)
-                        used = _cpu_seconds(server.pid) - before
+                        used = cpu_seconds(server.pid) - before
                         print(f"{mode:5} c={connections:<3} {got.rps:9.0f} req/s  p50 "
                               f"{got.p50_ms:6.3f} ms  {used / max(got.requests, 1) * 1e6:5.0f}"
                               f" µs CPU a request  bad {got.bad}", flush=True)
