@@ -3,7 +3,7 @@
 
 For each size N, builds a data folder holding N finished one-word echo tasks, each with
 its signed receipt, and their audit records (two per task), written through the stores'
-own encodings and schema (``task_row``, ``append_entries``) in bulk transactions, not
+own encodings and schema (``task_document.task_row``, ``append_entries``) in bulk transactions, not
 through HTTP. Then measures:
 
 - bytes per task: ``tasks.db`` and ``audit.db`` (checkpointed) divided by N;
@@ -46,13 +46,12 @@ sys.path.insert(0, str(ROOT))
 from butler.audit.log import AuditLog, append_entries  # noqa: E402
 from butler.audit.record import Entry  # noqa: E402
 from butler.engine.outcome import final_detail  # noqa: E402
-from butler.engine.receipt_rows import Signers  # noqa: E402
 from butler.engine.store import SqliteTaskStore  # noqa: E402
-from butler.engine.task_row import OWNERS_TABLE, row_columns  # noqa: E402
-from butler.engine.task_schema import INSERT, create_schema  # noqa: E402
+from butler.engine.task_document import task_row  # noqa: E402
+from butler.engine.task_schema import UPSERT, create_schema  # noqa: E402
 from butler.identity.key_file import AgentIdentity  # noqa: E402
 from butler.identity.receipts import seal  # noqa: E402
-from butler.storage import NumberedNames, micros_stamp  # noqa: E402
+from butler.storage import micros_stamp  # noqa: E402
 from internal.protocol.a2a.model import (  # noqa: E402
     Budget,
     CostNode,
@@ -123,18 +122,13 @@ def build(folder: Path, n: int) -> None:
     tasks.execute("PRAGMA journal_mode=WAL")
     create_schema(tasks)
     audit = AuditLog(folder / "audit.db")
-    identity, signers = AgentIdentity(IdentityKey.generate()), Signers()
-    owners = NumberedNames.load(tasks, OWNERS_TABLE)
+    identity = AgentIdentity(IdentityKey.generate())
     try:
         for start in range(0, n, CHUNK):
             batch = [echo_task(i, n, now, rng, identity)
                      for i in range(start, min(n, start + CHUNK))]
             tasks.execute("BEGIN")
-            signers.add(Signers.register(tasks, signers.unknown(batch[0].receipts)))
-            for caller in CALLERS:
-                if (added := owners.add(tasks, caller)) is not None:
-                    owners.known([added])
-            tasks.executemany(INSERT, [row_columns(t, signers, owners) for t in batch])
+            tasks.executemany(UPSERT, [task_row(t) for t in batch])
             tasks.execute("COMMIT")
             pairs = [pair for t in batch for pair in _audit_entries(t)]
             audit.db.call(append_entries, [e for e, _ in pairs], [at for _, at in pairs],

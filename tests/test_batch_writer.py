@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from butler.storage import BatchWriter, CheckpointPolicy, Database, catch_up
+from butler.storage import BatchWriter, CheckpointPolicy, Database, Row, catch_up
 
 INSERT = "INSERT INTO t(v) VALUES (?)"
 FAST = CheckpointPolicy(interval=0.02)
@@ -30,12 +31,22 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
+class ValueWriter(BatchWriter):
+    """Writes one value a row, under the key ``key_of(value)``."""
+
+    key_of: Callable[[Any], Any] = id
+
+    def value(self, v: Any, defer: float = 0.0) -> asyncio.Future[None]:
+        return self.submit(self.key_of(v), (v,), defer)
+
+
 async def open_writer(path: Path, on_loop: bool, statement: str = INSERT, key: Any = id,
                       policy: CheckpointPolicy = FAST,
-                      writer: type[BatchWriter] = BatchWriter) -> BatchWriter:
+                      writer: type[ValueWriter] = ValueWriter) -> ValueWriter:
     database = await Database.open(path, name="t", pragmas=policy.pragmas())
-    return writer(database, statement, lambda v: (v,), key=key, checkpoints=policy,
-                  commit_on_loop=on_loop)
+    made = writer(database, statement, checkpoints=policy, commit_on_loop=on_loop)
+    made.key_of = key
+    return made
 
 
 @pytest.fixture(params=[False, True], ids=["on-worker", "on-loop"])
@@ -62,7 +73,7 @@ async def test_each_caller_is_answered_after_its_commit(db: Path, on_loop: bool)
     writer = await open_writer(db, on_loop)
     try:
         async def put(v: int) -> list[int]:
-            await writer.submit(v)
+            await writer.value(v)
             return committed(db)  # another connection: only what is committed
 
         seen = await asyncio.gather(*(put(v) for v in range(50)))
@@ -73,13 +84,13 @@ async def test_each_caller_is_answered_after_its_commit(db: Path, on_loop: bool)
         await close(writer)
 
 
-class CountingWriter(BatchWriter):
+class CountingWriter(ValueWriter):
     transactions: list[list[int]]
 
-    def _commit(self, conn: sqlite3.Connection, items: list[Any]) -> None:
+    def _commit(self, conn: sqlite3.Connection, rows: list[Row]) -> None:
         self.transactions = getattr(self, "transactions", [])
-        self.transactions.append(list(items))
-        super()._commit(conn, items)
+        self.transactions.append([row[0] for row in rows])
+        super()._commit(conn, rows)
 
 
 async def counting_writer(path: Path, on_loop: bool, key: Any = id) -> CountingWriter:
@@ -92,10 +103,10 @@ async def counting_writer(path: Path, on_loop: bool, key: Any = id) -> CountingW
 async def test_writes_made_together_share_one_transaction(db: Path, on_loop: bool) -> None:
     writer = await counting_writer(db, on_loop)
     try:
-        pending = [writer.submit(v) for v in range(10)]
+        pending = [writer.value(v) for v in range(10)]
         assert committed(db) == []  # nothing is committed before the loop gets to it
         await asyncio.gather(*pending)
-        await writer.submit(10)
+        await writer.value(10)
         assert writer.transactions == [list(range(10)), [10]]
     finally:
         await close(writer)
@@ -105,10 +116,10 @@ async def test_writes_with_one_key_in_one_batch_are_written_once_as_the_last(
         db: Path, on_loop: bool) -> None:
     writer = await open_writer(db, on_loop, key=lambda v: v // 10)
     try:
-        pending = [writer.submit(v) for v in (1, 2, 13, 3, 11)]  # keys 0, 0, 1, 0, 1
+        pending = [writer.value(v) for v in (1, 2, 13, 3, 11)]  # keys 0, 0, 1, 0, 1
         await asyncio.gather(*pending)  # every caller is answered
         assert committed(db) == [3, 11]
-        await writer.submit(4)  # a later batch is written on its own
+        await writer.value(4)  # a later batch is written on its own
         assert committed(db) == [3, 4, 11]
     finally:
         await close(writer)
@@ -119,11 +130,11 @@ async def test_a_newer_write_replaces_a_waiting_one_across_passes(db: Path, on_l
     must still wait long enough for the task's next write to replace it."""
     writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
-        earlier = writer.submit(100)  # another task's write: a commit is now on its way
+        earlier = writer.value(100)  # another task's write: a commit is now on its way
         await asyncio.sleep(0)
-        first = writer.submit(1)  # key 0
+        first = writer.value(1)  # key 0
         await asyncio.sleep(0)
-        second = writer.submit(2)  # key 0 again, one pass later
+        second = writer.value(2)  # key 0 again, one pass later
         await asyncio.gather(earlier, first, second)
         assert committed(db) == [2, 100]
         assert [v for batch in writer.transactions for v in batch] == [100, 2]
@@ -135,11 +146,11 @@ async def test_a_deferred_write_replaced_in_time_is_written_once_as_the_newer(
         db: Path, on_loop: bool) -> None:
     writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
-        first = writer.submit(1, defer=5.0)
+        first = writer.value(1, defer=5.0)
         for _ in range(5):
             await asyncio.sleep(0)  # passes go by: the deferred write waits
         assert writer.transactions == []
-        second = writer.submit(2)
+        second = writer.value(2)
         await asyncio.wait_for(asyncio.gather(first, second), 1)  # at once, not in 5 s
         assert writer.transactions == [[2]]
         assert committed(db) == [2]
@@ -153,9 +164,9 @@ async def test_a_deferred_write_not_replaced_commits_when_its_time_is_up(
     try:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        first = writer.submit(1, defer=0.1)
-        later = writer.submit(13, defer=0.1)  # another key, deferred as long
-        other = writer.submit(25)  # not deferred: commits on its own, at once
+        first = writer.value(1, defer=0.1)
+        later = writer.value(13, defer=0.1)  # another key, deferred as long
+        other = writer.value(25)  # not deferred: commits on its own, at once
         await other
         assert writer.transactions == [[25]]
         await asyncio.wait_for(asyncio.gather(first, later), 5)
@@ -170,8 +181,8 @@ async def test_a_write_already_queued_is_never_deferred_behind_a_newer_one(
         db: Path, on_loop: bool) -> None:
     writer = await counting_writer(db, on_loop, key=lambda v: v // 10)
     try:
-        queued = writer.submit(1)
-        deferred = writer.submit(2, defer=5.0)  # same key: it replaces the queued write
+        queued = writer.value(1)
+        deferred = writer.value(2, defer=5.0)  # same key: it replaces the queued write
         await asyncio.wait_for(asyncio.gather(queued, deferred), 1)
         assert committed(db) == [2]
     finally:
@@ -186,7 +197,7 @@ async def test_the_newer_write_of_a_key_is_answered_first(db: Path, on_loop: boo
         order: list[int] = []
 
         async def put(v: int, defer: float = 0.0) -> None:
-            await writer.submit(v, defer)
+            await writer.value(v, defer)
             order.append(v)
 
         first = asyncio.ensure_future(put(1, defer=5.0))
@@ -199,7 +210,7 @@ async def test_the_newer_write_of_a_key_is_answered_first(db: Path, on_loop: boo
 
 async def test_close_commits_deferred_writes_too(db: Path, on_loop: bool) -> None:
     writer = await open_writer(db, on_loop)
-    pending = [writer.submit(1, defer=60.0), writer.submit(2)]
+    pending = [writer.value(1, defer=60.0), writer.value(2)]
     await close(writer)
     await asyncio.gather(*pending)
     assert committed(db) == [1, 2]
@@ -208,12 +219,12 @@ async def test_close_commits_deferred_writes_too(db: Path, on_loop: bool) -> Non
 async def test_a_failed_commit_fails_every_caller_in_it(db: Path, on_loop: bool) -> None:
     writer = await open_writer(db, on_loop)
     try:
-        await writer.submit(1)
-        batch = [writer.submit(v) for v in (2, -1, 3)]  # -1 breaks the CHECK
+        await writer.value(1)
+        batch = [writer.value(v) for v in (2, -1, 3)]  # -1 breaks the CHECK
         results = await asyncio.gather(*batch, return_exceptions=True)
         assert all(isinstance(r, sqlite3.IntegrityError) for r in results)
         assert committed(db) == [1]
-        await writer.submit(4)
+        await writer.value(4)
         assert committed(db) == [1, 4]
     finally:
         await close(writer)
@@ -222,10 +233,10 @@ async def test_a_failed_commit_fails_every_caller_in_it(db: Path, on_loop: bool)
 async def test_a_caller_that_gives_up_still_has_its_write(db: Path, on_loop: bool) -> None:
     writer = await open_writer(db, on_loop)
     try:
-        abandoned = asyncio.ensure_future(writer.submit(1))
+        abandoned = asyncio.ensure_future(writer.value(1))
         await asyncio.sleep(0)
         abandoned.cancel()
-        await asyncio.wait_for(writer.submit(2), 10)
+        await asyncio.wait_for(writer.value(2), 10)
         assert committed(db) == [1, 2]
     finally:
         await close(writer)
@@ -233,7 +244,7 @@ async def test_a_caller_that_gives_up_still_has_its_write(db: Path, on_loop: boo
 
 async def test_close_commits_what_was_queued(db: Path, on_loop: bool) -> None:
     writer = await open_writer(db, on_loop)
-    pending = [writer.submit(v) for v in range(5)]
+    pending = [writer.value(v) for v in range(5)]
     await close(writer)
     await asyncio.gather(*pending)
     assert committed(db) == list(range(5))
@@ -251,7 +262,7 @@ async def test_checkpoints_keep_the_wal_from_growing(
     rounds = 0
     try:
         while len(salts) < 4 and rounds < 2000:
-            await asyncio.gather(*(writer.submit(rounds * 100 + v) for v in range(100)))
+            await asyncio.gather(*(writer.value(rounds * 100 + v) for v in range(100)))
             rounds += 1
             with wal.open("rb") as header:
                 salts.add(header.read(24)[16:24])
@@ -282,7 +293,7 @@ async def test_the_wal_starts_over_under_steady_writes(
         sent = 0
         async with asyncio.timeout(120):
             while restarts < 3 or sent < 500:
-                await writer.submit(row)
+                await writer.value(row)
                 sent += 1
                 with wal.open("rb") as header:
                     sequence = header.read(16)[12:16]
@@ -304,7 +315,7 @@ async def test_close_does_not_wait_for_a_checkpointer_holding_the_commits(
     for round_ in range(5):
         writer = await open_writer(db, on_loop, policy=policy)
         for v in range(20):
-            await writer.submit(round_ * 100 + v)
+            await writer.value(round_ * 100 + v)
         time.sleep(0.02)  # the loop is busy: checkpoints run meanwhile
         started = time.monotonic()
         await close(writer)

@@ -17,10 +17,8 @@ from butler.config.model import SkillConfig
 from butler.engine.engine import FIRST_WRITE_DEFER_SECONDS, TaskEngine
 from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
-from butler.engine.task_row import CODE_STATES, STATE_CODES
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.storage import hex_text
 from butler.swarm.admission import SwarmPolicy
 from internal.protocol.a2a.model import Envelope, Identity, TaskRequest, TaskState
 
@@ -85,8 +83,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
 def writes(tmp_path: Path) -> list[tuple[str, str]]:
     conn = sqlite3.connect(tmp_path / "tasks.db")
     try:
-        return [(str(hex_text(task_id)), CODE_STATES[code].value) for task_id, code
-                in conn.execute("SELECT id, state FROM writes ORDER BY rowid")]
+        return list(conn.execute("SELECT id, state FROM writes ORDER BY rowid"))
     finally:
         conn.close()
 
@@ -231,8 +228,7 @@ async def test_an_async_task_whose_first_commit_fails_never_starts_and_is_ended(
 async def test_a_blocking_caller_gets_an_error_when_the_final_commit_fails(
         store: SqliteTaskStore, tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "tasks.db")
-    completed = STATE_CODES[TaskState.COMPLETED]
-    conn.execute(f"CREATE TRIGGER full BEFORE UPDATE ON tasks WHEN new.state = {completed} "
+    conn.execute("CREATE TRIGGER full BEFORE UPDATE ON tasks WHEN new.state = 'completed' "
                  "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
     conn.commit()
     conn.close()

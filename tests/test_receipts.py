@@ -113,30 +113,25 @@ async def test_an_edit_anywhere_fails(mesh: Mesh) -> None:
 async def test_butler_receipt_verify_fails_on_a_stored_edit(mesh: Mesh) -> None:
     """An operator (or anyone with the disk) edits the stored result after the fact: the
     receipt that travels with it no longer matches, and the CLI says so, exit 1."""
+    import json
     import sqlite3
-    from dataclasses import replace
 
     from butler.config import load_config
     from butler.daemon import Daemon
-    from butler.engine.receipt_rows import Signers
-    from butler.engine.task_row import OWNERS_TABLE, decode_row, row_columns
-    from butler.storage import NumberedNames, hex_bytes
 
     raw, agents = await three_hops(mesh)
     a = agents["a"]
     await a.daemon.stop()
     db = sqlite3.connect(a.daemon.config.data_dir / "tasks.db")
-    with db:
-        row = db.execute("SELECT id, owner, context_id, state, updated, body FROM tasks "
-                         "WHERE id = ?", (hex_bytes(raw["id"]),)).fetchone()
-        signers = Signers.load(db)  # receipts are kept compact (butler/engine/receipt_rows)
-        stored = decode_row(*row, signers=signers,
-                            owners=NumberedNames.load(db, OWNERS_TABLE))
-        assert any(p.text == "deep" for p in stored.parts)
-        edited = replace(stored, parts=tuple(replace(p, text="deeq") if p.text == "deep"
-                                             else p for p in stored.parts))
-        db.execute("UPDATE tasks SET body = ? WHERE id = ?",
-                   (row_columns(edited, signers)[-1], row[0]))
+    with db:  # the row names its fields: the result is edited as a person would edit it
+        (document,) = db.execute("SELECT document FROM tasks WHERE id = ?",
+                                 (raw["id"],)).fetchone()
+        stored = json.loads(document)
+        assert {"text": "deep"} in stored["parts"]
+        stored["parts"] = [{"text": "deeq"} if p == {"text": "deep"} else p
+                           for p in stored["parts"]]
+        db.execute("UPDATE tasks SET document = ? WHERE id = ?",
+                   (json.dumps(stored), raw["id"]))
     db.close()
     a.daemon = Daemon(load_config(a.config_path))
     await a.daemon.start()

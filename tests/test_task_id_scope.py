@@ -9,8 +9,6 @@ import json
 import sqlite3
 from contextlib import closing
 
-from butler.engine.task_row import OWNERS_TABLE
-from butler.storage import NumberedNames
 from tests.a2a_support import ASK, rpc
 from tests.support import ECHO, Swarm, call, post_task
 
@@ -61,8 +59,7 @@ async def test_one_id_two_callers_two_tasks_no_leak(swarm: Swarm) -> None:
 
     # Two rows: the first caller's under the plain id, the second's under a scoped one.
     with closing(sqlite3.connect(home.daemon.config.data_dir / "tasks.db")) as db:
-        owners = NumberedNames.load(db, OWNERS_TABLE)  # the row holds the owner's number
-        stored = sorted((owners.name(owner), task_id) for task_id, owner in
+        stored = sorted((owner, task_id) for task_id, owner in
                         db.execute("SELECT id, owner FROM tasks"))
     assert stored[0][0] == "alice" and stored[0][1].startswith("job-1~")
     assert stored[1] == ("operator", "job-1")

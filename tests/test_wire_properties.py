@@ -171,7 +171,14 @@ def test_exact_decimals_survive_a_frame() -> None:
 def test_a_stored_row_gives_the_task_back_and_the_answer_is_its_encoding() -> None:
     from dataclasses import replace
 
-    from butler.engine.task_row import decode_row, row_columns
+    from butler.engine.task_document import task_from_row, task_row
+
+    def decode_row(task_id: str, owner: str, context_id: str, state: str, _: int,
+                   document: str) -> Task:
+        return task_from_row(task_id, owner, context_id, state, document)
+
+    def row_columns(task: Task) -> tuple[str, str, str, str, int, str]:
+        return task_row(task)
 
     task = Task(id="t-1", context_id="c-1", owner="operator", state=TaskState.WORKING,
                 request=TaskRequest(text="hi", capabilities_needed=("x.y",)),

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.settle import Settlements
 from butler.engine.shutdown import stop_runs
 from butler.engine.store import TaskStore
+from butler.engine.task_document import NotStorable
 from butler.engine.task_ids import lookup
 from butler.engine.transitions import (
     ArtifactAdded,
@@ -66,6 +68,8 @@ log = logging.getLogger("butler.engine")
 # task's next one (see ``_create``): a crash within it leaves no record of a task whose
 # caller was never answered. docs/tasks.md
 FIRST_WRITE_DEFER_SECONDS = 0.05
+# A task whose output the store cannot keep fails with it (``_not_storable``).
+NOT_STORABLE = "output_not_storable"
 
 
 class TaskEngine:
@@ -352,17 +356,27 @@ class TaskEngine:
         if task is current:
             return current  # nothing to record
         self._live[task_id] = task
+        run = self._runs.get(task_id)
         if isinstance(event, ArtifactAdded):
-            await self.store.put(task)
+            try:
+                await self.store.put(task)
+            except NotStorable as exc:
+                return await self._not_storable(current, task, exc, run)
             self.hub.publish(TaskEvent(task, "artifact", event.artifact, append=event.append,
                                        last_chunk=event.last_chunk))
             return task
+        return await self._commit(task, current, run)
+
+    async def _commit(self, task: Task, before: Task, run: TaskRun | None) -> Task:
+        """Persist a new state of the task, then record, publish and settle it."""
         if task.state.terminal:
             self._finalise(task := self.deps.seal(task))  # with its signed receipt
         try:
             await self.store.put(task)
+        except NotStorable as exc:
+            return await self._not_storable(before, task, exc, run)
         except Exception as exc:
-            self._settlements.failed(task_id, exc)
+            self._settlements.failed(task.id, exc)
             raise
         if task.state.terminal:
             # Only once the end is committed: a crash in between leaves the task open,
@@ -372,6 +386,29 @@ class TaskEngine:
         if task.state.terminal or task.state.interrupted:
             self._settlements.settled(task)
         return task
+
+    async def _not_storable(self, before: Task, task: Task, exc: NotStorable,
+                            run: TaskRun | None) -> Task:
+        """What the run gave (``task``) cannot be stored: the task fails alone, from its
+        last stored state (``before``), keeping what was spent and delegated, and its run
+        is stopped (at its next wait: this change is recorded first)."""
+        if task.error is not None and task.error.code == NOT_STORABLE:
+            raise exc  # even its failure could not be stored: the store's own error
+        log.warning("task %s: its output cannot be stored: %s", task.id, exc)
+        failed = interrupted(before, NOT_STORABLE, f"the output cannot be stored: {exc}",
+                             now_iso())
+        children = task.receipts[1:] if task.state.terminal else task.receipts
+        ended = replace(failed, cost=task.cost or failed.cost,
+                        budget=task.budget or failed.budget, receipts=children)
+        self._live[task.id] = ended
+        try:
+            ended = await self._commit(ended, before, None)
+        except NotStorable:  # what it spent or delegated is not storable either
+            self._live[task.id] = failed
+            ended = await self._commit(failed, before, None)
+        if run is not None and not task.state.terminal:
+            run.cancel()
+        return ended
 
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)

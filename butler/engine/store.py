@@ -11,36 +11,26 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from butler.engine.receipt_rows import Signers
-from butler.engine.task_row import (
-    OWNERS_TABLE,
-    STATE_CODES,
-    TERMINAL_CODES,
-    decode_row,
-    row_columns,
+from butler.engine.task_document import task_from_row, task_row
+from butler.engine.task_schema import (
+    OPEN_STATES,
+    TERMINAL_STATES,
+    UPSERT,
+    VERSION,
+    create_schema,
 )
-from butler.engine.task_schema import OPEN_STATES, UPSERT, create_schema
-from butler.storage import (
-    BatchWriter,
-    CheckpointPolicy,
-    Database,
-    NumberedNames,
-    hex_bytes,
-    hex_text,
-    micros_stamp,
-    stamp_micros,
-)
+from butler.storage import BatchWriter, CheckpointPolicy, Database, micros_stamp, stamp_micros
 from internal.protocol.a2a.model import RequestError, Task, TaskPage, TaskState
 
 # Small, so a purge never holds the write lock long: the loop's commits wait for it.
 PURGE_CHUNK = 200
 # Free pages given back to the file system after each purge chunk (4 KiB each).
 VACUUM_PAGES = 256
-_COLUMNS = "id, owner, context_id, state, updated, body"
+_COLUMNS = "id, owner, context_id, state, document"
 # Task writes are committed by the loop itself (``BatchWriter``'s loop mode), not handed
 # to the worker: measured faster (docs/performance.md). Reads run on the worker.
 COMMIT_ON_LOOP = True
@@ -64,59 +54,34 @@ class SqliteTaskStore:
     """``await SqliteTaskStore.open(path)``."""
 
     def __init__(self, db: Database, checkpoints: CheckpointPolicy,
-                 commit_on_loop: bool, signers: Signers, owners: NumberedNames) -> None:
+                 commit_on_loop: bool) -> None:
         self._db = db
-        self._signers = signers
-        self._owners = owners  # as committed: queries and reads use it
-        self._encoding = owners  # what the commit being encoded knows (``_number``)
-        self._writer = BatchWriter(db, UPSERT, self._columns, key=_task_id,
-                                   checkpoints=checkpoints, commit_on_loop=commit_on_loop,
-                                   prepare=self._number)
+        self._writer = BatchWriter(db, UPSERT, checkpoints=checkpoints,
+                                   commit_on_loop=commit_on_loop)
 
     @classmethod
     async def open(cls, path: Path, checkpoints: CheckpointPolicy | None = None,
                    commit_on_loop: bool = COMMIT_ON_LOOP) -> SqliteTaskStore:
         checkpoints = checkpoints or CheckpointPolicy()
-        db = await Database.open(path, name="tasks", setup=create_schema, incremental_vacuum=True,
-                                 pragmas=checkpoints.pragmas())
-        return cls(db, checkpoints, commit_on_loop, await db.run(Signers.load),
-                   await db.run(NumberedNames.load, OWNERS_TABLE))
+        db = await Database.open(path, name="tasks", setup=create_schema, version=VERSION,
+                                 incremental_vacuum=True, pragmas=checkpoints.pragmas())
+        return cls(db, checkpoints, commit_on_loop)
 
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
         ``defer``: a first write may wait up to that many seconds for the task's next
-        write, which then commits in its place (``BatchWriter.submit``). A receipt by a
-        signer the file does not know yet has it recorded first (``receipt_rows``)."""
-        if task.receipts and (new := self._signers.unknown(task.receipts)):
-            self._signers.add(await self._db.transaction(Signers.register, new), new)
-        await self._writer.submit(task, defer)
+        write, which then commits in its place (``BatchWriter.submit``). The row is made
+        here, before it joins a commit: a task that cannot be stored raises
+        ``NotStorable`` and no other task's commit is touched."""
+        await self._writer.submit(task.id, task_row(task), defer)
 
-    def _number(self, conn: sqlite3.Connection,
-                tasks: list[Task]) -> Callable[[], None] | None:
-        """In a commit's transaction, before its rows are encoded: number the owners that
-        have no number yet (``add`` reads the table first, so a commit whose caller has
-        not been told of an earlier one's numbers still finds them). The numbers are
-        known to queries once the transaction committed; one that rolled back leaves
-        nothing behind."""
-        new = {t.owner for t in tasks if self._owners.find(t.owner) is None}
-        if not new:
-            self._encoding = self._owners
-            return None
-        encoding = NumberedNames(OWNERS_TABLE, dict(self._owners.by_ref).items())
-        added = [a for name in sorted(new) if (a := encoding.add(conn, name)) is not None]
-        encoding.known(added)
-        self._encoding = encoding
-        return lambda: self._owners.known(added)
-
-    def _columns(self, task: Task) -> tuple[Any, ...]:
-        return row_columns(task, self._signers, self._encoding)
-
-    def _task(self, row: Sequence[Any]) -> Task:
-        return decode_row(*row, signers=self._signers, owners=self._owners)
+    @staticmethod
+    def _task(row: Sequence[Any]) -> Task:
+        return task_from_row(*row)
 
     async def get(self, task_id: str) -> Task | None:
         row = await self._db.fetchone(f"SELECT {_COLUMNS} FROM tasks WHERE id=?",
-                                      (hex_bytes(task_id),))
+                                      (task_id,))
         return self._task(row) if row else None
 
     async def list_tasks(
@@ -136,13 +101,13 @@ class SqliteTaskStore:
         other = "" if context_id is None else "+"
         if context_id is not None:
             where.append("context_id=?")
-            args.append(hex_bytes(context_id))
+            args.append(context_id)
         if owner is not None:
             where.append(f"{other}owner=?")
-            args.append(self._owners.stored(owner))
+            args.append(owner)
         if state is not None:
             where.append(f"{other}state=?")
-            args.append(STATE_CODES[state])
+            args.append(state.value)
         if updated_after is not None:
             where.append(f"{other}updated>=?")
             args.append(_micros(updated_after))
@@ -159,7 +124,7 @@ class SqliteTaskStore:
         if context_id is None and state is None and (owner is not None or by_update):
             sql, args = _merged(where, args, order, limit + 1)
         else:
-            sql = f"SELECT seq, {_COLUMNS} FROM tasks"
+            sql = f"SELECT seq, updated, {_COLUMNS} FROM tasks"
             if where:
                 sql += " WHERE " + " AND ".join(where)
             sql += f" ORDER BY {order} LIMIT ?"
@@ -173,9 +138,9 @@ class SqliteTaskStore:
         rows, total = await self._db.run(query)
         more = len(rows) > limit
         rows = rows[:limit]
-        next_cursor = _encode_cursor(rows[-1][0], rows[-1][5] if by_update else None) \
+        next_cursor = _encode_cursor(rows[-1][0], rows[-1][1] if by_update else None) \
             if more and rows else None
-        return TaskPage(tuple(self._task(r[1:]) for r in rows), next_cursor, total)
+        return TaskPage(tuple(self._task(r[2:]) for r in rows), next_cursor, total)
 
     async def open_tasks(self) -> list[Task]:
         rows = await self._db.fetchall(
@@ -186,9 +151,9 @@ class SqliteTaskStore:
         """Ids of the terminal tasks last updated at or after ``updated_at`` (start-up
         recovery): from the index alone, as a busy minute holds tens of thousands."""
         rows = await self._db.fetchall(
-            f"SELECT id FROM tasks WHERE state IN ({_TERMINAL}) AND updated>=?",
+            f"SELECT id FROM tasks WHERE state IN ({TERMINAL_STATES}) AND updated>=?",
             (_micros(updated_at),))
-        return [str(hex_text(r[0])) for r in rows]
+        return [r[0] for r in rows]
 
     async def purge_terminal(self, updated_before: str) -> list[str]:
         """Delete terminal tasks last updated before then; returns their ids.
@@ -209,20 +174,19 @@ class SqliteTaskStore:
         await self._db.close()
 
 
-_TERMINAL = ",".join(map(str, TERMINAL_CODES))
-ALL_CODES = tuple(STATE_CODES.values())
-_ALL = ",".join(map(str, ALL_CODES))
+ALL_STATES = tuple(s.value for s in TaskState)
+_ALL = ",".join(f"'{s}'" for s in ALL_STATES)
 
 
 def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:
     rows = conn.execute(
         "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks INDEXED BY tasks_state_updated "
-        f"WHERE state IN ({_TERMINAL}) AND updated<? LIMIT ?) RETURNING id",
+        f"WHERE state IN ({TERMINAL_STATES}) AND updated<? LIMIT ?) RETURNING id",
         (updated_before, PURGE_CHUNK),
     ).fetchall()
     if rows:
         conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
-    return [str(hex_text(r[0])) for r in rows]
+    return [r[0] for r in rows]
 
 
 def _merged(where: list[str], args: list[Any], order: str,
@@ -234,10 +198,10 @@ def _merged(where: list[str], args: list[Any], order: str,
     columns = "seq, updated" if "updated" in order else "seq"
     walks = " UNION ALL ".join(
         f"SELECT * FROM (SELECT {columns} FROM tasks WHERE {walk} ORDER BY {order} LIMIT ?)"
-        for _ in ALL_CODES)
-    return (f"SELECT seq, {_COLUMNS} FROM tasks WHERE seq IN (SELECT seq FROM ({walks}) "
-            f"ORDER BY {order} LIMIT ?) ORDER BY {order}",
-            [a for code in ALL_CODES for a in (code, *args, limit)] + [limit])
+        for _ in ALL_STATES)
+    return (f"SELECT seq, updated, {_COLUMNS} FROM tasks WHERE seq IN (SELECT seq FROM "
+            f"({walks}) ORDER BY {order} LIMIT ?) ORDER BY {order}",
+            [a for state in ALL_STATES for a in (state, *args, limit)] + [limit])
 
 
 def _count_query(where: list[str], args: list[Any], owner: str | None,
@@ -258,10 +222,6 @@ def _micros(stamp: str) -> int:
     if micros is None:
         raise RequestError("invalid_params", f"not a timestamp the store writes: {stamp}")
     return micros
-
-
-def _task_id(task: Task) -> str:
-    return task.id
 
 
 def _encode_cursor(seq: int, updated: int | None) -> str:

@@ -1,4 +1,4 @@
-"""The task store's schema, and its migration in place from older files.
+"""The task store's schema, and the migration in place of files an earlier release wrote.
 
 Every query the store makes is an index walk (docs/tasks.md#storage): listing by
 creation (``seq``) or by last update (``updated``) by a state, or an owner and a state,
@@ -9,34 +9,31 @@ state's ``updated``. The totals the A2A ListTasks answer carries come from
 ``task_counts``, which triggers keep per owner and state, instead of a count over every
 matching row.
 
-``PRAGMA user_version`` says which schema a file has. A file from before it (version 0,
-one JSON body per task, text times and states) is rewritten on open: each row is
-decoded the old way and written the new way, in one transaction, and the file is then
-vacuumed with incremental auto-vacuum turned on, so purged pages go back to the disk.
-A version 1 file only gains ``receipt_signers``: its rows read as they are.
+``PRAGMA user_version`` says which schema a file has. A file of an earlier schema (0 to
+5) is migrated once, when it is opened: every row is read the way its release wrote it
+(``task_migration``) and written as this schema's, in one transaction, so a migration
+cut short (a crash, a kill) leaves the old file as it was, and the next start does it
+again. A file of a later schema is refused and left untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import replace
-from decimal import Decimal
+import sys
+from collections.abc import Callable
+from typing import Any
 
-from butler.engine.receipt_rows import SIGNERS_TABLE
-from butler.engine.task_row import OPEN_CODES, OWNERS_TABLE, row_columns
-from butler.storage import NumberedNames, names_table, schema_version
-from internal.protocol.a2a.codec import butler_v2, exact_json
-from internal.protocol.a2a.model import Message, Task
+from butler.engine.task_document import task_row
+from butler.engine.task_migration import OldRows, decode_v0
+from butler.storage import hex_text, schema_version
+from internal.protocol.a2a.model import Task, TaskState
 
 log = logging.getLogger("butler.engine")
 
-# 1: the compact row; 2: receipt_signers (receipts kept compact); 3: five listing
-# indexes, not eight (an owner's or everyone's tasks are walked state by state, merged);
-# 4: a body may be a BLOB (receipts' binary fields after its JSON), which 3 cannot read;
-# 5: owners numbered in task_owners (rows and task_counts hold the number), which 4
-# cannot read.
-VERSION = 5
+# 6: one keyed row per task (``task_document``): text ids, owners and states, receipts
+# as their JWS text. 1-5 were positional layouts (``task_migration``).
+VERSION = 6
 
 _TABLES = ("""
 CREATE TABLE tasks (
@@ -44,16 +41,16 @@ CREATE TABLE tasks (
     id TEXT NOT NULL UNIQUE,
     owner TEXT NOT NULL,
     context_id TEXT NOT NULL,
-    state INTEGER NOT NULL,
+    state TEXT NOT NULL,
     updated INTEGER NOT NULL,
-    body TEXT NOT NULL
+    document TEXT NOT NULL
 )""", """
 CREATE TABLE task_counts (
     owner TEXT NOT NULL,
-    state INTEGER NOT NULL,
+    state TEXT NOT NULL,
     n INTEGER NOT NULL,
     PRIMARY KEY (owner, state)
-) WITHOUT ROWID""", SIGNERS_TABLE, names_table(OWNERS_TABLE))
+) WITHOUT ROWID""")
 
 _INDEXES = (
     "CREATE INDEX tasks_owner_state ON tasks(owner, state, seq)",
@@ -74,114 +71,91 @@ END""", """CREATE TRIGGER tasks_uncounted AFTER DELETE ON tasks BEGIN
 END""",
 )
 
-_UPGRADE = (SIGNERS_TABLE, names_table(OWNERS_TABLE), "DROP INDEX IF EXISTS tasks_owner",
-            "DROP INDEX IF EXISTS tasks_owner_updated", "DROP INDEX IF EXISTS tasks_updated")
+_INSERT = ("INSERT INTO tasks(id, owner, context_id, state, updated, document) "
+           "VALUES (?,?,?,?,?,?)")
+UPSERT = _INSERT + (" ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
+                    "updated=excluded.updated, document=excluded.document")
+OPEN_STATES = ",".join(f"'{s.value}'" for s in TaskState if not s.terminal)
+TERMINAL_STATES = ",".join(f"'{s.value}'" for s in TaskState if s.terminal)
+# Rows read and written per step of a migration; progress is shown past one step.
+MIGRATE_CHUNK = 5000
+_OLD_TABLES = ("receipt_signers", "task_owners")
 
-INSERT = ("INSERT INTO tasks(id, owner, context_id, state, updated, body) "
-          "VALUES (?,?,?,?,?,?)")
-UPSERT = INSERT + (" ON CONFLICT(id) DO UPDATE SET state=excluded.state, "
-                   "updated=excluded.updated, body=excluded.body")
-OPEN_STATES = ",".join(map(str, OPEN_CODES))
-_MIGRATE_CHUNK = 5000
 
-
-def create_schema(conn: sqlite3.Connection) -> None:
+def create_schema(conn: sqlite3.Connection,
+                  progress: Callable[[str], None] | None = None) -> None:
     """On open: create, or migrate, or nothing (the file is current)."""
     version = schema_version(conn, "tasks", VERSION)
     if version == VERSION:
         return
-    legacy = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
+    old = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if legacy is not None and version >= 1:
-            # Rows of version 1 keep their receipts as text, which is read as it is:
-            # only the signers' table is new, and three indexes go. Their pages are
-            # reused by new rows, and given back by the purges' incremental vacuum.
-            # Owners are numbered in place (each row rewritten).
-            for statement in _UPGRADE:
-                conn.execute(statement)
-            _number_owners(conn)
-            conn.execute(f"PRAGMA user_version={VERSION}")
-            conn.execute("COMMIT")
-            return
-        if legacy is not None:
-            conn.execute("ALTER TABLE tasks RENAME TO tasks_v0")
-            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index' "
-                                        "AND tbl_name='tasks_v0' AND sql IS NOT NULL")\
-                    .fetchall():
-                conn.execute(f'DROP INDEX "{name}"')
+        if old is not None:
+            conn.execute("ALTER TABLE tasks RENAME TO tasks_old")
+            for kind, name in conn.execute(
+                    "SELECT type, name FROM sqlite_master WHERE type IN ('index', 'trigger') "
+                    "AND tbl_name='tasks_old' AND sql IS NOT NULL").fetchall():
+                conn.execute(f'DROP {kind.upper()} "{name}"')
+            conn.execute("DROP TABLE IF EXISTS task_counts")
         for statement in _TABLES:
             conn.execute(statement)
-        if legacy is not None:
-            _copy_v0(conn)
+        if old is not None:
+            _copy(conn, version, progress or _to_stderr)
         for statement in _INDEXES:
             conn.execute(statement)
-        if legacy is not None:
-            _recount(conn)
-            _number_owners(conn)
+        if old is not None:
+            conn.execute("INSERT INTO task_counts(owner, state, n) "
+                          "SELECT owner, state, count(*) FROM tasks GROUP BY owner, state")
+            for table in _OLD_TABLES:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(f"PRAGMA user_version={VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    if legacy is not None:
+    if old is not None:
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        conn.execute("VACUUM")  # takes the setting, and gives the old rows' pages back
+        conn.execute("VACUUM")  # gives the old rows' pages back
 
 
-def _copy_v0(conn: sqlite3.Connection) -> None:
-    """Rows in the order they were created, so ``seq`` (the list order) is kept."""
+def _copy(conn: sqlite3.Connection, version: int, progress: Callable[[str], None]) -> None:
+    """Every old row, in the order it was created (``seq``, the list order, is kept)."""
+    total = conn.execute("SELECT count(*) FROM tasks_old").fetchone()[0]
+    old = OldRows(conn) if version >= 1 else None
+    columns = "seq, id, body" if old is None else \
+        "seq, id, owner, context_id, state, updated, body"
     copied, after = 0, -1
     while True:
-        rows = conn.execute("SELECT seq, id, body FROM tasks_v0 WHERE seq > ? ORDER BY seq "
-                            "LIMIT ?", (after, _MIGRATE_CHUNK)).fetchall()
+        rows = conn.execute(f"SELECT {columns} FROM tasks_old WHERE seq > ? ORDER BY seq "
+                            "LIMIT ?", (after, MIGRATE_CHUNK)).fetchall()
         if not rows:
             break
-        conn.executemany("INSERT INTO tasks(seq, id, owner, context_id, state, updated, body) "
-                         "VALUES (?,?,?,?,?,?,?)",
-                         [(seq, *row_columns(decode_v0(task_id, body)))
-                          for seq, task_id, body in rows])
+        tasks = [(row[0], _read(old, row)) for row in rows]
+        conn.executemany("INSERT INTO tasks(seq, id, owner, context_id, state, updated, "
+                         "document) VALUES (?,?,?,?,?,?,?)",
+                         [(seq, *task_row(task)) for seq, task in tasks])
         copied += len(rows)
         after = rows[-1][0]
-    conn.execute("DROP TABLE tasks_v0")
-    log.info("tasks database migrated to schema %d: %d task(s)", VERSION, copied)
+        if total > MIGRATE_CHUNK:
+            progress(f"tasks database: migrating to schema {VERSION}: "
+                     f"{copied} of {total} tasks")
+    conn.execute("DROP TABLE tasks_old")
+    done = f"tasks database: migrated {copied} task(s) from schema {version} to {VERSION}"
+    log.info("%s", done)
+    if total > MIGRATE_CHUNK:
+        progress(done)
 
 
-def _number_owners(conn: sqlite3.Connection) -> None:
-    """Each owner a row holds as text given its number, in the rows and the counts."""
-    owners = NumberedNames.load(conn, OWNERS_TABLE)
-    texts = conn.execute("SELECT DISTINCT owner FROM tasks WHERE typeof(owner) = 'text'")
-    for (owner,) in texts.fetchall():
-        added = owners.add(conn, owner)
-        if added is not None:
-            owners.known([added])
-        if (number := owners.find(owner)) is not None:
-            conn.execute("UPDATE tasks SET owner = ? WHERE owner = ?", (number, owner))
-            conn.execute("UPDATE task_counts SET owner = ? WHERE owner = ?", (number, owner))
-    log.info("tasks database: owners numbered (%d)", len(owners.by_ref))
+def _read(old: OldRows | None, row: tuple[Any, ...]) -> Task:
+    try:
+        return decode_v0(row[1], row[2]) if old is None else old.task(*row[1:])
+    except Exception as exc:
+        raise RuntimeError(f"tasks database: task {hex_text(row[1])} (row {row[0]}) cannot "
+                           f"be read to migrate it, and nothing was changed: {exc}") from exc
 
 
-def _recount(conn: sqlite3.Connection) -> None:
-    conn.execute("INSERT INTO task_counts(owner, state, n) "
-                 "SELECT owner, state, count(*) FROM tasks GROUP BY owner, state")
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
-
-def decode_v0(task_id: str, body: str) -> Task:
-    """A version 0 row: ``{"task": <the /v2 task>, "owner", "request", "messages"?,
-    "reply_as_message"?}``; messages in that version's encoding."""
-    data = exact_json.loads(body, max_depth=256)
-    task = butler_v2.decode_task(data["task"])
-    messages = tuple(
-        Message(message_id=m["message_id"], role=m["role"],
-                parts=butler_v2.decode_parts(m["parts"]), context_id=m["context_id"],
-                task_id=m["task_id"], metadata=m.get("metadata"),
-                extensions=tuple(m.get("extensions", ())),
-                reference_task_ids=tuple(m.get("reference_task_ids", ())), at=m["at"])
-        for m in data.get("messages", ()))
-    request = data["request"]
-    if isinstance(request.get("timeout_seconds"), str):  # version 0 wrote it as a string
-        request["timeout_seconds"] = Decimal(request["timeout_seconds"])
-    return replace(task, id=task_id, owner=data["owner"],
-                   request=butler_v2.decode_task_request(request),
-                   messages=messages, reply_as_message=data.get("reply_as_message") is True)

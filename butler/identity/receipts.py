@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from butler.identity.key_file import AgentIdentity
@@ -36,28 +35,6 @@ from internal.signing import (
 
 RECEIPT_TYPE = "butler-receipt+jws"
 MAX_RECEIPTS = 256  # in one task's answer: a tree is bounded by depth and fan-out anyway
-_SEALED_MAX = 1024  # more than the tasks that end between a seal and its record
-
-
-@dataclass(frozen=True, slots=True)
-class Sealed:
-    """What ``seal`` made a receipt of: the task's row keeps the receipt from this
-    (``receipt_rows``) and its final audit record names it (``receipt_id``), neither
-    decoding the JWS again."""
-
-    task: Task  # as sealed, this receipt first: the one object the store is handed
-    receipt_id: str
-    agent: str
-    url: str
-    signature: str  # base64url, as in the JWS
-
-
-# The receipts sealed last, each until its task's final record named it.
-_SEALED: dict[str, Sealed] = {}
-
-
-def sealed(jws: str) -> Sealed | None:
-    return _SEALED.get(jws)
 
 
 def result_digest(result: Mapping[str, Any]) -> str:
@@ -87,9 +64,6 @@ def receipt_claims(jws: str) -> dict[str, Any]:
 
 
 def receipt_id(jws: str) -> str:
-    known = _SEALED.pop(jws, None)
-    if known is not None:
-        return known.receipt_id
     try:
         return str(receipt_claims(jws).get("receipt_id", ""))
     except BadSignature:
@@ -129,11 +103,7 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
         "at": task.updated_at,
     }
     own = sign_protected(identity.key, canonical(claims), _protected(identity.key))
-    done = task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
-    if len(_SEALED) >= _SEALED_MAX:  # a seal whose record never came: the oldest
-        del _SEALED[next(iter(_SEALED))]
-    _SEALED[own] = Sealed(done, rid, agent_id, url, own.rpartition(".")[2])
-    return done
+    return task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
 
 
 @functools.lru_cache(maxsize=64)  # per identity key: each hosted agent's, and rotations

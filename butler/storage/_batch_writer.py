@@ -31,29 +31,28 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, checkpoint, wait_unless
 from butler.storage._database import Database, DatabaseClosed
 
-# In a commit's transaction, before its items are encoded; what to run once committed.
-Prepare = Callable[[sqlite3.Connection, list[Any]], Callable[[], None] | None]
 log = logging.getLogger("butler.storage")
+Row = Sequence[Any]  # a statement's parameters
 
 
 class _Batch:
     __slots__ = ("items", "waiting")
 
     def __init__(self) -> None:
-        self.items: dict[Hashable, Any] = {}
+        self.items: dict[Hashable, Row] = {}
         self.waiting: list[asyncio.Future[None]] = []
 
-    def add(self, key: Hashable, item: Any, done: asyncio.Future[None]) -> None:
+    def add(self, key: Hashable, item: Row, done: asyncio.Future[None]) -> None:
         self.items[key] = item
         self.waiting.append(done)
 
-    def take(self, key: Hashable, item: Any, waiting: list[asyncio.Future[None]]) -> None:
+    def take(self, key: Hashable, item: Row, waiting: list[asyncio.Future[None]]) -> None:
         self.items[key] = item
         self.waiting += waiting
 
@@ -63,34 +62,27 @@ class _Batch:
 
 
 class BatchWriter:
-    """``submit`` (on the loop) queues one item and returns a future resolved once it is
-    committed; each item is written by running ``statement`` with ``encode(item)``. Of
-    the items queued with one ``key(item)``, only the last is written: the statement
-    must be an upsert for which the last write wins anyway. ``prepare(conn, items)``,
-    if given, runs in each commit's transaction before its items are encoded (a store
-    numbering a new name there, in the same transaction as the rows that use it); it
-    may return ``committed()``, called on the loop once that transaction committed. With
+    """``submit`` (on the loop) queues one row (the parameters of ``statement``) under a
+    key and returns a future resolved once it is committed. Of the rows queued with one
+    key, only the last is written: the statement must be an upsert for which the last
+    write wins anyway. A row is made by its caller before it is queued, so a value that
+    cannot be stored fails that caller alone, never a commit it would share. With
     a ``checkpoints`` policy the database's WAL is checkpointed by a ``Checkpointer``
     thread; the database must then have been opened with ``policy.pragmas()``.
     ``commit_on_loop``: see the module doc; construct the writer on the loop that will
     submit to it."""
 
-    def __init__(self, db: Database, statement: str, encode: Callable[[Any], tuple[Any, ...]],
-                 key: Callable[[Any], Hashable] = id,
+    def __init__(self, db: Database, statement: str, *,
                  checkpoints: CheckpointPolicy | None = None,
-                 commit_on_loop: bool = False,
-                 prepare: Prepare | None = None) -> None:
+                 commit_on_loop: bool = False) -> None:
         self._db = db
         self._statement = statement
-        self._encode = encode
-        self._prepare = prepare
-        self._key = key
         # Writes of the current pass, and those of the pass before, due at the next tick.
         self._next = _Batch()
         self._due = _Batch()
         self._ticking = False
         # Deferred first writes (see ``submit``), oldest first: deadline, futures, item.
-        self._later: dict[Hashable, tuple[float, list[asyncio.Future[None]], Any]] = {}
+        self._later: dict[Hashable, tuple[float, list[asyncio.Future[None]], Row]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Future[Any]] = set()
         self.committed = 0  # rows, ever; only the committing thread writes it
@@ -106,13 +98,12 @@ class BatchWriter:
         self._checkpointer = None if checkpoints is None else \
             Checkpointer(db, checkpoints, lambda: self.committed, start_over)
 
-    def submit(self, item: Any, defer: float = 0.0) -> asyncio.Future[None]:
+    def submit(self, key: Hashable, item: Row, defer: float = 0.0) -> asyncio.Future[None]:
         """``defer``: a first write of its key may wait up to that many seconds for a newer
         one to take its place, so that both cost one commit; a newer write then commits at
         the next tick, settling both futures."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        key = self._key(item)
         # A write not committed yet is replaced, in whichever batch it waits.
         if key in self._due.items:
             self._due.add(key, item, done)
@@ -190,18 +181,12 @@ class BatchWriter:
         if error is not None:
             log.error("%s: write failed for %d item(s): %s", self._db.name, len(waiting),
                       error)
-        elif committed.result() is not None:
-            committed.result()()
         _resume(waiting, error)
 
-    def _commit(self, conn: sqlite3.Connection,
-                items: list[Any]) -> Callable[[], None] | None:
-        """Inside a transaction: on the worker, or on the loop in loop mode; returns what
-        ``prepare`` asked to run once it committed."""
-        after = self._prepare(conn, items) if self._prepare is not None else None
-        conn.executemany(self._statement, [self._encode(item) for item in items])
-        self.committed += len(items)  # counted before COMMIT: only a checkpoint hint
-        return after
+    def _commit(self, conn: sqlite3.Connection, rows: list[Row]) -> None:
+        """Inside a transaction: on the worker, or on the loop in loop mode."""
+        conn.executemany(self._statement, rows)
+        self.committed += len(rows)  # counted before COMMIT: only a checkpoint hint
 
     # -- loop mode ---------------------------------------------------------------------
 
@@ -213,10 +198,8 @@ class BatchWriter:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                after = self._commit(conn, list(batch.items.values()))
+                self._commit(conn, list(batch.items.values()))
                 conn.execute("COMMIT")
-                if after is not None:
-                    after()
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from butler.storage._files import private_file, private_folder
+from butler.storage._schema import schema_version
 from internal.protocol.a2a.model import Unavailable
 
 log = logging.getLogger("butler.storage")
@@ -71,15 +72,19 @@ class Database:
     """``await Database.open(path, name=..., setup=...)``; jobs are ``fn(conn, *args)``.
 
     ``setup`` runs on the worker once, after WAL and ``synchronous=NORMAL`` are set: the
-    schema. ``pragmas`` are further ``PRAGMA`` statements for this connection.
+    schema. ``version``: the schema version ``setup`` writes; a file of a later one is
+    refused before anything is written to it (``schema_version``). ``pragmas`` are
+    further ``PRAGMA`` statements for this connection.
     """
 
     def __init__(self, path: Path, *, name: str, setup: Setup | None = None,
+                 version: int | None = None,
                  busy_timeout: float = 10.0, pragmas: tuple[str, ...] = (),
                  tighten_folder: bool = True, incremental_vacuum: bool = False) -> None:
         self.path = path
         self.name = name
         self._setup = setup
+        self._version = version
         self._busy_timeout = busy_timeout
         self._pragmas = pragmas
         self._tighten_folder = tighten_folder
@@ -224,6 +229,8 @@ class Database:
         private_file(self.path)
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=self._busy_timeout)
         try:
+            if self._version is not None:
+                schema_version(conn, self.name, self._version)
             if self._incremental_vacuum:
                 # Only a new, empty file takes it, and only before anything is written to
                 # it, the switch to WAL included: freed pages then go back to the file

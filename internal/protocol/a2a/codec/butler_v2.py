@@ -213,8 +213,7 @@ def encode_task(task: Task) -> dict[str, Any]:
 
 
 def task_json(task: Task) -> bytes:
-    """``encode_task`` as JSON bytes: the /v2 answer. (A stored row has its own, compact
-    form since receipts are kept compact: ``butler/engine/task_row.py``.)"""
+    """``encode_task`` as JSON bytes: the /v2 answer."""
     return dumps_bytes(encode_task(task))
 
 

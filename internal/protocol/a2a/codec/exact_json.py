@@ -67,7 +67,7 @@ def loads(raw: bytes | str, *, max_depth: int = 32) -> Any:
     except UnicodeDecodeError:
         raise RequestError("malformed_json", "request body is not UTF-8") from None
     # No deeper nesting than brackets in all: most bodies skip the character scan.
-    if text.count("{") + text.count("[") > max_depth and _nesting(text) > max_depth:
+    if text.count("{") + text.count("[") > max_depth and nesting(text) > max_depth:
         raise RequestError("invalid_request", f"JSON nested deeper than {max_depth} levels")
     try:
         fast = orjson.loads(text)
@@ -120,7 +120,7 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-def _nesting(text: str) -> int:
+def nesting(text: str) -> int:
     """Deepest bracket nesting outside strings, checked before parsing so a hostile body
     cannot make the parser recurse."""
     depth = deepest = 0

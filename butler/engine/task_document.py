@@ -1,0 +1,173 @@
+"""A task as its row keeps it (docs/tasks.md#storage): named columns and a keyed document.
+
+The columns are what queries filter and sort on: ``id``, ``owner``, ``context_id``,
+``state`` (its A2A name) and ``updated`` (microseconds since the epoch, for ordering;
+the time itself is in the document). The document is the JSON object of every other
+field of ``Task``, by its field name, and so on down (a request, a part, a cost node):
+a field left at its default is absent, a ``Decimal`` is its text, a tuple a list, an
+enum its value. Encoding and decoding follow the dataclasses' own fields and type hints,
+so a field added to ``Task`` (or any type it holds) is stored and read back with no edit
+here. Receipts are kept as the JWS text they were signed as.
+
+A float NaN or infinity is kept as ``null``, as every answer gives it. A task whose
+document cannot be stored (a lone surrogate, a value JSON has no form for, nesting past
+``MAX_DEPTH``) raises ``NotStorable`` from ``task_row``, before its row
+joins any commit: it fails that task alone (``TaskEngine.apply``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import math
+import types
+import typing
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from butler.storage import stamp_micros
+from internal.protocol.a2a.codec import exact_json
+from internal.protocol.a2a.model import Task, TaskRequest
+
+# Deepest nesting a document may have, a skill's data included; a row read back is
+# parsed with the same bound.
+MAX_DEPTH = 255
+# ``updated`` of a task whose time is not in the store's canonical form: sorts first.
+NOT_CANONICAL = 0
+# The columns, in the order ``task_row`` gives them.
+COLUMNS = ("id", "owner", "context_id", "state", "updated", "document")
+_IN_COLUMNS = frozenset(COLUMNS[:4])
+
+
+class NotStorable(ValueError):
+    """A task whose row cannot be written; the message says which value and why."""
+
+
+def task_row(task: Task) -> tuple[str, str, str, str, int, str]:
+    """The row's values, in ``COLUMNS`` order; raises ``NotStorable``."""
+    updated = stamp_micros(task.updated_at)
+    document = {name: value for name, value in _fields(task) if name not in _IN_COLUMNS}
+    return (task.id, task.owner, task.context_id, task.state.value,
+            NOT_CANONICAL if updated is None else updated, _dumps(document))
+
+
+def task_from_row(task_id: str, owner: str, context_id: str, state: str,
+                  document: str) -> Task:
+    data = exact_json.loads(document, max_depth=MAX_DEPTH)
+    if not isinstance(data, dict):
+        raise ValueError(f"task {task_id}: its stored document is not a JSON object")
+    data.update(id=task_id, owner=owner, context_id=context_id, state=state)
+    task: Task = _decode(Task, data)
+    return task
+
+
+def _fields(value: Any) -> typing.Iterator[tuple[str, Any]]:
+    """A dataclass's fields that differ from their defaults, encoded."""
+    for f in dataclasses.fields(value):
+        field_value = getattr(value, f.name)
+        if f.default is not dataclasses.MISSING and field_value == f.default:
+            continue
+        if f.default_factory is not dataclasses.MISSING and field_value == f.default_factory():
+            continue
+        yield f.name, _encode(field_value)
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dict(_fields(value))
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if isinstance(value, Decimal):
+        return str(value)
+    return value  # str, int, float, bool, None, or JSON data (a part's, an input)
+
+
+def _dumps(document: dict[str, Any]) -> str:
+    """Strict JSON text of ``document``. orjson where it can: it refuses integers past 64
+    bits, lone surrogates and nesting past its own bound, and writes a float NaN or
+    infinity as ``null``, as every answer Butler sends does. Else the standard library,
+    which writes big integers, and must then give UTF-8 text within ``MAX_DEPTH``."""
+    try:
+        return orjson.dumps(document, default=_json_default).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    try:
+        text = json.dumps(_finite(document), default=_json_default, ensure_ascii=False,
+                          separators=(",", ":"))
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise NotStorable("it holds a lone UTF-16 surrogate, which is not Unicode text: "
+                          f"{exc.reason}") from None
+    except RecursionError:
+        raise NotStorable(f"it is nested deeper than {MAX_DEPTH} levels") from None
+    except (TypeError, ValueError) as exc:
+        raise NotStorable(f"it holds a value JSON has no form for: {exc}") from None
+    if exact_json.nesting(text) > MAX_DEPTH:
+        raise NotStorable(f"it is nested deeper than {MAX_DEPTH} levels")
+    return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None, as orjson writes them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, tuple | frozenset | set):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# -- reading: by each dataclass's type hints -------------------------------------------
+
+
+@functools.cache
+def _hints(kind: type) -> dict[str, Any]:
+    return typing.get_type_hints(kind)
+
+
+def _decode(kind: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(kind)
+    if origin is typing.Union or origin is types.UnionType:
+        (inner,) = [k for k in typing.get_args(kind) if k is not type(None)]
+        return _decode(inner, value)
+    if origin is tuple:
+        item = typing.get_args(kind)[0]
+        return tuple(_decode(item, v) for v in value)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        hints = _hints(kind)
+        decoded = {name: _decode(hints[name], v) for name, v in value.items()
+                   if name in hints}
+        if kind is TaskRequest and "input" in decoded:
+            # As the request decoder gave it: a skill's input holds ordinary numbers.
+            decoded["input"] = exact_json.plain_numbers(decoded["input"])
+        return _construct(kind, decoded)
+    if kind is Decimal:
+        return Decimal(value)
+    if kind is float:
+        return float(value)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(value)
+    return value  # str, int, bool, Any, dict: as read
+
+
+def _construct(kind: Callable[..., Any], fields: dict[str, Any]) -> Any:
+    return kind(**fields)
+
