@@ -15,6 +15,8 @@ from tests.support import ECHO, Swarm, call, command_skill, plugin_skill, post_t
 
 # A program that cuts text by UTF-16 units and prints JSON: the cut falls in an emoji.
 SURROGATE_COMMAND = [sys.executable, "-c", r'print("{\"text\": \"cut at \\ud83d\"}")']
+# A program that prints bytes that are not UTF-8: read as text, each replaced.
+LATIN1_COMMAND = [sys.executable, "-c", r'import sys; sys.stdout.buffer.write(b"caf\xe9 \xff")']
 NOT_STORABLE = {"surrogate", "deep", "object", "progress", "artifact", "result"}
 STORABLE = {"nan": [{"kind": "data", "data": {"n": None}}], "plain": [
     {"kind": "text", "text": "plain"}]}
@@ -25,7 +27,8 @@ async def test_unstorable_output_fails_its_task_alone_under_two_callers_load(
     home = await swarm.start(
         "home", callers={"alice": {}, "bob": {}},
         skills=[ECHO, plugin_skill("garbage", "tests.plugins.garbage:garbage"),
-                command_skill("cutter", SURROGATE_COMMAND)])
+                command_skill("cutter", SURROGATE_COMMAND),
+                command_skill("latin1", LATIN1_COMMAND)])
     kinds = [*sorted(NOT_STORABLE), *sorted(STORABLE), "huge"]
 
     async def alice(n: int) -> tuple[str, int, dict[str, Any]]:
@@ -63,6 +66,8 @@ async def test_unstorable_output_fails_its_task_alone_under_two_callers_load(
     for _, _, task in theirs:
         status, stored = await call(home, "GET", f"/v2/tasks/{task['id']}", who="alice")
         assert status == 200 and stored["state"] == task["state"], stored
+    status, latin1 = await post_task(home, {"skill": "latin1", "task": "x"}, who="alice")
+    assert status == 200 and latin1["output"] == "caf\ufffd \ufffd", latin1
     for _, task in ours:
         status, stored = await call(home, "GET", f"/v2/tasks/{task['id']}", who="bob")
         assert status == 200 and stored["state"] == "completed", stored

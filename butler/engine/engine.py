@@ -394,9 +394,9 @@ class TaskEngine:
         is stopped (at its next wait: this change is recorded first)."""
         if task.error is not None and task.error.code == NOT_STORABLE:
             raise exc  # even its failure could not be stored: the store's own error
-        log.warning("task %s: its output cannot be stored: %s", task.id, exc)
-        failed = interrupted(before, NOT_STORABLE, f"the output cannot be stored: {exc}",
-                             now_iso())
+        log.warning("task %s: its output cannot be stored: %s", task.id, exc.why)
+        failed = interrupted(before, NOT_STORABLE,
+                             f"the output cannot be stored: {exc.why}", now_iso())
         children = task.receipts[1:] if task.state.terminal else task.receipts
         ended = replace(failed, cost=task.cost or failed.cost,
                         budget=task.budget or failed.budget, receipts=children)

@@ -32,7 +32,7 @@ import orjson
 
 from butler.storage import stamp_micros
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.model import Task, TaskRequest
+from internal.protocol.a2a.model import RequestError, Task, TaskRequest
 
 # Deepest nesting a document may have, a skill's data included; a row read back is
 # parsed with the same bound.
@@ -44,8 +44,14 @@ COLUMNS = ("id", "owner", "context_id", "state", "updated", "document")
 _IN_COLUMNS = frozenset(COLUMNS[:4])
 
 
-class NotStorable(ValueError):
-    """A task whose row cannot be written; the message says which value and why."""
+class NotStorable(RequestError):
+    """A task whose row cannot be written; the message says which value and why. Where
+    it is a skill's output the task fails alone (``output_not_storable``); where it is
+    the request itself, the caller is told so (400)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__("invalid_params", f"the task cannot be stored: {why}")
+        self.why = why
 
 
 def task_row(task: Task) -> tuple[str, str, str, str, int, str]:
