@@ -32,7 +32,7 @@ PURGE_CHUNK = 200
 VACUUM_PAGES = 256
 _COLUMNS = "id, owner, context_id, state, document"
 # Task writes are committed by the loop itself (``BatchWriter``'s loop mode), not handed
-# to the worker: measured faster (docs/performance.md). Reads run on the worker.
+# to the worker: a batch then costs no thread hand-off. Reads run on the worker.
 COMMIT_ON_LOOP = True
 
 

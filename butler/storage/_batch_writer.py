@@ -18,8 +18,8 @@ Where the commit runs is the writer's mode:
   its own, and settles its callers at once. The one exception to "the loop never calls
   SQLite": a commit is a WAL append without fsync (``synchronous=NORMAL``, checkpoints on
   their own thread), a fraction of a millisecond, and it spares the two thread hand-offs
-  per batch that the worker costs. The task store uses it where it measured faster
-  (docs/performance.md). To start the WAL over, the checkpointer asks the loop to hold its
+  per batch that the worker costs; the task store, whose commits are on every request's
+  path, uses it. To start the WAL over, the checkpointer asks the loop to hold its
   commits (the loop runs on; only acknowledgements wait) for one short checkpoint.
 """
 
