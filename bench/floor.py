@@ -7,7 +7,7 @@ JSON; no middleware, no storage) is served pinned to the servers' CPU and loaded
 from the other, at 64 connections and at one, in two variants: as it is, and signing 600
 bytes with Ed25519 per request, as every Butler task's receipt does. For each: req/s,
 p50, and the server's CPU per request from ``/proc``. What Butler does beyond these is
-its own work; docs/performance.md ("Issue 24: what is left") sets the two side by side
+its own work; bench/HISTORY.md ("Issue 24: what is left") sets the two side by side
 with Butler and @a2a-js/sdk measured in the same hour. ``--serve MODE`` is the server
 itself (it prints its URL, as ``harness.procs.start`` expects).
 """

@@ -142,8 +142,6 @@ def write_docs(results: dict[str, Any]) -> None:
     body = (f"Run of {results['machine']['date']} ({results['mode']}, "
             f"{results['elapsed_seconds']:.0f} s): {machine.one_line(results['machine'])}.\n\n"
             + report.markdown(results))
-    if "profile" in results:
-        body += "\n**Hotspots**\n\n" + report.hotspots_markdown(results["profile"])
     head, _, rest = text.partition(DOC_START)
     _, _, tail = rest.partition(DOC_END)
     DOC.write_text(f"{head}{DOC_START}\n{body}\n{DOC_END}{tail}")

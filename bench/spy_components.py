@@ -8,7 +8,8 @@ Each sample of the main thread goes to the first component below that a frame of
 stack names (so a receipt's signature counts once, under the seal, not again under the
 engine), except aiohttp and "ours otherwise", which are judged by the innermost frame;
 the component's share of the samples times the given µs is printed, one column a file.
-py-spy over-counts system calls (see docs/performance.md): check a surprising entry
+py-spy over-counts system calls (bench/HISTORY.md, "Where the CPU per task went since
+8071e4e"): check a surprising entry
 with ``timeit`` before acting on it.
 """
 

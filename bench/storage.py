@@ -18,8 +18,8 @@ through HTTP. Then measures:
 The tasks: ten callers, 99 % completed and the rest spread over the other states, four
 tasks per context, update times spread over the 30 days before now. ``--keep`` leaves
 the folders in ``--work`` (default ``bench/work/storage``) and reuses them next time.
-``--soak SECONDS`` runs ``bench/storage_soak.py`` instead (docs/performance.md).
-docs/performance.md records the numbers.
+docs/performance.md has the latest numbers, bench/HISTORY.md ("Storage at scale") the
+earlier ones and what each change did to them.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ retention, ``tasks.retention_hours`` of ``--task-retention`` seconds and
 the sizes of ``tasks.db`` and ``audit.db`` (each with its WAL), the requests answered,
 and the p50/p99 latency of that window. Sizes should level off once retention starts
 dropping; the p99 column shows whether a purge or a segment drop stalled the loop.
-The documented run is 600 s (docs/performance.md).
+The documented run is 600 s (bench/HISTORY.md, "Storage at scale").
 """
 
 from __future__ import annotations

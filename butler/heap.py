@@ -11,8 +11,7 @@ def settle_heap() -> None:
     Everything built while starting lives as long as the process: frozen, full
     collections no longer scan it, and no request in flight waits for such a scan.
     Young collections start after 10,000 net new objects rather than 700, which the
-    objects of the requests in flight alone cross many times a second
-    (docs/performance.md).
+    objects of the requests in flight alone cross many times a second.
     """
     gc.collect()
     gc.freeze()

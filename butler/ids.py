@@ -1,12 +1,12 @@
 """Ids for tasks, contexts and traces: unique, not secret.
 
 A task id grants nothing (a caller only ever sees its own tasks), so these come from a
-fast generator seeded from the OS, not from the OS per id: a system call per id is a
-cost on the event loop for nothing (docs/performance.md).
+generator seeded once from the OS: asking the OS for every id would put a system call on
+the event loop for a secrecy no id needs.
 
 Task and context ids start with their creation time, so each new row lands at the end of
 the task store's indexes instead of on a random page: a group commit then writes a few
-index pages instead of one per task (docs/performance.md).
+index pages instead of one per task.
 """
 
 from __future__ import annotations

@@ -55,15 +55,15 @@ def build_tracer_provider(
 def task_tracer(provider: TracerProvider, *, exporting: bool) -> Tracer:
     """With nothing to export, spans need only carry the trace from hop to hop: the
     no-op tracer passes each task's (remote) parent context through untouched, and
-    recording spans nobody reads is work for nothing (docs/performance.md)."""
+    recording spans nobody reads is work for nothing."""
     return provider.get_tracer("butler") if exporting else NoOpTracer()
 
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
     """A caller's W3C trace headers. They become an OpenTelemetry context only when a span
-    or an outbound call needs one: most tasks need neither, and extracting is not free
-    (docs/performance.md)."""
+    or an outbound call needs one: most tasks need neither, so most never pay for the
+    extraction."""
 
     traceparent: str
     tracestate: str

@@ -1,6 +1,6 @@
-"""The A2A 1.0 decoder reads the common message and part shapes through a shortcut
-(docs/performance.md); for any input, the shortcut must give what the general reader
-gives, the same value or the same error."""
+"""The A2A 1.0 decoder reads the common message and part shapes through a shortcut; for
+any input, the shortcut must give what the general reader gives, the same value or the
+same error."""
 
 from __future__ import annotations
 

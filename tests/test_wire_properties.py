@@ -51,7 +51,7 @@ def test_json_round_trips_exactly(value: Any) -> None:
 @given(json_values, st.booleans())
 def test_orjson_reads_and_writes_what_the_standard_library_does(value: Any,
                                                                  ascii_only: bool) -> None:
-    """orjson does the work (docs/performance.md); ``json`` is the reference it must match:
+    """orjson does the work; ``json`` is the reference it must match:
     fractions as exact Decimals, integers of any size, the same bytes out."""
     reference = json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
     assert exact_json.dumps(value) == reference

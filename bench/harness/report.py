@@ -94,13 +94,18 @@ _RATIOS = (("jsonrpc_vs_js", "JSON-RPC vs @a2a-js/sdk (in-memory)"),
 
 
 def _ratios(res: dict[str, Any]) -> Table:
-    rows = []
-    for ref, label in _RATIOS:
-        rows += [[label, str(r["connections"]), f"{_f(r['throughput_x'])}x",
-                  f"{_f(r['p50_x'], 3)}", f"{_f(r['p99_x'], 3)}"]
-                 for r in res.get("ratios", {}).get(ref, [])]
-    return ("Butler / other (throughput: higher is better; latency: lower is better)",
-            ["comparison", "conns", "throughput", "p50 ratio", "p99 ratio"], rows)
+    """One row per comparison, the connection counts side by side."""
+    found = [(label, res.get("ratios", {}).get(ref, [])) for ref, label in _RATIOS]
+    found = [(label, points) for label, points in found if points]
+    conns = [str(r["connections"]) for r in found[0][1]] if found else []
+    rows = [[label]
+            + [f"{_f(r['throughput_x'])}x" for r in points]
+            + [f"{_f(r['p50_x'], 2)} / {_f(r['p99_x'], 2)}" for r in points]
+            for label, points in found]
+    return ("Butler / other, by connections (throughput: higher is better; p50 / p99 "
+            "latency ratios: lower is better)",
+            ["comparison"] + [f"req/s x, {c} conns" for c in conns]
+            + [f"p50 / p99 x, {c} conns" for c in conns], rows)
 
 
 def _hops(res: dict[str, Any]) -> Table:
@@ -137,16 +142,21 @@ def _registry(res: dict[str, Any]) -> Table:
 
 
 def _free_text(res: dict[str, Any]) -> Table:
-    rows = []
+    """One row per store and size, the four queries side by side."""
+    rows, queries = [], []
     for kind in ("sqlite", "redis"):
         data = res.get(kind)
         for s in data["scales"] if isinstance(data, dict) else []:
-            rows += [[kind, str(s["agents"]), label, _f(r["rps"], 0), _f(r["p50_ms"]),
-                      _f(r["p99_ms"]), str(r["bad"]), _f(r.get("noise_cpu_pct", 0), 0)]
-                     for label, r in s.get("free_text_c1", {}).items()]
-    return ("Registry free-text query (limit 20; HTTP, 1 connection; rare = 0.1 % of the "
-            "agents have the word, common = all of them)",
-            ["store", "agents", "query", "req/s", "p50 ms", "p99 ms", "bad", "noise %"], rows)
+            points = s.get("free_text_c1", {})
+            queries = queries or list(points)
+            rows.append([kind, str(s["agents"])]
+                        + [f"{_f(r['p50_ms'])} / {_f(r['p99_ms'])}" for r in points.values()]
+                        + [str(sum(r["bad"] for r in points.values())),
+                           _f(max((r.get("noise_cpu_pct", 0) for r in points.values()),
+                                  default=0), 0)])
+    return ("Registry free-text query, HTTP p50 / p99 ms (limit 20; 1 connection; rare = "
+            "0.1 % of the agents have the word, common = all of them)",
+            ["store", "agents", *queries, "bad", "noise %"], rows)
 
 
 def _registry_writes(res: dict[str, Any]) -> Table:
@@ -261,12 +271,6 @@ def hotspots(profile: dict[str, Any]) -> list[Table]:
         ("Butler's functions by inclusive time", ["function", "%"],
          [[f"`{f['function']}`", _f(f["percent"], 1)] for f in profile["inclusive"]]),
     ]
-
-
-def hotspots_markdown(profile: dict[str, Any]) -> str:
-    if "self" not in profile:
-        return f"Profile: {profile.get('skipped', 'not run')}\n"
-    return _markdown(hotspots(profile))
 
 
 def hotspots_text(profile: dict[str, Any]) -> str:

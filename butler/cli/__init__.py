@@ -2,7 +2,7 @@
 
 Only the module of the command being run is imported: the others are listed in the help
 from ``COMMANDS`` alone, so ``butler --help`` and ``butler token new`` do not load the HTTP
-stack, the config loader or the daemon (docs/performance.md, "CLI start-up").
+stack, the config loader or the daemon, whose imports would be most of their time.
 """
 
 from __future__ import annotations

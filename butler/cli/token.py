@@ -38,8 +38,8 @@ def _new(args: argparse.Namespace) -> int:
 
 
 def _hash(args: argparse.Namespace) -> int:
-    # Here, not at the top: importing butler.config loads the HTTP stack (``token new``
-    # must start fast; docs/performance.md).
+    # Here, not at the top: importing butler.config loads the HTTP stack, which
+    # ``token new`` does not need and should not wait for.
     from butler.config.weak_tokens import MIN_TOKEN_BITS, estimated_bits, weakness
 
     data = sys.stdin.buffer.read()

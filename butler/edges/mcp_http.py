@@ -60,8 +60,8 @@ async def mount_mcp(app: web.Application, stack: AsyncExitStack, cfg: Config,
 
 
 class _McpEdge:
-    """The SDK (pydantic, starlette, httpx: about 35 MB resident) is imported by the first
-    ``/mcp`` request, not at start: a daemon nobody reaches over MCP stays small."""
+    """The SDK (and pydantic, starlette and httpx with it) is imported by the first ``/mcp``
+    request, not at start: a daemon nobody reaches over MCP does not carry it in memory."""
 
     def __init__(self, cfg: Config, service: TaskService, catalog: SkillCatalog) -> None:
         self._cfg, self._service, self._catalog = cfg, service, catalog

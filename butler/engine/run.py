@@ -130,7 +130,8 @@ class RunDeps:
 
     @property
     def recording(self) -> bool:
-        """Whether spans are recorded at all; the no-op tracer's still cost a few percent."""
+        """Whether spans are recorded at all: when not, a span's attributes are not built,
+        since nobody would read them."""
         return not isinstance(self.tracer, NoOpTracer)
 
 
@@ -237,8 +238,8 @@ class TaskRun:
 
     def _ended(self, started: float, state: TaskState, code: str | None = None,
                message: str | None = None, **result: Any) -> Finished:
-        """The outcome with what the run spent and delegated, made whole in one go (each
-        frozen field costs ~1,500 instructions); an error ``code`` as ``failed`` makes."""
+        """The outcome with what the run spent and delegated, made whole in one go rather
+        than made and then copied with them; an error ``code`` as ``failed`` makes."""
         node = CostNode(self.deps.agent_id, self.task.skill, self._charged, int(
             (time.monotonic() - started) * 1000), state.value, tuple(self.children))
         return Finished(state, error=None if code is None else TaskError(code, message or ""),

@@ -30,10 +30,11 @@ T = TypeVar("T")
 SCHEMA_VERSION = 2
 _SWEEP_BATCH = 500
 # Which index drives a free-text query. Reading the m full-text matches, then filtering
-# and sorting them by name, costs about 3.5 us each; walking names in order and probing
-# the full-text index for each costs about 16 us a probe, and finds a page of p among n
-# agents in about p * n / m probes. The two are equal near m = sqrt(p * n * 16 / 3.5):
-# about 3,200 at 100,000 agents (some 11 ms either way at worst, by those costs).
+# and sorting them by name, is one read each; walking names in order and probing the
+# full-text index for each finds a page of p among n agents in about p * n / m probes,
+# each _PROBE_OVER_READ times the cost of a read (its figures: bench/HISTORY.md). The two
+# are equal near m = sqrt(p * n * _PROBE_OVER_READ): with fewer matches, the full-text
+# index drives.
 _PROBE_OVER_READ = 16 / 3.5
 
 # `id` is an INTEGER PRIMARY KEY (a rowid alias) because the external-content FTS5 index
@@ -70,7 +71,8 @@ _SCHEMA = (
         VALUES ('delete', old.id, old.search_text);
     END""",
     # Rows in agents, kept by triggers, so counting the live ones reads only the expired
-    # rows a sweep has not reached yet instead of every agent (30-40 ms at 1M).
+    # rows a sweep has not reached yet instead of every agent, which grows with the
+    # registry and holds its one thread.
     """CREATE TABLE IF NOT EXISTS agent_count (
         one INTEGER PRIMARY KEY CHECK (one = 1),
         n   INTEGER NOT NULL

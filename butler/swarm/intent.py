@@ -83,8 +83,8 @@ class IntentRouter:
         visible = self.catalog.visible(caller)
         if len(visible) == 1 and not await self.candidates(peers):
             # Nothing to choose between (one skill, no peers): it does the task, as before
-            # the router, whatever a ranking would say; so none is made (the router took
-            # about 4 % of a task's CPU on such an agent).
+            # the router, whatever a ranking would say; so none is made, as its answer is
+            # known.
             return Intent(Ranking(text, self.threshold, ()), skill=visible[0])
         ranking = await self.rank(caller, text, chain, peers, allow)
         best = ranking.best

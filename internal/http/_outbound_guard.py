@@ -90,8 +90,8 @@ class OutboundGuard:
                  names: ResolverFactory | None = None) -> None:
         self.rules = rules
         self._names = names
-        # Judgements by address: the rules never change, and judging costs tens of
-        # microseconds (the ipaddress module), twice per call, on every hop.
+        # Judgements by address: the rules never change, and judging parses and tests
+        # the address with the ipaddress module, twice per call, on every hop.
         self._judged: dict[str, str | None] = {}
 
     def __repr__(self) -> str:

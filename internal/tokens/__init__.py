@@ -1,7 +1,7 @@
 """Bearer tokens: making one and the SHA-256 hex that configs hold instead of it.
 
 A package of its own, importing only the standard library, so ``butler token new`` starts
-without loading the HTTP stack (docs/performance.md, "CLI start-up").
+without loading the HTTP stack.
 """
 
 from __future__ import annotations

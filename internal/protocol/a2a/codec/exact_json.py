@@ -1,8 +1,8 @@
 """JSON on the wire: exact decimals in, exact decimals out, bounded nesting.
 
 orjson does the work where it gives the same answer as the standard library, which is
-nearly always; it is several times faster, and every task is encoded several times
-(answer, stored row); docs/performance.md. The standard library stays the reference:
+nearly always: it works in C, and every task is encoded more than once (answer, stored
+row). The standard library stays the reference:
 whatever orjson refuses (integers past 64 bits, lone surrogates) or cannot read exactly
 (fractions, which must become ``Decimal``) goes to ``json``.
 """
@@ -45,8 +45,8 @@ def dumps_bytes(data: Any) -> bytes:
 
 def _orjson_dumps(data: Any) -> bytes:
     try:
-        # Keys are nearly always strings, and orjson writes twice as fast when it need not
-        # look for others: it refuses a document with another key, which then goes again.
+        # Keys are nearly always strings, and orjson skips its check for other keys unless
+        # asked: it refuses a document with another key, which then goes again, asking.
         return orjson.dumps(data, default=_default)
     except orjson.JSONEncodeError:
         return orjson.dumps(data, default=_default, option=orjson.OPT_NON_STR_KEYS)
