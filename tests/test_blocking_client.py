@@ -85,7 +85,7 @@ async def test_every_hostile_url_is_refused_before_any_connection() -> None:
     async with Listener().running() as listener:
         for url in hostile_urls(listener.port):
             client = BlockingV2Transport(url, TOKEN, guard=OutboundGuard(CONFIGURED),
-                                        resolve=names, timeout=2)
+                                         resolve=names, timeout=2)
             err = await fails(client)
             assert isinstance(err, DelegationFailed), url
             assert err.code == "peer_address_refused", (url, err.message)
@@ -100,7 +100,7 @@ async def test_a_name_is_resolved_once_and_connected_where_it_passed() -> None:
     async with Peer().running() as peer:
         names = Names({"peer.test": ["127.0.0.1"]})
         client = BlockingV2Transport(f"http://peer.test:{peer.port}", TOKEN, resolve=names,
-                                    guard=OutboundGuard(CONFIGURED), timeout=5)
+                                     guard=OutboundGuard(CONFIGURED), timeout=5)
         assert await asyncio.to_thread(client.request, "GET", "/v2/tasks") == {}
         assert names.asked == ["peer.test"]
         head = peer.requests[0].decode().lower()
@@ -120,7 +120,7 @@ async def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else() -> N
                     f"{elsewhere.port}/v2/tasks\r\nContent-Length: 0\r\n\r\n").encode()
         async with Peer(redirect).running() as peer:
             client = BlockingV2Transport(f"http://127.0.0.1:{peer.port}", TOKEN,
-                                        guard=OutboundGuard(CONFIGURED), timeout=5)
+                                         guard=OutboundGuard(CONFIGURED), timeout=5)
             err = await fails(client)
     assert err.code == "peer_error" and "redirected (not followed)" in err.message
     assert len(peer.requests) == 1 and elsewhere.requests == []
@@ -196,7 +196,7 @@ class QuietStream(Peer):
 
 def stream_client(peer: Peer, **kwargs: float) -> BlockingV2Transport:
     return BlockingV2Transport(f"http://127.0.0.1:{peer.port}", TOKEN,
-                              guard=OutboundGuard(CONFIGURED), **kwargs)
+                               guard=OutboundGuard(CONFIGURED), **kwargs)
 
 
 async def test_a_quiet_event_stream_is_not_timed_out() -> None:

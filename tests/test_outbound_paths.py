@@ -263,7 +263,7 @@ async def test_card_fetches_are_refused(listener: Listener) -> None:
     async with outbound_session(guard) as session:
         for url in hostile_urls(listener.port):
             client = A2AClient(url, SECRET, session=session, guard=guard, timeout=2,
-                                   connect_timeout=1)
+                               connect_timeout=1)
             with pytest.raises(DelegationFailed) as info:
                 await client.card(time.monotonic() + 5)
             assert_refused(info.value, url)

@@ -57,7 +57,7 @@ def _card(args: argparse.Namespace) -> int:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
             client = A2AClient(args.url, token, session=session, guard=guard,
-                                   timeout=TIMEOUT_SECONDS)
+                               timeout=TIMEOUT_SECONDS)
             return await client.card(time.monotonic() + TIMEOUT_SECONDS)
 
     try:

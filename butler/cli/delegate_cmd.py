@@ -51,7 +51,7 @@ def _delegate(args: argparse.Namespace) -> int:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
             client = V2Transport(url, token, session=session, name=peer.name if peer else url,
-                                timeout=peer.timeout_seconds if peer else 300, guard=guard)
+                                 timeout=peer.timeout_seconds if peer else 300, guard=guard)
             task = await client.submit(request, chain=(config.agent.id,), budget=budget)
             print(f"delegated to {client.name}: task {task.id}", file=sys.stderr)
             async for name, data in client.events(task.id):

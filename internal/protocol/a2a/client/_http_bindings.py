@@ -122,17 +122,59 @@ class HttpRequests:
                         raise bad_answer(self.name, "an event that is not JSON") from None
 
 
-class JsonRpcTransport:
+class _HttpTransport:
+    """What both HTTP bindings do with a request once it is made (``_request``) and with
+    what comes back (``_result``)."""
+
+    # A stream's ``error`` event is the error itself (JSON-RPC's is a response to unwrap).
+    error_events = False
+
     def __init__(self, url: str, version: str, http: HttpRequests) -> None:
         self.url = url
         self.version = version
         self.name = http.name
         self._http = http
 
-    def _body(self, op: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _request(self, op: str, params: dict[str, Any]) -> tuple[str, str, Any]:
+        raise NotImplementedError
+
+    def _result(self, status: int, data: Any) -> Any:
+        raise NotImplementedError
+
+    async def _task(self, op: str, params: dict[str, Any], message: Outgoing,
+                    deadline: float) -> Task:
+        method, url, body = self._request(op, params)
+        status, data = await self._http.call(method, url, body,
+                                             a2a_headers(message, self.version), deadline)
+        return task_of(self._result(status, data), self.version, self.name)
+
+    async def send(self, message: Outgoing, deadline: float) -> Task:
+        return await self._task("send", a2a_params(message, self.version), message, deadline)
+
+    async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
+        return await self._task("get", {"id": task_id}, message, deadline)
+
+    async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
+        _, url, body = self._request("stream", a2a_params(message, self.version))
+        events = self._http.events(url, body, a2a_headers(message, self.version), deadline)
+        async with contextlib.aclosing(events):
+            async for item in events:
+                if isinstance(item, int):  # no stream: the whole answer
+                    yield task_of(self._result(item, await anext(events)), self.version,
+                                  self.name)
+                    return
+                name, data = item
+                if name == "error" and self.error_events:
+                    raise peer_error(self.name, _dict(data).get("error"))
+                yield self._result(200, data)
+
+
+class JsonRpcTransport(_HttpTransport):
+    def _request(self, op: str, params: dict[str, Any]) -> tuple[str, str, Any]:
         names = _RPC_METHODS[op]
         method = names[0] if self.version == PROTOCOL_VERSION else names[1]
-        return {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": params}
+        return "POST", self.url, {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method,
+                                  "params": params}
 
     def _result(self, status: int, data: Any) -> Any:
         if not isinstance(data, dict):
@@ -143,65 +185,20 @@ class JsonRpcTransport:
             raise bad_answer(self.name, f"HTTP {status} without a JSON-RPC result")
         return data["result"]
 
-    async def send(self, message: Outgoing, deadline: float) -> Task:
-        body = self._body("send", a2a_params(message, self.version))
-        status, data = await self._http.call("POST", self.url, body,
-                                             a2a_headers(message, self.version), deadline)
-        return task_of(self._result(status, data), self.version, self.name)
 
-    async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
-        status, data = await self._http.call("POST", self.url, self._body("get", {"id": task_id}),
-                                             a2a_headers(message, self.version), deadline)
-        return task_of(self._result(status, data), self.version, self.name)
+class HttpJsonTransport(_HttpTransport):
+    error_events = True
 
-    async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
-        body = self._body("stream", a2a_params(message, self.version))
-        events = self._http.events(self.url, body, a2a_headers(message, self.version), deadline)
-        async with contextlib.aclosing(events):
-            async for item in events:
-                if isinstance(item, int):  # no stream: the whole answer
-                    yield task_of(self._result(item, await anext(events)), self.version,
-                                  self.name)
-                    return
-                yield self._result(200, item[1])
-
-
-class HttpJsonTransport:
-    def __init__(self, url: str, version: str, http: HttpRequests) -> None:
-        self.url = url
-        self.version = version
-        self.name = http.name
-        self._http = http
+    def _request(self, op: str, params: dict[str, Any]) -> tuple[str, str, Any]:
+        if op == "get":
+            return "GET", f"{self.url}/tasks/{quote(params['id'], safe='')}", None
+        return "POST", f"{self.url}/message:{op}", params
 
     def _result(self, status: int, data: Any) -> Any:
         if status >= 400 or (isinstance(data, dict) and "error" in data and status != 200):
-            raise peer_error(self.name, data.get("error") if isinstance(data, dict) else None)
+            raise peer_error(self.name, _dict(data).get("error"))
         return data
 
-    async def send(self, message: Outgoing, deadline: float) -> Task:
-        status, data = await self._http.call("POST", self.url + "/message:send",
-                                             a2a_params(message, self.version),
-                                             a2a_headers(message, self.version), deadline)
-        return task_of(self._result(status, data), self.version, self.name)
 
-    async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
-        status, data = await self._http.call("GET", f"{self.url}/tasks/{quote(task_id, safe='')}",
-                                             None, a2a_headers(message, self.version), deadline)
-        return task_of(self._result(status, data), self.version, self.name)
-
-    async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
-        events = self._http.events(self.url + "/message:stream",
-                                   a2a_params(message, self.version),
-                                   a2a_headers(message, self.version), deadline)
-        async with contextlib.aclosing(events):
-            async for item in events:
-                if isinstance(item, int):  # no stream: the whole answer
-                    yield task_of(self._result(item, await anext(events)), self.version,
-                                  self.name)
-                    return
-                name, data = item
-                if name == "error":
-                    raise peer_error(self.name, data.get("error")
-                                     if isinstance(data, dict) else None)
-                yield self._result(200, data)
-
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
