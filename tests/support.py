@@ -18,7 +18,7 @@ import yaml
 from butler.config import Config, load_config
 from butler.daemon import Daemon
 from internal.http import hash_token
-from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.client import V2Transport
 
 ECHO = {"id": "echo", "builtin": "echo", "capabilities": ["echo"], "expose": True}
 
@@ -45,8 +45,8 @@ class Instance:
     def agent_id(self) -> str:
         return self.daemon.config.agent.id
 
-    def client(self, who: str = "operator") -> PeerClient:
-        return PeerClient(self.url, self.tokens[who], session=self.session, name=self.agent_id)
+    def client(self, who: str = "operator") -> V2Transport:
+        return V2Transport(self.url, self.tokens[who], session=self.session, name=self.agent_id)
 
     def headers(self, who: str = "operator") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[who]}"}

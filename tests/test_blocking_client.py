@@ -1,4 +1,4 @@
-"""The CLI's transport (``BlockingPeerClient``, http.client) obeys the one outbound guard
+"""The CLI's transport (``BlockingV2Transport``, http.client) obeys the one outbound guard
 as the aiohttp session does: every hostile URL refused before any connection, a name
 resolved once and connected only where every address passed, redirects answered and never
 followed (so the token goes nowhere else), certificates verified; and ``butler`` says
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from internal.http import CONFIGURED, OutboundGuard
-from internal.protocol.a2a.client import BlockingPeerClient
+from internal.protocol.a2a.client import BlockingV2Transport
 from internal.protocol.a2a.model import ButlerError, DelegationFailed
 from tests.hostile_urls import HOSTILE_NAMES, Listener, hostile_urls
 from tests.support import run_cli
@@ -73,7 +73,7 @@ class Peer:
             await server.wait_closed()
 
 
-async def fails(client: BlockingPeerClient, path: str = "/v2/tasks") -> ButlerError:
+async def fails(client: BlockingV2Transport, path: str = "/v2/tasks") -> ButlerError:
     with pytest.raises(ButlerError) as info:
         await asyncio.wait_for(asyncio.to_thread(client.request, "GET", path), 10)
     assert TOKEN not in info.value.message
@@ -84,8 +84,8 @@ async def test_every_hostile_url_is_refused_before_any_connection() -> None:
     names = Names()
     async with Listener().running() as listener:
         for url in hostile_urls(listener.port):
-            client = BlockingPeerClient(url, TOKEN, guard=OutboundGuard(CONFIGURED),
-                                        resolve=names, timeout=2)
+            client = BlockingV2Transport(url, TOKEN, guard=OutboundGuard(CONFIGURED),
+                                         resolve=names, timeout=2)
             err = await fails(client)
             assert isinstance(err, DelegationFailed), url
             assert err.code == "peer_address_refused", (url, err.message)
@@ -99,8 +99,8 @@ async def test_every_hostile_url_is_refused_before_any_connection() -> None:
 async def test_a_name_is_resolved_once_and_connected_where_it_passed() -> None:
     async with Peer().running() as peer:
         names = Names({"peer.test": ["127.0.0.1"]})
-        client = BlockingPeerClient(f"http://peer.test:{peer.port}", TOKEN, resolve=names,
-                                    guard=OutboundGuard(CONFIGURED), timeout=5)
+        client = BlockingV2Transport(f"http://peer.test:{peer.port}", TOKEN, resolve=names,
+                                     guard=OutboundGuard(CONFIGURED), timeout=5)
         assert await asyncio.to_thread(client.request, "GET", "/v2/tasks") == {}
         assert names.asked == ["peer.test"]
         head = peer.requests[0].decode().lower()
@@ -119,8 +119,8 @@ async def test_a_redirect_is_not_followed_and_the_token_goes_nowhere_else() -> N
         redirect = (f"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:"
                     f"{elsewhere.port}/v2/tasks\r\nContent-Length: 0\r\n\r\n").encode()
         async with Peer(redirect).running() as peer:
-            client = BlockingPeerClient(f"http://127.0.0.1:{peer.port}", TOKEN,
-                                        guard=OutboundGuard(CONFIGURED), timeout=5)
+            client = BlockingV2Transport(f"http://127.0.0.1:{peer.port}", TOKEN,
+                                         guard=OutboundGuard(CONFIGURED), timeout=5)
             err = await fails(client)
     assert err.code == "peer_error" and "redirected (not followed)" in err.message
     assert len(peer.requests) == 1 and elsewhere.requests == []
@@ -133,9 +133,9 @@ async def test_https_verifies_the_certificate(tmp_path: Path) -> None:
     async with Peer().running(server) as peer:
         url = f"https://127.0.0.1:{peer.port}"
         pinned = ssl.create_default_context(cafile=str(ca))
-        trusted = BlockingPeerClient(url, TOKEN, guard=OutboundGuard(CONFIGURED), tls=pinned)
+        trusted = BlockingV2Transport(url, TOKEN, guard=OutboundGuard(CONFIGURED), tls=pinned)
         assert await asyncio.to_thread(trusted.request, "GET", "/v2/tasks") == {}
-        untrusted = BlockingPeerClient(url, TOKEN, guard=OutboundGuard(CONFIGURED))
+        untrusted = BlockingV2Transport(url, TOKEN, guard=OutboundGuard(CONFIGURED))
         err = await fails(untrusted)
         assert err.code == "peer_tls_error" and "certificate not trusted" in err.message
         code, _, out = await run_cli("tasks", "get", url, "x", token=TOKEN)
@@ -194,9 +194,9 @@ class QuietStream(Peer):
         writer.close()
 
 
-def stream_client(peer: Peer, **kwargs: float) -> BlockingPeerClient:
-    return BlockingPeerClient(f"http://127.0.0.1:{peer.port}", TOKEN,
-                              guard=OutboundGuard(CONFIGURED), **kwargs)
+def stream_client(peer: Peer, **kwargs: float) -> BlockingV2Transport:
+    return BlockingV2Transport(f"http://127.0.0.1:{peer.port}", TOKEN,
+                               guard=OutboundGuard(CONFIGURED), **kwargs)
 
 
 async def test_a_quiet_event_stream_is_not_timed_out() -> None:

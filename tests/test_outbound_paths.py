@@ -36,7 +36,7 @@ from butler.delegation.wiring import make_delegator
 from butler.push.dispatcher import PushDispatcher
 from butler.registry.client import RegistryClient
 from internal.http import CONFIGURED, OutboundGuard, OutboundRules, outbound_session
-from internal.protocol.a2a.client import A2APeerClient
+from internal.protocol.a2a.client import A2AClient
 from internal.protocol.a2a.model import (
     DelegationFailed,
     PushConfig,
@@ -262,8 +262,8 @@ async def test_card_fetches_are_refused(listener: Listener) -> None:
     guard = lenient(HostileNames())
     async with outbound_session(guard) as session:
         for url in hostile_urls(listener.port):
-            client = A2APeerClient(url, SECRET, session=session, guard=guard, timeout=2,
-                                   connect_timeout=1)
+            client = A2AClient(url, SECRET, session=session, guard=guard, timeout=2,
+                               connect_timeout=1)
             with pytest.raises(DelegationFailed) as info:
                 await client.card(time.monotonic() + 5)
             assert_refused(info.value, url)
@@ -286,7 +286,7 @@ async def test_interface_urls_a_card_advertises_are_refused(listener: Listener) 
     guard = lenient(HostileNames())
     try:
         async with outbound_session(guard) as session:
-            client = A2APeerClient(base, SECRET, session=session, guard=guard, timeout=2)
+            client = A2AClient(base, SECRET, session=session, guard=guard, timeout=2)
             for url in hostile_urls(listener.port):
                 advertised["url"] = url
                 with pytest.raises(DelegationFailed) as info:

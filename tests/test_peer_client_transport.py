@@ -1,5 +1,5 @@
-"""The /v2 client on both its transports (``PeerClient`` over the one outbound session,
-aiohttp; ``BlockingPeerClient`` over http.client, run in a thread here), against a hostile
+"""The /v2 client on both its transports (``V2Transport`` over the one outbound session,
+aiohttp; ``BlockingV2Transport`` over http.client, run in a thread here), against a hostile
 raw server: the same rules must hold on each.
 
 A raw asyncio server on 127.0.0.1 port 0 answers each request with bytes scripted per
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import pytest
 
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
-from internal.protocol.a2a.client import BlockingPeerClient, PeerClient
+from internal.protocol.a2a.client import BlockingV2Transport, V2Transport
 from internal.protocol.a2a.model import ButlerError, DelegationFailed
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -96,7 +96,7 @@ class Client(Protocol):
 class Threaded:
     """The blocking client, called from a worker thread so the raw server keeps serving."""
 
-    def __init__(self, client: BlockingPeerClient) -> None:
+    def __init__(self, client: BlockingV2Transport) -> None:
         self.client = client
 
     async def request(self, method: str, path: str, *, body: Any = None) -> Any:
@@ -107,10 +107,10 @@ class Threaded:
 async def client_for(transport: str, url: str, **kwargs: Any) -> AsyncIterator[Client]:
     guard = OutboundGuard(CONFIGURED)
     if transport == "blocking":
-        yield Threaded(BlockingPeerClient(url, TOKEN, guard=guard, **kwargs))
+        yield Threaded(BlockingV2Transport(url, TOKEN, guard=guard, **kwargs))
         return
     async with outbound_session(guard) as session:
-        yield PeerClient(url, TOKEN, session=session, guard=guard, **kwargs)
+        yield V2Transport(url, TOKEN, session=session, guard=guard, **kwargs)
 
 
 @pytest.fixture(params=["aiohttp", "blocking"])

@@ -15,7 +15,7 @@ import pytest
 
 from butler.identity.receipt_check import verify_receipts
 from butler.identity.receipts import receipt_claims
-from internal.protocol.a2a.client import A2APeerClient
+from internal.protocol.a2a.client import A2AClient
 from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from internal.signing import BadSignature, b64url
@@ -42,7 +42,7 @@ async def three_hops(mesh: Mesh) -> tuple[dict[str, Any], Any]:
 
 def card_reader(session: aiohttp.ClientSession) -> Any:
     async def card_of(url: str) -> Mapping[str, Any]:
-        return await A2APeerClient(url, "", session=session).card(time.monotonic() + 10)
+        return await A2AClient(url, "", session=session).card(time.monotonic() + 10)
     return card_of
 
 

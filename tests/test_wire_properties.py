@@ -14,7 +14,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.client import V2Transport
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     Artifact,
@@ -108,7 +108,7 @@ FRAMES = web.AppKey("frames", list)
 
 
 @pytest.fixture
-async def peer(http: aiohttp.ClientSession) -> AsyncIterator[PeerClient]:
+async def peer(http: aiohttp.ClientSession) -> AsyncIterator[V2Transport]:
     """A server that streams whatever frames the test put in ``app[FRAMES]``."""
 
     async def stream(request: web.Request) -> web.StreamResponse:
@@ -128,7 +128,7 @@ async def peer(http: aiohttp.ClientSession) -> AsyncIterator[PeerClient]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    client = PeerClient(f"http://127.0.0.1:{port}", "t", session=http, timeout=10)
+    client = V2Transport(f"http://127.0.0.1:{port}", "t", session=http, timeout=10)
     client.frames = app[FRAMES]  # type: ignore[attr-defined]
     yield client
     await runner.cleanup()
@@ -143,7 +143,7 @@ def expected(event: TaskEvent) -> tuple[str, Any]:
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(events, min_size=1, max_size=5), st.sampled_from([b"", b": keepalive\n\n"]))
-async def test_server_sent_events_round_trip(peer: PeerClient, sent: list[TaskEvent],
+async def test_server_sent_events_round_trip(peer: V2Transport, sent: list[TaskEvent],
                                              comment: bytes) -> None:
     frames: list[bytes] = peer.frames  # type: ignore[attr-defined]
     frames[:] = [comment + event_frame(e) for e in sent]
@@ -151,7 +151,7 @@ async def test_server_sent_events_round_trip(peer: PeerClient, sent: list[TaskEv
     assert got == [expected(e) for e in sent]
 
 
-async def test_a_large_event_reaches_the_client(peer: PeerClient) -> None:
+async def test_a_large_event_reaches_the_client(peer: V2Transport) -> None:
     event = TaskEvent(Task(id="t", context_id="c", owner="", state=TaskState.COMPLETED,
                            request=TaskRequest(), created_at="", updated_at="",
                            parts=(Part(text="x" * 300_000),)), "status")

@@ -14,7 +14,7 @@ import yaml
 
 from butler.cli.remote import run_remote, token_args
 from butler.cli.render import one_line
-from internal.protocol.a2a.client import BlockingPeerClient
+from internal.protocol.a2a.client import BlockingV2Transport
 from internal.protocol.a2a.model import DelegationFailed
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _print(args: argparse.Namespace, data: Any, line: str) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else line)
 
 
-def _agent(client: BlockingPeerClient, data: Any) -> dict[str, Any]:
+def _agent(client: BlockingV2Transport, data: Any) -> dict[str, Any]:
     """A hosted agent as the daemon describes it, or a clear error (never a traceback)
     when the URL answers something else."""
     if not (isinstance(data, dict) and all(isinstance(data.get(k), str)
@@ -60,7 +60,7 @@ def _agent(client: BlockingPeerClient, data: Any) -> dict[str, Any]:
     return data
 
 
-def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _list(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     data = client.request("GET", PATH)
     agents = data.get("agents") if isinstance(data, dict) else None
     if not isinstance(agents, list):
@@ -88,13 +88,13 @@ def _add_cmd(args: argparse.Namespace) -> int:
     return run_remote(args, _add)
 
 
-def _add(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _add(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     data = _agent(client, client.request("POST", PATH, body=args.entry))
     _print(args, data, one_line(f"hosting {data['id']} at {data['url']}", 2000))
     return 0
 
 
-def _remove(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _remove(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     data = client.request("DELETE", f"{PATH}/{quote(args.id, safe='')}")
     _print(args, data, f"removed {args.id}")
     return 0

@@ -1,7 +1,7 @@
 """``butler card URL``: inspect any A2A agent's public card, a Butler's or anyone's.
 
 The card is read the way a Butler reads a peer's before delegating to it
-(``A2APeerClient.card``: ``/.well-known/agent-card.json``, else the pre-0.3
+(``A2AClient.card``: ``/.well-known/agent-card.json``, else the pre-0.3
 ``agent.json``), through the same outbound guard. No token is sent unless one is named
 with ``--token-env`` or ``--token-file``: this command points at agents nobody
 configured, and a token goes only where it was meant to go.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from butler.cli.card_view import describe_card
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
-from internal.protocol.a2a.client import A2APeerClient
+from internal.protocol.a2a.client import A2AClient
 from internal.protocol.a2a.model import ButlerError
 
 if TYPE_CHECKING:
@@ -56,8 +56,8 @@ def _card(args: argparse.Namespace) -> int:
     async def fetch() -> dict[str, object]:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
-            client = A2APeerClient(args.url, token, session=session, guard=guard,
-                                   timeout=TIMEOUT_SECONDS)
+            client = A2AClient(args.url, token, session=session, guard=guard,
+                               timeout=TIMEOUT_SECONDS)
             return await client.card(time.monotonic() + TIMEOUT_SECONDS)
 
     try:

@@ -11,7 +11,7 @@ from butler.cli.remote import read_token
 from butler.cli.render import print_task
 from butler.cli.serve import load_or_exit
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
-from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.client import V2Transport
 from internal.protocol.a2a.codec.butler_v2 import decode_money
 from internal.protocol.a2a.model import ButlerError, TaskRequest
 
@@ -50,8 +50,8 @@ def _delegate(args: argparse.Namespace) -> int:
     async def go() -> int:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
-            client = PeerClient(url, token, session=session, name=peer.name if peer else url,
-                                timeout=peer.timeout_seconds if peer else 300, guard=guard)
+            client = V2Transport(url, token, session=session, name=peer.name if peer else url,
+                                 timeout=peer.timeout_seconds if peer else 300, guard=guard)
             task = await client.submit(request, chain=(config.agent.id,), budget=budget)
             print(f"delegated to {client.name}: task {task.id}", file=sys.stderr)
             async for name, data in client.events(task.id):

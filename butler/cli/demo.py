@@ -26,7 +26,7 @@ from butler.config.loader import load_config
 from butler.registry.client import RegistryClient
 from butler.routing import explain
 from internal.http import CONFIGURED, OutboundGuard, hash_token, new_token, outbound_session
-from internal.protocol.a2a.client import PeerClient
+from internal.protocol.a2a.client import V2Transport
 from internal.protocol.a2a.model import ButlerError, TaskRequest
 
 
@@ -146,7 +146,7 @@ def _demo(args: argparse.Namespace) -> int:
 async def _conversation(home_url: str, token: str, registry_url: str, reg_token: str,
                         home_config: Path) -> int:
     async with outbound_session(OutboundGuard(CONFIGURED)) as session:
-        home = PeerClient(home_url, token, session=session, name="home")
+        home = V2Transport(home_url, token, session=session, name="home")
         registry = RegistryClient(registry_url, reg_token, session=session)
         print("== 0. the registry: who provides memory.search?")
         for entry in await registry.find(capability="memory.search"):
@@ -197,7 +197,7 @@ _RULES: tuple[tuple[str, str, tuple[str, ...], str | None, str], ...] = (
 )
 
 
-async def _safety_rules(home: PeerClient) -> bool:
+async def _safety_rules(home: V2Transport) -> bool:
     """Step 5: three tasks that each break a swarm rule; none runs a skill or spends."""
     print("\n== 5. the safety rules: three tasks that break one each; every one is refused "
           "before any skill runs")

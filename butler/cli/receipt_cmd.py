@@ -17,7 +17,7 @@ from urllib.parse import quote
 from butler.cli.remote import read_token, token_args
 from butler.identity.receipt_check import verify_receipts
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
-from internal.protocol.a2a.client import A2APeerClient, PeerClient
+from internal.protocol.a2a.client import A2AClient, V2Transport
 from internal.protocol.a2a.model import ButlerError
 from internal.signing import BadSignature
 
@@ -42,11 +42,11 @@ def _verify(args: argparse.Namespace) -> int:
     async def go() -> list[str]:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
-            client = PeerClient(args.url, token, session=session, timeout=SECONDS, guard=guard)
+            client = V2Transport(args.url, token, session=session, timeout=SECONDS, guard=guard)
             task = await client.request("GET", f"/v2/tasks/{quote(args.task_id, safe='')}")
 
             async def card_of(url: str) -> Mapping[str, Any]:
-                reader = A2APeerClient(url, "", session=session, guard=guard, timeout=SECONDS)
+                reader = A2AClient(url, "", session=session, guard=guard, timeout=SECONDS)
                 return await reader.card(time.monotonic() + SECONDS)
 
             tree = await verify_receipts(task if isinstance(task, dict) else {}, card_of)

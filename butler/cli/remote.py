@@ -1,6 +1,6 @@
 """Commands that talk to a running Butler: send, tasks.
 
-They use the blocking /v2 client (``BlockingPeerClient``): the same exchange rules and
+They use the blocking /v2 client (``BlockingV2Transport``): the same exchange rules and
 outbound guard as the daemon's client, without aiohttp or an event loop to start.
 """
 
@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 from butler.cli.render import one_line, print_task, print_task_header, print_task_line
 from internal.http import CONFIGURED, OutboundGuard
-from internal.protocol.a2a.client import BlockingPeerClient
+from internal.protocol.a2a.client import BlockingV2Transport
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -108,7 +108,7 @@ def config_url(path: str | None) -> str | None:
     return http_url(host, a2a.port, tls=a2a.tls is not None)
 
 
-Action = Callable[[argparse.Namespace, BlockingPeerClient], int]
+Action = Callable[[argparse.Namespace, BlockingV2Transport], int]
 
 
 def run_remote(args: argparse.Namespace, action: Action) -> int:
@@ -117,7 +117,7 @@ def run_remote(args: argparse.Namespace, action: Action) -> int:
               f"http://{args.url}", file=sys.stderr)
         return 2
     token = read_token(args)
-    client = BlockingPeerClient(args.url, token, guard=OutboundGuard(CONFIGURED), timeout=3600)
+    client = BlockingV2Transport(args.url, token, guard=OutboundGuard(CONFIGURED), timeout=3600)
     try:
         return action(args, client)
     except ButlerError as err:
@@ -146,7 +146,7 @@ def _task_path(task_id: str, action: str = "") -> str:
     return f"/v2/tasks/{quote(task_id, safe='')}" + (f"/{action}" if action else "")
 
 
-def _raw_task(client: BlockingPeerClient, method: str, path: str,
+def _raw_task(client: BlockingV2Transport, method: str, path: str,
               body: Any = None) -> tuple[dict[str, Any], Task]:
     """The daemon's answer as it sent it (for ``--json``) and decoded."""
     data = client.request(method, path, body=body)
@@ -155,7 +155,7 @@ def _raw_task(client: BlockingPeerClient, method: str, path: str,
     return data, butler_v2.decode_task(data)
 
 
-def _send(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _send(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     data = _json_input(args.input)
     request = TaskRequest(text=args.text, input=data, skill=args.skill,
                           capabilities_needed=tuple(args.capability), blocking=False)
@@ -178,7 +178,7 @@ def _send(args: argparse.Namespace, client: BlockingPeerClient) -> int:
         raise
 
 
-def _follow(args: argparse.Namespace, client: BlockingPeerClient, task: Task) -> int:
+def _follow(args: argparse.Namespace, client: BlockingV2Transport, task: Task) -> int:
     for name, payload in client.events(task.id):
         if name == "status":
             print(f"  {payload['state']}: {payload['status'].get('message', '')}",
@@ -198,7 +198,7 @@ def _follow(args: argparse.Namespace, client: BlockingPeerClient, task: Task) ->
     return 0 if final.state.value == "completed" else 1
 
 
-def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _list(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     query = {"limit": str(args.limit), "state": args.state, "context_id": args.context,
              "cursor": args.cursor}
     data = client.request(
@@ -218,7 +218,7 @@ def _list(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     return 0
 
 
-def _answer(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _answer(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     body = butler_v2.encode_request(TaskRequest(text=args.text, input=_json_input(args.input)))
     raw, task = _raw_task(client, "POST", _task_path(args.task_id, "input"), body)
     if args.json:
@@ -228,7 +228,7 @@ def _answer(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     return 0 if task.state is not TaskState.FAILED else 1
 
 
-def _get(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _get(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     raw, task = _raw_task(client, "GET", _task_path(args.task_id))
     if args.json:
         _dump(raw)
@@ -237,7 +237,7 @@ def _get(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     return 0
 
 
-def _cancel(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _cancel(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     raw, task = _raw_task(client, "POST", _task_path(args.task_id, "cancel"))
     if args.json:
         _dump(raw)
@@ -246,7 +246,7 @@ def _cancel(args: argparse.Namespace, client: BlockingPeerClient) -> int:
     return 0
 
 
-def _watch(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _watch(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     """Exits 0 when the task completed, 1 when it ended otherwise (or the stream did)."""
     state = ""
     for name, payload in client.events(args.task_id):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from butler.cli.remote import config_url, run_remote, token_args
 from butler.cli.render import cost_lines
-from internal.protocol.a2a.client import BlockingPeerClient
+from internal.protocol.a2a.client import BlockingV2Transport
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import ButlerError, DelegationFailed, Task
 
@@ -73,14 +73,14 @@ def _terminal_size() -> os.terminal_size:
         return shutil.get_terminal_size()
 
 
-def _read(client: BlockingPeerClient, limit: int) -> list[Task]:
+def _read(client: BlockingV2Transport, limit: int) -> list[Task]:
     data = client.request("GET", f"/v2/tasks?limit={max(1, min(limit, 200))}")
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
         raise DelegationFailed("peer_error", f"{client.name} sent an invalid task list")
     return [butler_v2.decode_task(item) for item in data["tasks"]]
 
 
-def _top(args: argparse.Namespace, client: BlockingPeerClient) -> int:
+def _top(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     tasks = _read(client, args.limit)  # errors here end the command
     problem = ""
     while True:

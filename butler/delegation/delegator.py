@@ -11,7 +11,6 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from decimal import Decimal
 from itertools import islice
 from pathlib import Path
@@ -29,7 +28,7 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
-from internal.protocol.a2a.client import A2APeerClient, GrpcChannels, PeerClient
+from internal.protocol.a2a.client import A2AClient, GrpcChannels
 from internal.protocol.a2a.codec import envelope
 from internal.protocol.a2a.model import (
     Budget,
@@ -80,7 +79,7 @@ class PeerDelegator:
         self._routes: tuple[tuple[RouteCandidate, ...], tuple[Any, ...],
                             tuple[RouteCandidate, ...]] = ((), (), ())
         # A client per peer, reused call after call: it holds nothing of any one call.
-        self._clients: dict[Candidate, PeerClient] = {}
+        self._clients: dict[Candidate, A2AClient] = {}
 
     def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
         if rules not in self._sessions:
@@ -89,7 +88,7 @@ class PeerDelegator:
             # it may read the peer's card on another (key continuity): twice the slots.
             self._sessions[rules] = (guard, outbound_session(
                 guard, limit=2 * self._max_concurrency,
-                new_connection_checks=self.identities is not None))
+                connection_checks=self.identities is not None))
         return self._sessions[rules]
 
     def _pinned(self, ca_file: Path | None) -> ssl.SSLContext | None:
@@ -163,14 +162,7 @@ class PeerDelegator:
     async def _read_card(self, cand: Candidate) -> dict[str, Any]:
         """The card the intent router reads, with the peer's token: after the key check."""
         async def read(_: dict[str, Any] | None) -> dict[str, Any]:
-            guard, session = self._http(cand.rules)
-            if cand.protocol == "a2a":
-                return await A2APeerClient(
-                    cand.url, cand.token, session=session, name=cand.name,
-                    connect_timeout=cand.connect_timeout, timeout=cand.timeout,
-                    max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
-                    poll_seconds=POLL_SECONDS, guard=guard).card(deadline)
-            return await self._client(cand).card()
+            return await self._client(cand).card(deadline)
 
         deadline = time.monotonic() + cand.timeout
         if self.identities is None:
@@ -182,7 +174,7 @@ class PeerDelegator:
         """The peer's A2A card, read without its token: whether the token may go there
         is what the card is read to decide."""
         guard, session = self._http(cand.rules)
-        return await A2APeerClient(
+        return await A2AClient(
             cand.url, "", session=session, name=cand.name,
             connect_timeout=cand.connect_timeout, timeout=cand.timeout,
             max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
@@ -220,16 +212,20 @@ class PeerDelegator:
             raise last
         raise DelegationFailed("peer_timeout", "no time left to delegate")
 
-    def _client(self, cand: Candidate) -> PeerClient:
+    def _client(self, cand: Candidate) -> A2AClient:
+        """The peer's client, its every new connection checked for the peer's key first."""
         client = self._clients.get(cand)
         if client is None:
             if len(self._clients) >= MAX_CLIENTS:  # registry peers come and go
                 self._clients.clear()
             guard, session = self._http(cand.rules)
-            client = PeerClient(cand.url, cand.token, session=session, name=cand.name,
-                                connect_timeout=cand.connect_timeout, timeout=cand.timeout,
-                                max_response_bytes=cand.max_response_bytes,
-                                tls=self._pinned(cand.ca_file), guard=guard)
+            check = None if self.identities is None else self.identities.connection_check(
+                cand, lambda: self._public_card(cand, time.monotonic() + cand.timeout))
+            client = A2AClient(cand.url, cand.token, session=session, protocol=cand.protocol,
+                               name=cand.name, connect_timeout=cand.connect_timeout,
+                               timeout=cand.timeout, max_response_bytes=cand.max_response_bytes,
+                               tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
+                               guard=guard, ca_file=cand.ca_file, grpc=self._grpc, check=check)
             self._clients[cand] = client
         return client
 
@@ -257,13 +253,14 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 async def call(card: dict[str, Any] | None) -> Task:
-                    if cand.protocol == "a2a":
-                        return await self._standard(cand, request, chain, grant, headers,
-                                                    deadline, card)
-                    task = await client.submit(replace(request, blocking=True), chain=chain,
-                                               budget=grant, headers=headers,
-                                               timeout=deadline - time.monotonic())
-                    return await self._follow(client, task, deadline)
+                    task = await client.run(request, chain=chain, budget=grant,
+                                            headers=headers, deadline=deadline, card=card)
+                    if cand.protocol != "a2a":
+                        return task
+                    # A standard A2A agent reports no spend: a completed task is charged
+                    # the ``cost_usd`` its peer entry says it costs.
+                    spent = cand.cost_usd if task.state is TaskState.COMPLETED else _ZERO
+                    return task.with_changes(budget=Budget(grant, min(spent, grant)))
 
                 try:
                     if self.identities is None:
@@ -302,33 +299,6 @@ class PeerDelegator:
             error_message=task.error.message if task.error else "",
             receipts=task.receipts,
         )
-
-    async def _standard(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
-                        grant: Decimal, headers: dict[str, str], deadline: float,
-                        card: dict[str, Any] | None) -> Task:
-        """A standard A2A agent: it reports no spend, so a completed task is charged the
-        ``cost_usd`` its peer entry says it costs. ``card``: the one key continuity read
-        (without the token) and checked, so it is not read twice."""
-        guard, session = self._http(cand.rules)
-        client = A2APeerClient(cand.url, cand.token, session=session, name=cand.name,
-                               connect_timeout=cand.connect_timeout, timeout=cand.timeout,
-                               max_response_bytes=cand.max_response_bytes,
-                               tls=self._pinned(cand.ca_file), poll_seconds=POLL_SECONDS,
-                               guard=guard, ca_file=cand.ca_file, grpc=self._grpc)
-        task = await client.run(request, chain=chain, budget=grant, headers=headers,
-                                deadline=deadline, card=card)
-        spent = cand.cost_usd if task.state is TaskState.COMPLETED else _ZERO
-        return task.with_changes(budget=Budget(grant, min(spent, grant)))
-
-    async def _follow(self, client: PeerClient, task: Task, deadline: float) -> Task:
-        """A blocking answer is normally final; if not, poll until it is or time runs out."""
-        while not (task.state.terminal or task.state.interrupted):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise DelegationFailed("peer_timeout", f"{client.name} did not finish in time")
-            await asyncio.sleep(min(POLL_SECONDS, remaining))
-            task = await client.get(task.id, timeout=remaining)
-        return task
 
 
 def _grant(cand: Candidate, budget: Decimal) -> Decimal:

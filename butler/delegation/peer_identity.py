@@ -7,7 +7,8 @@ the peer was found in named one already. A peer whose card is unsigned is not pi
 once pinned, an unsigned card or another key is refused with ``peer_identity_changed``.
 
 The card is checked before a call opens a new connection to the peer, not before every
-call (``guarded``): a connection reaches one process, and a Butler reads its key only at
+call (``guarded``, and ``connection_check``, the check each transport that sends the
+peer its token is built with): a connection reaches one process, and a Butler reads its key only at
 start, so a peer that swapped its key is a new process, reached only over new
 connections, and is refused before the token is sent. A kept-alive connection is reused
 without reading the card. The first call to a peer, and the first after any failure
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 
 from butler.delegation.peers import Candidate
 from butler.identity.pins import PINS_FILE, PinStore
-from internal.http import before_new_connections
+from internal.http import ConnectionCheck
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.protocol.a2a.model import DelegationFailed, agent_key
 from internal.signing import (
@@ -61,6 +62,9 @@ class PeerIdentities:
         # peer -> the card its last check passed (None: it has none), while no call to it
         # has failed since: its kept-alive connections were opened after that check.
         self._checked: dict[str, dict[str, Any] | None] = {}
+        # Peers whose card a call checked before it started: the first new connection
+        # while that call runs is covered by the check.
+        self._covered: set[str] = set()
 
     def _expected(self, cand: Candidate) -> PublicKey | None:
         pinned = self.pins.get(agent_key(cand.name))
@@ -73,34 +77,41 @@ class PeerIdentities:
 
     async def guarded(self, cand: Candidate, read_card: CardReader,
                       call: Callable[[dict[str, Any] | None], Awaitable[T]]) -> T:
-        """``call(card)``, which sends ``cand`` its token, with the card checked before
-        each new connection it opens (none, when it reuses a kept-alive one); a check
-        that fails raises ``peer_identity_changed`` (a ``DelegationFailed``) before the
-        connection is made. It pins the key on first contact and follows rotations.
-        ``card``: the card last checked (None when the peer has none), for the call to
-        pick the interface it sends to. The first call, and the first after a failed one,
-        checks the card before it starts; the first connection it then opens is covered
-        by that check, as the request after a check always was."""
+        """``call(card)``, which sends ``cand`` its token over transports built with
+        ``connection_check``; a check that fails raises ``peer_identity_changed`` (a
+        ``DelegationFailed``) before the connection is made. It pins the key on first
+        contact and follows rotations. ``card``: the card last checked (None when the peer
+        has none), for the call to pick the interface it sends to. The first call, and the
+        first after a failed one, checks the card before it starts; the first connection
+        it then opens is covered by that check, as the request after a check always was."""
         name = agent_key(cand.name)
-        fresh = name not in self._checked
-        if fresh:
+        if name not in self._checked:
             if len(self._checked) >= MAX_CHECKED:  # registry peers come and go
                 self._checked.clear()
             self._checked[name] = await self._check(cand, name, read_card)
-
-        async def before_new_connection() -> None:
-            nonlocal fresh
-            if fresh:
-                fresh = False
-                return
-            self._checked[name] = await self._check(cand, name, read_card)
-
+            self._covered.add(name)
         try:
-            with before_new_connections(before_new_connection):
-                return await call(self._checked[name])
+            return await call(self._checked[name])
         except BaseException:
             self._checked.pop(name, None)
             raise
+        finally:
+            self._covered.discard(name)
+
+    def connection_check(self, cand: Candidate, read_card: CardReader) -> ConnectionCheck:
+        """What a transport that sends ``cand`` its token awaits before it opens a new
+        connection (none when it reuses a kept-alive one): the card checked again, unless
+        the running call's own check covers it. ``read_card`` reads without the token, on
+        a transport built without a check, so a check never sets off another."""
+        name = agent_key(cand.name)
+
+        async def before_connecting() -> None:
+            if name in self._covered:
+                self._covered.discard(name)
+                return
+            self._checked[name] = await self._check(cand, name, read_card)
+
+        return before_connecting
 
     async def answered(self, cand: Candidate, receipts: Sequence[str],
                        read_card: CardReader) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -19,7 +19,15 @@ import aiohttp
 from butler.config.model import PlannerConfig
 from butler.planner.wire import Completion, StreamedAnswer, bad, read_answer, request_body
 from butler.skills.base import SkillFailed
-from internal.http import CONFIGURED, OutboundGuard, outbound_session
+from internal.http import (
+    CONFIGURED,
+    AnswerTooLarge,
+    OutboundGuard,
+    capped,
+    outbound_session,
+    read_capped,
+    sse_events,
+)
 from internal.protocol.a2a.client import transport_errors
 from internal.protocol.a2a.model import DelegationFailed
 
@@ -77,49 +85,33 @@ class ChatClient:
                         if cfg.token:  # an endpoint that quotes the token back
                             said = said.replace(cfg.token, "[token]")
                         raise SkillFailed(UNAVAILABLE, said)
-                    if resp.content_type == "text/event-stream":
-                        return await self._streamed(resp, on_text)
-                    answer = read_answer(await self._capped(resp))
+                    streamed = resp.content_type == "text/event-stream"
+                    try:
+                        if streamed:
+                            return await self._streamed(resp, on_text)
+                        answer = read_answer(await read_capped(
+                            resp.content.iter_chunked(65536), cfg.max_response_bytes,
+                            announced=resp.content_length))
+                    except AnswerTooLarge as exc:
+                        raise bad(f"the {'stream' if streamed else 'answer'} exceeds "
+                                  f"{exc.limit} bytes") from None
         except DelegationFailed as exc:  # the transport's failure, named for the planner
             raise SkillFailed(UNAVAILABLE, exc.message) from None
         if answer.content and on_text is not None:
             await on_text(answer.content)  # a whole answer's text arrives all at once
         return answer
 
-    async def _capped(self, resp: aiohttp.ClientResponse) -> bytes:
-        chunks, size = [], 0
-        async for chunk in resp.content.iter_chunked(65536):
-            size += len(chunk)
-            if size > self.cfg.max_response_bytes:
-                raise bad(f"the answer exceeds {self.cfg.max_response_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def _streamed(self, resp: aiohttp.ClientResponse,
                         on_text: TextSink | None) -> Completion:
         answer = StreamedAnswer()
-        async for line in self._lines(resp):
-            if not line.startswith("data:"):
-                continue  # comments, event names, ids: nothing the planner reads
-            text = answer.feed(line[5:].strip())
+        limit = self.cfg.max_response_bytes
+        async for event in sse_events(capped(resp.content.iter_any(), limit), limit):
+            text = answer.feed(event.data)
             if answer.done:
                 return answer.completion()
             if text and on_text is not None:
                 await on_text(text)
         raise SkillFailed(UNAVAILABLE, "the planner endpoint's stream ended before [DONE]")
-
-    async def _lines(self, resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
-        size, buffer = 0, b""
-        async for chunk in resp.content.iter_any():
-            size += len(chunk)
-            if size > self.cfg.max_response_bytes:
-                raise bad(f"the stream exceeds {self.cfg.max_response_bytes} bytes")
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                yield line.decode("utf-8", "replace").rstrip("\r")
-        if buffer:
-            yield buffer.decode("utf-8", "replace")
 
 
 async def _http_error(resp: aiohttp.ClientResponse) -> str:
@@ -127,11 +119,12 @@ async def _http_error(resp: aiohttp.ClientResponse) -> str:
     short), otherwise only the status."""
     said = ""
     try:
-        data = json.loads(await resp.content.read(64 * 1024))
+        data = json.loads(await read_capped(resp.content.iter_chunked(65536), 64 * 1024,
+                                            announced=resp.content_length))
         error = data.get("error") if isinstance(data, dict) else None
         message = error.get("message") if isinstance(error, dict) else error
         if isinstance(message, str):
             said = f": {message[:ERROR_TEXT_CHARS]}"
-    except (ValueError, UnicodeDecodeError, aiohttp.ClientError):
+    except (ValueError, UnicodeDecodeError, aiohttp.ClientError, AnswerTooLarge):
         pass
     return f"the planner endpoint answered HTTP {resp.status}{said}"

@@ -10,7 +10,7 @@ from urllib.parse import quote
 import aiohttp
 
 from butler.registry.model import AgentEntry, check_url
-from internal.http import CONFIGURED, OutboundGuard, outbound_session
+from internal.http import CONFIGURED, AnswerTooLarge, OutboundGuard, outbound_session, read_capped
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import ButlerError, DelegationFailed
 
@@ -140,8 +140,12 @@ class RegistryClient:
                 method, self._base + path, data=data, params=params, headers=headers,
                 timeout=self._timeout, allow_redirects=False,
             ) as resp:
-                raw = await _read_bounded(resp)
+                raw = await read_capped(resp.content.iter_chunked(64 * 1024),
+                                        MAX_RESPONSE_BYTES, announced=resp.content_length)
                 status, retry_after = resp.status, resp.headers.get("Retry-After")
+        except AnswerTooLarge:
+            raise RegistryError("registry response too large", status=resp.status,
+                                code="bad_response") from None
         except (aiohttp.ClientError, TimeoutError, ButlerError) as exc:
             reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             raise RegistryError(f"registry unreachable: {reason}", status=None,
@@ -154,18 +158,6 @@ class RegistryClient:
 
 def _path(name: str) -> str:
     return "/v1/agents/" + quote(name, safe="")
-
-
-async def _read_bounded(resp: aiohttp.ClientResponse) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > MAX_RESPONSE_BYTES:
-            raise RegistryError("registry response too large", status=resp.status,
-                                code="bad_response")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _decode(raw: bytes, status: int) -> Any:

@@ -11,6 +11,13 @@ from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from internal.http._admission import Admission as Admission
+    from internal.http._answers import AnswerTooLarge as AnswerTooLarge
+    from internal.http._answers import Capped as Capped
+    from internal.http._answers import SseEvent as SseEvent
+    from internal.http._answers import SseParser as SseParser
+    from internal.http._answers import capped as capped
+    from internal.http._answers import read_capped as read_capped
+    from internal.http._answers import sse_events as sse_events
     from internal.http._auth import (
         TokenEntry as TokenEntry,
     )
@@ -78,12 +85,7 @@ if TYPE_CHECKING:
     from internal.http._listener import (
         listen as listen,
     )
-    from internal.http._new_connections import (
-        before_new_connections as before_new_connections,
-    )
-    from internal.http._new_connections import (
-        new_connection as new_connection,
-    )
+    from internal.http._outbound import ConnectionCheck as ConnectionCheck
     from internal.http._outbound import outbound_session as outbound_session
     from internal.http._outbound_guard import (
         CONFIGURED as CONFIGURED,
@@ -135,6 +137,10 @@ if TYPE_CHECKING:
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
     "_admission": ("Admission",),
+    "_answers": (
+        "AnswerTooLarge", "Capped", "SseEvent", "SseParser", "capped", "read_capped",
+        "sse_events",
+    ),
     "_auth": ("TokenEntry", "TokenVerifier", "hash_token", "new_token",),
     "_documents": ("document_route", "load",),
     "_gate": ("gate_middleware",),
@@ -145,8 +151,7 @@ __all__, _getattr = lazy_exports(__name__, {
         "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
-    "_new_connections": ("before_new_connections", "new_connection",),
-    "_outbound": ("outbound_session",),
+    "_outbound": ("ConnectionCheck", "outbound_session",),
     "_outbound_guard": (
         "CONFIGURED", "OutboundGuard", "OutboundRules", "ResolverFactory", "embedded_ipv4",
         "ip_literal",

@@ -1,6 +1,8 @@
-"""The outbound client: Butler /v2 peers and standard A2A agents (1.0 or 0.3), over
-sessions from ``internal.http.outbound_session``; for one-shot commands, the same /v2
-exchange over a blocking standard-library transport (``BlockingPeerClient``).
+"""The one outbound client (``A2AClient``) with one transport per binding: Butler /v2
+(``V2Transport``), A2A JSON-RPC and HTTP+JSON (``_http_bindings``) and gRPC (``_grpc``,
+channels kept by ``GrpcChannels``), over sessions from ``internal.http.outbound_session``;
+for one-shot commands, the /v2 exchange over a blocking standard-library transport
+(``BlockingV2Transport``).
 """
 
 from typing import TYPE_CHECKING
@@ -9,7 +11,7 @@ from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from internal.protocol.a2a.client._a2a import (
-        A2APeerClient as A2APeerClient,
+        A2AClient as A2AClient,
     )
     from internal.protocol.a2a.client._a2a import (
         Interface as Interface,
@@ -21,18 +23,18 @@ if TYPE_CHECKING:
         offered_interfaces as offered_interfaces,
     )
     from internal.protocol.a2a.client._blocking import (
-        BlockingPeerClient as BlockingPeerClient,
+        BlockingV2Transport as BlockingV2Transport,
     )
-    from internal.protocol.a2a.client._butler import PeerClient as PeerClient
-    from internal.protocol.a2a.client._butler import transport_errors as transport_errors
     from internal.protocol.a2a.client._grpc_channels import GrpcChannels as GrpcChannels
+    from internal.protocol.a2a.client._v2 import V2Transport as V2Transport
+    from internal.protocol.a2a.client._v2 import transport_errors as transport_errors
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
-    "_a2a": ("A2APeerClient", "Interface", "choose_interface", "offered_interfaces",),
-    "_blocking": ("BlockingPeerClient",),
-    "_butler": ("PeerClient", "transport_errors"),
+    "_a2a": ("A2AClient", "Interface", "choose_interface", "offered_interfaces",),
+    "_blocking": ("BlockingV2Transport",),
     "_grpc_channels": ("GrpcChannels",),
+    "_v2": ("V2Transport", "transport_errors"),
 })
 if not TYPE_CHECKING:
     __getattr__ = _getattr

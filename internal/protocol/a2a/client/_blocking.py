@@ -2,8 +2,9 @@
 ``http.client``: no event loop, no aiohttp, so a command starts in a fraction of the time
 (docs/performance.md, "CLI start-up").
 
-It is a transport, not a second client: the rules of each exchange (URL, token, body,
-size cap, redirects refused, answers decoded, errors mapped) are ``PeerExchange``'s, and
+It is the /v2 binding's transport without aiohttp, not a second client: the rules of each
+exchange (URL, token, body, size cap, redirects refused, answers decoded, errors mapped)
+are ``PeerExchange``'s, and
 the guard's two steps are the guard's own code: ``check_target`` on every request's URL,
 then ``check_addresses`` on every address the name resolves to, and the connection goes
 only to an address that passed. Each request has its own connection, closed when its
@@ -24,7 +25,7 @@ from typing import Any, cast
 
 from yarl import URL
 
-from internal.http import OutboundGuard, ip_literal
+from internal.http import Capped, OutboundGuard, SseParser, ip_literal
 from internal.protocol.a2a.client._exchange import (
     MAX_RESPONSE_BYTES,
     PeerExchange,
@@ -45,7 +46,7 @@ def system_addresses(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-class BlockingPeerClient:
+class BlockingV2Transport:
     def __init__(
         self,
         base_url: str,
@@ -71,7 +72,7 @@ class BlockingPeerClient:
         self._resolve = resolve
 
     def __repr__(self) -> str:
-        return f"BlockingPeerClient({self.base_url!r})"
+        return f"BlockingV2Transport({self.base_url!r})"
 
     def request(self, method: str, path: str, *, body: Any = None,
                 headers: Mapping[str, str] | None = None, timeout: float | None = None) -> Any:
@@ -96,9 +97,9 @@ class BlockingPeerClient:
                 if resp.status != 200:
                     self._x.decode(resp.status, self._read_capped(conn, resp, conn.deadline))
                 conn.deadline = None
-                stream = self._x.event_stream()
+                stream = SseParser(self._x.max)
                 while chunk := resp.read1(_READ):
-                    yield from stream.feed(chunk)
+                    yield from map(self._x.event, stream.feed(chunk))
             finally:
                 _close(conn, resp)
 
@@ -157,18 +158,14 @@ class BlockingPeerClient:
 
     def _read_capped(self, conn: _PinnedConnection, resp: http.client.HTTPResponse,
                      deadline: float | None) -> bytes:
-        self._x.check_length(resp.length)
+        count = Capped(self._x.max, resp.length)
         chunks: list[bytes] = []
-        size = 0
         while True:
             _settle(conn, deadline)
             chunk = resp.read1(_READ)
             if not chunk:
                 return b"".join(chunks)
-            size += len(chunk)
-            if size > self._x.max:
-                raise self._x.too_big()
-            chunks.append(chunk)
+            chunks.append(count.add(chunk))
 
 
 class _PinnedConnection(http.client.HTTPConnection):

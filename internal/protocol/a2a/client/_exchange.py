@@ -3,9 +3,10 @@ guard judges, the headers (the bearer token goes only to the base URL the client
 for), the body, the time the whole exchange may take, the answer size cap, redirects
 answered and never followed, answers decoded and errors mapped into the one error tree.
 
-Two transports drive these rules and only move bytes: ``PeerClient`` over aiohttp (the
-daemon, streaming and concurrent work) and ``BlockingPeerClient`` over ``http.client``
-(the CLI's commands, which then load neither aiohttp nor asyncio).
+Two transports drive these rules and only move bytes: ``V2Transport`` over aiohttp (the
+daemon, streaming and concurrent work) and ``BlockingV2Transport`` over ``http.client``
+(the CLI's commands, which then load neither aiohttp nor asyncio). Both cap an answer
+and read events with ``internal.http``'s one size cap and one SSE reader.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from internal.http import AnswerTooLarge
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -26,7 +28,7 @@ from internal.protocol.a2a.model import (
 )
 
 if TYPE_CHECKING:
-    from internal.http import OutboundGuard
+    from internal.http import OutboundGuard, SseEvent
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
@@ -84,14 +86,6 @@ class PeerExchange:
             hdrs["Content-Type"] = "application/json"
         return Prepared(method, self.url(path), data, hdrs)
 
-    def too_big(self) -> DelegationFailed:
-        return DelegationFailed("peer_error", f"{self.name} answer exceeds {self.max} bytes")
-
-    def check_length(self, content_length: int | None) -> None:
-        """An announced length over the cap fails before any of the body is read."""
-        if content_length is not None and content_length > self.max:
-            raise self.too_big()
-
     def decode(self, status: int, raw: bytes) -> Any:
         if 300 <= status < 400:
             raise DelegationFailed("peer_error", f"{self.name} redirected (not followed)")
@@ -116,53 +110,27 @@ class PeerExchange:
             raise DelegationFailed("peer_error",
                                    f"{self.name} sent an invalid task: {err.message}") from None
 
-    def event_stream(self) -> EventStream:
-        return EventStream(self.name, self.max)
-
-
-class EventStream:
-    """Server-sent events from a stream's bytes as they arrive: ``feed`` returns the events
-    completed so far, as (event name, decoded data); an event the stream ends inside is
-    dropped. A line may be at most the answer cap (aiohttp's own line reader stops at
-    128 KiB, and a task's output can be longer)."""
-
-    def __init__(self, name: str, limit: int) -> None:
-        self._name = name
-        self._limit = limit
-        self._buffer = b""
-        self._event = "message"
-        self._data: list[str] = []
-
-    def feed(self, chunk: bytes) -> list[tuple[str, Any]]:
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        if len(self._buffer) > self._limit:
+    def event(self, event: SseEvent) -> tuple[str, Any]:
+        """An event of a task's stream: (event name, decoded data)."""
+        try:
+            return event.event, exact_json.loads(event.data, max_depth=128)
+        except ButlerError:
             raise DelegationFailed("peer_error",
-                                   f"{self._name} sent an event over {self._limit} bytes")
-        return [event for line in lines if (event := self._line(line)) is not None]
-
-    def _line(self, raw: bytes) -> tuple[str, Any] | None:
-        line = raw.decode("utf-8", "replace").rstrip("\r")
-        if line.startswith("event:"):
-            self._event = line[6:].strip()
-        elif line.startswith("data:"):
-            self._data.append(line[5:].strip())
-        elif not line and self._data:
-            event = (self._event, exact_json.loads("\n".join(self._data), max_depth=128))
-            self._event, self._data = "message", []
-            return event
-        return None
+                                   f"{self.name} sent an event that is not JSON") from None
 
 
 @contextlib.contextmanager
 def mapped_errors(name: str, timeout: float, translate: Translate) -> Iterator[None]:
     """Every failure talking to a peer, as one ``DelegationFailed`` code: the guard's
-    refusal, the time running out, then what ``translate`` makes of the transport's own
-    exceptions; any other ``OSError`` or undecodable text is a peer error."""
+    refusal, an answer over the size cap, the time running out, then what ``translate``
+    makes of the transport's own exceptions; any other ``OSError`` or undecodable text is
+    a peer error."""
     try:
         yield
     except OutboundRefused as exc:
         raise DelegationFailed("peer_address_refused", f"{name}: {exc.message}") from None
+    except AnswerTooLarge as exc:
+        raise DelegationFailed("peer_error", f"{name}: {exc}") from None
     except ButlerError:
         raise
     except TimeoutError:

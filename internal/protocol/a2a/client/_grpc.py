@@ -1,12 +1,13 @@
-"""A standard A2A agent's gRPC interface, for ``A2APeerClient`` (imported only when a
-card's best interface is gRPC: it needs the ``grpc`` extra).
+"""A standard A2A agent's gRPC interface as a transport of ``A2AClient`` (imported only when
+a card's best interface is gRPC: it needs the ``grpc`` extra).
 
 The channel goes where the outbound guard says, as an HTTP call does: the interface's
 host must be the configured peer's own (the bearer token goes nowhere else), the URL is
 judged, the name is resolved once through the guard's resolver, and the channel connects
 to that judged address (``ipv4:``/``ipv6:`` targets, so gRPC never resolves it again),
 with no proxy from the environment. A channel serves call after call (``GrpcChannels``
-keeps one per peer interface), and connects only after the peer's key was checked.
+keeps one per peer interface), and connects only after the new-connection check its call
+was given (the peer's key, checked).
 Requests and answers are the proto3 JSON the other
 bindings use (``codec.a2a_grpc``); a failed call becomes the same errors as on HTTP.
 """
@@ -16,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,11 @@ import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from yarl import URL
 
-from internal.http import OutboundGuard, new_connection
+from internal.http import ConnectionCheck, OutboundGuard
+from internal.protocol.a2a.client._message import Outgoing, a2a_headers, a2a_params, task_of
 from internal.protocol.a2a.codec import a2a_grpc
 from internal.protocol.a2a.codec.peer_answers import peer_error
-from internal.protocol.a2a.model import ButlerError, DelegationFailed
+from internal.protocol.a2a.model import PROTOCOL_VERSION, ButlerError, DelegationFailed, Task
 
 _SCHEMES = {"": None, "grpc": False, "http": False, "grpcs": True, "https": True}
 
@@ -71,7 +74,7 @@ async def _pinned_address(guard: OutboundGuard, target: URL) -> str:
 
 class PeerChannel:
     """One channel to a peer's gRPC interface, kept for call after call, and connected
-    only after the context's new-connection check (``internal.http.new_connection``).
+    only after the caller's new-connection check (``ready``).
 
     A channel reconnects on its own: after its connection is lost it goes idle, and the
     next call opens a new one. So the channel is watched, and a call on a channel that
@@ -115,14 +118,15 @@ class PeerChannel:
     def _connected(self) -> bool:
         return self._checked and self.channel.get_state() == grpc.ChannelConnectivity.READY
 
-    async def ready(self, name: str) -> None:
+    async def ready(self, name: str, check: ConnectionCheck | None) -> None:
         """Before each call: a connection opened after the check, else a check and one."""
         if self._connected():
             return
         async with self._lock:  # concurrent calls on a lost channel: one check, one connect
             if self._connected():
                 return
-            await new_connection()
+            if check is not None:
+                await check()
             try:
                 await asyncio.wait_for(self.channel.channel_ready(), self._connect_timeout)
             except TimeoutError:
@@ -144,18 +148,23 @@ class PeerChannel:
         await self.channel.close()
 
 
-class GrpcPeer:
-    """One delegation's view of a peer's channel: its token and its name."""
+class GrpcTransport:
+    """One delegation's view of a peer's channel: its token, its name and its check."""
 
-    def __init__(self, channel: PeerChannel, token: str, name: str) -> None:
+    version = PROTOCOL_VERSION
+
+    def __init__(self, channel: PeerChannel, token: str, name: str,
+                 check: ConnectionCheck | None) -> None:
         self._channel = channel
         self._stub = channel.stub
         self._token = token
+        self._check = check
         self.name = name
 
-    def _metadata(self, headers: Mapping[str, str]) -> list[tuple[str, str]]:
+    def _metadata(self, message: Outgoing) -> list[tuple[str, str]]:
         auth = [("authorization", f"Bearer {self._token}")] if self._token else []
-        return auth + [(key.lower(), value) for key, value in headers.items()]
+        return auth + [(key.lower(), value)
+                       for key, value in a2a_headers(message, self.version).items()]
 
     def _failed(self, err: grpc.aio.AioRpcError) -> ButlerError:
         code = err.code()
@@ -167,35 +176,35 @@ class GrpcPeer:
         return peer_error(self.name, {"code": code.name, "message": err.details() or "",
                                       "details": infos})
 
-    async def send(self, params: Mapping[str, Any], headers: Mapping[str, str],
-                   timeout: float) -> dict[str, Any]:
-        """``SendMessage``: the ``SendMessageResponse`` as proto3 JSON."""
-        request = a2a_grpc.from_json(params, a2a_pb2.SendMessageRequest())
-        await self._channel.ready(self.name)
+    async def send(self, message: Outgoing, deadline: float) -> Task:
+        """``SendMessage``."""
+        request = a2a_grpc.from_json(a2a_params(message, self.version),
+                                     a2a_pb2.SendMessageRequest())
+        await self._channel.ready(self.name, self._check)
         try:
-            reply = await self._stub.SendMessage(request, metadata=self._metadata(headers),
-                                                 timeout=timeout)
+            reply = await self._stub.SendMessage(request, metadata=self._metadata(message),
+                                                 timeout=_left(deadline))
         except grpc.aio.AioRpcError as err:
             raise self._failed(err) from None
-        return a2a_grpc.to_json(reply)
+        return task_of(a2a_grpc.to_json(reply), self.version, self.name)
 
-    async def get(self, task_id: str, headers: Mapping[str, str],
-                  timeout: float) -> dict[str, Any]:
-        await self._channel.ready(self.name)
+    async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
+        await self._channel.ready(self.name, self._check)
         try:
             reply = await self._stub.GetTask(a2a_pb2.GetTaskRequest(id=task_id),
-                                             metadata=self._metadata(headers), timeout=timeout)
+                                             metadata=self._metadata(message),
+                                             timeout=_left(deadline))
         except grpc.aio.AioRpcError as err:
             raise self._failed(err) from None
-        return a2a_grpc.to_json(reply)
+        return task_of(a2a_grpc.to_json(reply), self.version, self.name)
 
-    async def stream(self, params: Mapping[str, Any], headers: Mapping[str, str],
-                     timeout: float) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
         """``SendStreamingMessage``: each ``StreamResponse`` as proto3 JSON."""
-        request = a2a_grpc.from_json(params, a2a_pb2.SendMessageRequest())
-        await self._channel.ready(self.name)
-        call = self._stub.SendStreamingMessage(request, metadata=self._metadata(headers),
-                                               timeout=timeout)
+        request = a2a_grpc.from_json(a2a_params(message, self.version),
+                                     a2a_pb2.SendMessageRequest())
+        await self._channel.ready(self.name, self._check)
+        call = self._stub.SendStreamingMessage(request, metadata=self._metadata(message),
+                                               timeout=_left(deadline))
         try:
             async for reply in call:
                 yield a2a_grpc.to_json(reply)
@@ -203,3 +212,7 @@ class GrpcPeer:
             raise self._failed(err) from None
         finally:
             call.cancel()  # a reader that stops early ends the call
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.001)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from internal.http import OutboundGuard
+from internal.http import ConnectionCheck, OutboundGuard
 
 if TYPE_CHECKING:
-    from internal.protocol.a2a.client._grpc import GrpcPeer, PeerChannel
+    from internal.protocol.a2a.client._grpc import GrpcTransport, PeerChannel
 
 
 @dataclass(eq=False)
@@ -40,10 +40,11 @@ class GrpcChannels:
     async def peer(self, url: str, token: str, *, peer_url: str, name: str,
                    guard: OutboundGuard | None, ca_file: Path | None,
                    max_response_bytes: int, connect_timeout: float,
-                   ) -> AsyncIterator[GrpcPeer]:
-        """The peer over its kept channel (opened now if there is none). The guard is
-        part of the key: a channel judged under one set of rules serves only those."""
-        from internal.protocol.a2a.client._grpc import GrpcPeer, PeerChannel
+                   check: ConnectionCheck | None = None) -> AsyncIterator[GrpcTransport]:
+        """The peer over its kept channel (opened now if there is none), ``check`` awaited
+        before the channel connects. The guard is part of the key: a channel judged under
+        one set of rules serves only those."""
+        from internal.protocol.a2a.client._grpc import GrpcTransport, PeerChannel
 
         key = (url, peer_url, guard, ca_file, max_response_bytes, connect_timeout)
         held = self._open.pop(key, None)
@@ -55,7 +56,7 @@ class GrpcChannels:
         held.users += 1
         try:
             await self._trim()
-            yield GrpcPeer(held.channel, token, name)
+            yield GrpcTransport(held.channel, token, name, check)
         finally:
             held.users -= 1
             if held.dropped and not held.users:

@@ -1,5 +1,8 @@
-"""Outbound client for a peer's /v2 REST binding (``a2a.delegate`` and the commands that
-stream or run concurrently), over aiohttp; the rules of each exchange are ``PeerExchange``'s.
+"""Butler's /v2 REST binding as a transport, over aiohttp: ``A2AClient``'s transport for a
+Butler peer (``send``, ``task``), and the /v2 API itself (submit, get, cancel, answer, list,
+events, card) for the commands that stream or run concurrently. The rules of each
+exchange are ``PeerExchange``'s; ``BlockingV2Transport`` drives the same rules over
+``http.client``.
 
 Transport problems are translated in one place (``transport_errors``) into
 ``DelegationFailed``; a peer's own JSON error comes back as the same error class it was
@@ -12,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from internal.http import OutboundGuard
+from internal.http import ConnectionCheck, OutboundGuard, read_capped, sse_events
 from internal.protocol.a2a.client._exchange import (
     MAX_RESPONSE_BYTES,
     PeerExchange,
@@ -29,8 +34,11 @@ from internal.protocol.a2a.client._exchange import (
 from internal.protocol.a2a.codec import butler_v2, envelope
 from internal.protocol.a2a.model import DelegationFailed, Task, TaskRequest
 
+if TYPE_CHECKING:
+    from internal.protocol.a2a.client._message import Outgoing
 
-class PeerClient:
+
+class V2Transport:
     def __init__(
         self,
         base_url: str,
@@ -43,22 +51,25 @@ class PeerClient:
         name: str = "",
         tls: ssl.SSLContext | None = None,
         guard: OutboundGuard | None = None,
+        check: ConnectionCheck | None = None,
     ) -> None:
         """``session``: normally one from ``internal.http.outbound_session`` (guarded, tuned).
         ``tls``: a context trusting a pinned CA; None verifies against the system's.
         ``guard``: the session's guard, to refuse what aiohttp would quietly rewrite
-        before the session sees it (credentials in the URL become a Basic header)."""
+        before the session sees it (credentials in the URL become a Basic header).
+        ``check``: awaited before each new connection (the session's ``connection_checks``)."""
         self._x = PeerExchange(base_url, token, timeout=timeout,
                                max_response_bytes=max_response_bytes, name=name, guard=guard)
         self.base_url = self._x.base_url
         self.name = self._x.name
         self._session = session
         self._tls: ssl.SSLContext | bool = tls if tls is not None else True
+        self._check = check
         # aiohttp's own total stays off: ``request`` bounds the whole exchange itself.
         self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout)
 
     def __repr__(self) -> str:
-        return f"PeerClient({self.base_url!r})"
+        return f"V2Transport({self.base_url!r})"
 
     def _mapped(self, timeout: float) -> contextlib.AbstractContextManager[None]:
         return transport_errors(self.name, timeout)
@@ -73,20 +84,13 @@ class PeerClient:
             async with asyncio.timeout(total), self._session.request(
                 call.method, call.url, data=call.data, headers=call.headers,
                 allow_redirects=False, ssl=self._tls, timeout=self._client_timeout,
+                trace_request_ctx=self._check,
             ) as resp:
                 return self._x.decode(resp.status, await self._read_capped(resp))
 
     async def _read_capped(self, resp: aiohttp.ClientResponse) -> bytes:
-        self._x.check_length(resp.content_length)
-        if resp.content_length is not None:
-            return await resp.read()  # its length is known, and within the cap
-        chunks, size = [], 0
-        async for chunk in resp.content.iter_chunked(65536):
-            size += len(chunk)
-            if size > self._x.max:
-                raise self._x.too_big()
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_capped(resp.content.iter_chunked(65536), self._x.max,
+                                 announced=resp.content_length)
 
     async def card(self) -> dict[str, Any]:
         data = await self.request("GET", "/v2/card")
@@ -106,6 +110,15 @@ class PeerClient:
             extra[envelope.DEPTH_HEADER] = str(len(chain))
         data = await self.request("POST", "/v2/tasks", body=body, headers=extra, timeout=timeout)
         return self._x.task(data)
+
+    async def send(self, message: Outgoing, deadline: float) -> Task:
+        """``A2AClient``'s send: the task submitted to block until it ends."""
+        return await self.submit(replace(message.request, blocking=True), chain=message.chain,
+                                 budget=message.budget, headers=message.headers,
+                                 timeout=deadline - time.monotonic())
+
+    async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
+        return await self.get(task_id, timeout=deadline - time.monotonic())
 
     async def get(self, task_id: str, *, timeout: float | None = None) -> Task:
         path = f"/v2/tasks/{quoted(task_id)}"
@@ -136,13 +149,12 @@ class PeerClient:
             async with self._session.get(
                 self._x.url(f"/v2/tasks/{quoted(task_id)}/events"), headers=self._x.headers(),
                 allow_redirects=False, ssl=self._tls, timeout=self._client_timeout,
+                trace_request_ctx=self._check,
             ) as resp:
                 if resp.status != 200:
                     self._x.decode(resp.status, await self._read_capped(resp))
-                stream = self._x.event_stream()
-                async for chunk in resp.content.iter_any():
-                    for event in stream.feed(chunk):
-                        yield event
+                async for event in sse_events(resp.content.iter_any(), self._x.max):
+                    yield self._x.event(event)
 
 
 def transport_errors(name: str, timeout: float) -> contextlib.AbstractContextManager[None]:

@@ -1,0 +1,76 @@
+"""A task as it goes to a peer (``Outgoing``: the request and its swarm envelope), and as
+each A2A wire version (1.0, 0.3) encodes it and brings it back: what the JSON-RPC,
+HTTP+JSON and gRPC transports share."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from internal.protocol.a2a.codec import a2a_v03, a2a_v1, swarm_extension
+from internal.protocol.a2a.codec.envelope import TRACE_HEADER, TREE_HEADER
+from internal.protocol.a2a.codec.peer_answers import decode_task, message_task
+from internal.protocol.a2a.model import (
+    PROTOCOL_VERSION,
+    VERSION_HEADER,
+    Part,
+    Task,
+    TaskRequest,
+)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """``headers``: the call's own (trace context, ``TRACE_HEADER``, ``TREE_HEADER``)."""
+
+    request: TaskRequest
+    chain: tuple[str, ...] = ()
+    budget: Decimal | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def a2a_headers(message: Outgoing, version: str) -> dict[str, str]:
+    return {VERSION_HEADER: version,
+            **swarm_extension.envelope_headers(message.chain, message.budget),
+            **message.headers}
+
+
+def a2a_params(message: Outgoing, version: str) -> dict[str, Any]:
+    """``SendMessage``'s params (``message/send``'s in 0.3), the envelope in the metadata."""
+    request = message.request
+    parts: list[Part] = []
+    if request.text:
+        parts.append(Part(text=request.text))
+    if request.input:
+        parts.append(Part(data=dict(request.input)))
+    parts.extend(request.parts)
+    envelope = swarm_extension.encode_envelope(message.chain, message.budget,
+                                               message.headers.get(TRACE_HEADER),
+                                               message.headers.get(TREE_HEADER))
+    metadata = {swarm_extension.SWARM_EXTENSION_URI: envelope}
+    message_id = uuid.uuid4().hex
+    if version == PROTOCOL_VERSION:
+        sent = {"messageId": message_id, "role": "ROLE_USER",
+                "parts": [a2a_v1.encode_part(p) for p in parts or [Part(text="")]],
+                "metadata": metadata}
+        return {"message": sent, "configuration": {"returnImmediately": False}}
+    sent = {"kind": "message", "messageId": message_id, "role": "user",
+            "parts": [a2a_v03.encode_part(p) for p in parts or [Part(text="")]],
+            "metadata": metadata}
+    return {"message": sent, "configuration": {"blocking": True}}
+
+
+def task_of(result: Any, version: str, peer: str) -> Task:
+    """A ``SendMessage`` or ``GetTask`` result (a task, or a message-only reply)."""
+    if version == PROTOCOL_VERSION:
+        if isinstance(result, dict) and "message" in result:
+            return message_task(result["message"], peer)
+        if isinstance(result, dict) and "task" in result:
+            result = result["task"]
+        return decode_task(result, version, peer)
+    if isinstance(result, dict) and result.get("kind") == "message":
+        return message_task(result, peer)
+    return decode_task(result, version, peer)
