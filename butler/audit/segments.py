@@ -28,10 +28,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from butler.audit.compact import Names
 from butler.audit.log import AuditLog, AuditRecord, VerifyResult, failed
 from butler.audit.rows import hash_before, live_base, record_from_row
-from butler.audit.schema import COLUMNS, GENESIS_HASH, read_at, seal
+from butler.audit.schema import COLUMNS, GENESIS_HASH, seal
 from butler.storage import write_private
 
 FORMAT: Final = "butler-audit-segment/1"
@@ -69,8 +68,7 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
     lines = [json.dumps({"format": FORMAT, "first_seq": segment.first_seq,
                          "last_seq": segment.last_seq, "prev_hash": prev,
                          "last_hash": segment.last_hash}, sort_keys=True)]
-    after, link = segment.first_seq - 1, prev
-    names = log.db.call(Names)  # a sealed segment's names are all in the table already
+    after = segment.first_seq - 1
     while after < segment.last_seq:
         rows = log.db.call(_fetch, f"SELECT {COLUMNS} FROM audit WHERE seq > ? AND seq <= ? "
                            "ORDER BY seq LIMIT ?", (after, segment.last_seq, _PAGE))
@@ -78,10 +76,9 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
             raise FileNotFoundError(f"records {after + 1}..{segment.last_seq} are not in "
                                     "the live log")
         for row in rows:
-            record = record_from_row(row, link, names)
+            record = record_from_row(row)
             lines.append(json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False,
                                     separators=(",", ":")))
-            link = record.hash
         after = rows[-1][0]
     partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
@@ -203,9 +200,9 @@ def _seal_expired(conn: sqlite3.Connection, cutoff: str) -> None:
     """Seal the open segment if its newest record is past ``cutoff``."""
     sealed = conn.execute("SELECT coalesce(max(last_seq), 0) FROM audit_segments").fetchone()[0]
     last = conn.execute("SELECT seq, at FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-    if last is None or last[0] <= sealed or str(read_at(last[1])) >= cutoff:
+    if last is None or last[0] <= sealed or str(last[1]) >= cutoff:
         return
-    seal(conn, sealed + 1, last[0], hash_before(conn, last[0] + 1), str(read_at(last[1])))
+    seal(conn, sealed + 1, last[0], hash_before(conn, last[0] + 1), str(last[1]))
 
 
 def _drop_chunk(conn: sqlite3.Connection) -> bool:
