@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import pytest
 
 from butler.audit import migrate
 from butler.audit.log import AuditLog, VerifyResult
-from butler.audit.segments import verify_history
+from butler.audit.segments import retire, verify_history
 from butler.storage import CannotOpen
 from tests.audit_support import documented_rows
 
@@ -238,3 +239,14 @@ def test_a_large_migration_shows_its_progress_on_stderr(
         "audit schema 1 -> 3: 25 of 64 records rewritten",
         "audit schema 1 -> 3: 50 of 64 records rewritten",
         "audit schema 1 -> 3: done, 64 records"]
+
+
+def test_an_old_record_exported_and_dropped_still_verifies(tmp_path: Path) -> None:
+    """Exported, the record of ``test_an_old_record_keeps_the_hash...`` is checked
+    against its line as written, as the live log checks it against its stored text."""
+    path = _golden(tmp_path, 1)
+    with AuditLog(path) as log:
+        (written,) = retire(log, datetime(2027, 1, 1, tzinfo=UTC), tmp_path / "archive")
+        assert written.name == "audit-000000000001-000000000064.jsonl"
+        assert list(log.iter_all()) == []
+        assert verify_history(log, tmp_path / "archive") == VerifyResult(True, 64, None, "ok")
