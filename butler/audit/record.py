@@ -1,7 +1,8 @@
 """One audit record: its fields, how they are checked, and its hash.
 
-The hash is SHA-256 of the record's RFC 8785 form (``internal...codec.jcs``: sorted keys,
-no spaces, non-ASCII as is), previous hash included (docs/audit.md#how-the-chain-works).
+The hash is SHA-256 of the record's RFC 8785 form (``internal.protocol.a2a.codec.jcs``:
+sorted keys, no spaces, non-ASCII as is), previous hash included
+(docs/audit.md#how-the-chain-works).
 A stored record's detail is hashed as the text it is stored as, which is the text it was
 hashed as when it was appended.
 """
