@@ -1,9 +1,10 @@
 """The stored audit format is the documented one, byte for byte, whatever the fields hold:
-append() builds each row and its hash without going through json.dumps of the payload,
-so check it against json.dumps, and against a row written the documented way by hand."""
+each row's hash is the SHA-256 of its payload's RFC 8785 form, checked against a reference
+spelled here with json.dumps, and against a row written the documented way by hand."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import tempfile
@@ -11,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,8 +28,8 @@ COLUMNS = ["seq", "at", "kind", "caller", "task_id", "chain", "budget_before",
 texts = st.text(alphabet=st.sampled_from(list('a"\\\n\x00\x1fé✓\u2028\ud800')) | st.characters(),
                 max_size=12)
 amounts = st.none() | st.decimals(allow_nan=False, allow_infinity=False, places=4)
-json_leaves = st.none() | st.booleans() | st.integers() | texts | st.decimals(
-    allow_nan=False, allow_infinity=False, places=2)
+json_leaves = st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | texts \
+    | st.decimals(allow_nan=False, allow_infinity=False, places=2)
 ascii_texts = st.text(alphabet=st.sampled_from(list('a"\\\n\x00\x1f/')) | st.characters(
     max_codepoint=127), max_size=12)
 details = st.none() | st.dictionaries(texts, st.recursive(
@@ -43,7 +45,21 @@ entries = st.fixed_dictionaries({
 
 
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """RFC 8785 for values without fractions: keys in UTF-16 order, which is code point
+    order except against characters past the BMP."""
+    return json.dumps(_utf16_order(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def _utf16_order(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _utf16_order(value[k]) for k in sorted(value, key=_utf16)}
+    if isinstance(value, list):
+        return [_utf16_order(v) for v in value]
+    return value
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 def stored_rows(path: Path) -> list[dict[str, Any]]:
@@ -64,7 +80,11 @@ def test_rows_and_hashes_are_the_documented_encoding(batch: list[dict[str, Any]]
             assert row["chain"] == canonical(json.loads(row["chain"]))
             assert row["detail"] == canonical(json.loads(row["detail"]))
             assert row["prev_hash"] == prev
-            assert row["hash"] == documented_hash(row) == record.hash == record.compute_hash()
+            payload = {k: v for k, v in row.items() if k != "hash"}
+            payload["chain"] = json.loads(payload["chain"])
+            payload["detail"] = json.loads(payload["detail"])
+            assert row["hash"] == hashlib.sha256(canonical(payload).encode()).hexdigest()
+            assert row["hash"] == record.hash == record.compute_hash()
             prev = row["hash"]
 
 
@@ -126,3 +146,10 @@ def test_a_detail_of_ascii_strings_is_stored_as_its_json_round_trip(
                   budget_after=None, decision="d", detail=detail)
     assert entry.detail == json.loads(canonical(detail))
     assert entry.detail_text == canonical(entry.detail)
+
+
+def test_a_detail_no_canonical_form_holds_is_refused() -> None:
+    """An integer past 2**53 has no RFC 8785 form: the record is refused, not rounded."""
+    with pytest.raises(ValueError, match="past what a double holds"):
+        Entry(kind="k", caller="c", task_id=None, chain=(), budget_before=None,
+              budget_after=None, decision="d", detail={"n": 2**60})

@@ -145,10 +145,10 @@ def test_a_version_0_log_is_migrated_in_place_with_its_chain(tmp_path: Path) -> 
         assert log.verify().checked == 6
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
         assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
-        assert conn.execute("SELECT count(*) FROM audit WHERE prev_hash IS NOT NULL "
-                            "OR typeof(hash) != 'blob' OR typeof(at) != 'integer'"
+        assert conn.execute("SELECT count(*) FROM audit WHERE typeof(prev_hash) != 'text' "
+                            "OR typeof(hash) != 'text' OR typeof(at) != 'text'"
                             ).fetchone()[0] == 0
     finally:
         conn.close()

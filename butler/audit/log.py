@@ -20,13 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from butler.audit.compact import Names, hash_matches
-from butler.audit.record import (
-    AuditRecord,
-    Entry,
-    Row,
-    decode_text,
-)
+from butler.audit.migrate import open_schema
+from butler.audit.record import AuditRecord, Entry, Row, decode_text
 from butler.audit.rows import (
     AuditError,
     live_base,
@@ -35,21 +30,11 @@ from butler.audit.rows import (
     records_after,
     tail_records,
 )
-from butler.audit.schema import (
-    COLUMNS as _COLUMNS,
-)
-from butler.audit.schema import (
-    GENESIS_HASH,
-    INSERT,
-    SEGMENT_RECORDS,
-    create_schema,
-    read_at,
-    read_hash,
-    seal_full,
-    stored_row,
-)
+from butler.audit.schema import COLUMNS as _COLUMNS
+from butler.audit.schema import GENESIS_HASH, INSERT, SEGMENT_RECORDS, seal_full
 from butler.engine.clock import now_utc_iso
 from butler.storage import Database
+from internal.protocol.a2a.codec.jcs import NotCanonical
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]
 
@@ -70,21 +55,21 @@ class VerifyResult:
 def _create_schema(conn: sqlite3.Connection) -> None:
     # Tampered bytes must reach verify() as a mismatch, not as a decode crash.
     conn.text_factory = decode_text
-    fresh = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
-    migrating = not fresh and conn.execute("PRAGMA user_version").fetchone()[0] == 0
     conn.execute("BEGIN IMMEDIATE")
     try:
         # Only a brand-new log gets a genesis head; a missing head on a non-empty log
         # is evidence of tampering and is left for verify() to report.
-        create_schema(conn, _GENESIS_HEAD)
+        migrated = open_schema(conn, _GENESIS_HEAD)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    if migrating:
+    if migrated == 0:  # a file from before incremental auto-vacuum
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
+    elif migrated is not None:  # the pages of the old rows go back to the file system
+        conn.execute("PRAGMA incremental_vacuum").fetchall()
 
 
 class AuditLog:
@@ -145,7 +130,7 @@ class AuditLog:
 
     async def last_at(self) -> datetime | None:
         row = await self.db.fetchone("SELECT at FROM audit ORDER BY seq DESC LIMIT 1", ())
-        return None if row is None else datetime.fromisoformat(str(read_at(row[0])))
+        return None if row is None else datetime.fromisoformat(row[0])
 
     async def finished_task_ids(self, since: datetime) -> set[str]:
         """Tasks with a ``task_finished`` record stamped at or after ``since``: read back
@@ -193,7 +178,6 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
                                "WHERE dropped = 0").fetchall())
     checked = 0
     last = base
-    names = Names(conn)
     for row in conn.execute(f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq",
                             (base,)):
         seq = row[0]
@@ -201,11 +185,11 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
         if seq > expected:
             return failed(checked, expected, f"missing record: seq {expected} is absent")
         try:
-            record = record_from_row(row, prev_hash, names)
-            intact = hash_matches(row[13], record.compute_hash())
-        except UnicodeError:
+            record = record_from_row(row)
+            intact = record.compute_hash() == record.hash
+        except (UnicodeError, NotCanonical):  # text the file held as bytes that are not UTF-8
             return failed(checked, seq, "edited record: contains invalid UTF-8")
-        except (AuditError, ValueError) as exc:
+        except AuditError as exc:
             return failed(checked, seq, f"edited record: {exc}")
         if record.prev_hash != prev_hash:
             return failed(
@@ -213,9 +197,6 @@ def _verify_snapshot(conn: sqlite3.Connection, anchor: tuple[int, str] | None) -
                 seq,
                 f"broken link: prev_hash does not match the hash of seq {seq - 1}",
             )
-        if not intact and row[12] is None:  # linked by position: a link or an edit
-            return failed(checked, seq, "edited record or broken link: hash does not match "
-                        f"contents chained to seq {seq - 1}'s hash")
         if not intact:
             return failed(checked, seq, "edited record: hash does not match contents")
         if anchor is not None and seq == anchor[0] and record.hash != anchor[1]:
@@ -263,13 +244,7 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
         written.append((entry, row))
         prev = row[-1]
     if written:
-        link = head[1]
-        stored = []
-        names = Names(conn)
-        for entry, row in written:
-            stored.append(stored_row(row, link, names, entry.detail))
-            link = row[-1]
-        conn.executemany(INSERT, stored)
+        conn.executemany(INSERT, [row for _, row in written])
         conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
         seal_full(conn, seq, prev, written[-1][1][1], segment_records)
     return written
@@ -277,16 +252,14 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
 
 def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
     found: set[str] = set()
-    finished = Names(conn).find("task_finished")
     before = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM audit").fetchone()[0]
     while True:
         rows = conn.execute("SELECT seq, at, kind, task_id FROM audit WHERE seq < ? "
                             "ORDER BY seq DESC LIMIT ?", (before, _PAGE)).fetchall()
         for _, at, kind, task_id in rows:
-            if str(read_at(at)) >= since and kind in (finished, "task_finished") \
-                    and task_id is not None:
-                found.add(str(read_hash(task_id)))
-        if len(rows) < _PAGE or str(read_at(rows[-1][1])) < since:
+            if str(at) >= since and kind == "task_finished" and task_id is not None:
+                found.add(str(task_id))
+        if len(rows) < _PAGE or str(rows[-1][1]) < since:
             return found
         before = rows[-1][0]
 

@@ -1,8 +1,10 @@
-"""One audit record: its fields, how they are checked and stored, and its hash.
+"""One audit record: its fields, how they are checked, and its hash.
 
-The hash is SHA-256 of the record's canonical JSON (sorted keys, no spaces, non-ASCII
-as is), previous hash included; ``_digest`` spells that text out directly, byte for
-byte, because every task appends two records (docs/audit.md, docs/performance.md).
+The hash is SHA-256 of the record's RFC 8785 form (``internal.protocol.a2a.codec.jcs``:
+sorted keys, no spaces, non-ASCII as is), previous hash included
+(docs/audit.md#how-the-chain-works).
+A stored record's detail is hashed as the text it is stored as, which is the text it was
+hashed as when it was appended.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
-from json.encoder import encode_basestring
 from typing import Any
+
+from internal.protocol.a2a.codec.jcs import Encoded, canonical
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,21 +35,26 @@ class AuditRecord:
     detail: dict[str, Any]
     prev_hash: str
     hash: str
+    # The detail as stored, hashed as it is: a record appended by an older Butler was
+    # hashed with the detail as ``json.dumps`` wrote it (a float as ``1.0``, an integer
+    # past 2**53), which no RFC 8785 encoding of the parsed value gives back.
+    detail_text: str = field(default="", repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        out = self._payload()
-        out["detail"] = json.loads(canonical(self.detail))  # a copy the caller may mutate
+        out = self.payload()
+        out["detail"] = json.loads(self.detail_text or canonical(self.detail))  # a copy
         out["hash"] = self.hash
         return out
 
     def compute_hash(self) -> str:
         """The hash this record should carry given its other fields."""
-        return _digest(self.seq, self.at, self.kind, self.caller, self.task_id,
-                       canonical(list(self.chain)), _dec_text(self.budget_before),
-                       _dec_text(self.budget_after), self.decision, self.code,
-                       self.trace_id, canonical(self.detail), self.prev_hash)
+        payload = self.payload()
+        if self.detail_text:
+            payload["detail"] = Encoded(self.detail_text)
+        return digest(payload)
 
-    def _payload(self) -> dict[str, Any]:
+    def payload(self) -> dict[str, Any]:
+        """The hashed fields, as JSON values."""
         return {
             "seq": self.seq,
             "at": self.at,
@@ -64,31 +72,9 @@ class AuditRecord:
         }
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
-def _digest(seq: int, at: str, kind: str, caller: str, task_id: str | None,
-            chain_text: str, before: str | None, after: str | None, decision: str,
-            code: str | None, trace_id: str | None, detail_text: str, prev_hash: str) -> str:
-    """SHA-256 of ``canonical(payload)``, spelled out: the keys in sorted order, each
-    string escaped by the function ``json.dumps`` itself uses, chain and detail already
-    canonical. Byte for byte the documented encoding, without building the payload."""
-    text = (
-        f'{{"at":{encode_basestring(at)},"budget_after":{_json_opt(after)},'
-        f'"budget_before":{_json_opt(before)},"caller":{encode_basestring(caller)},'
-        f'"chain":{chain_text},"code":{_json_opt(code)},'
-        f'"decision":{encode_basestring(decision)},"detail":{detail_text},'
-        f'"kind":{encode_basestring(kind)},"prev_hash":{encode_basestring(prev_hash)},'
-        f'"seq":{seq:d},"task_id":{_json_opt(task_id)},"trace_id":{_json_opt(trace_id)}}}'
-    )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _json_opt(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
+def digest(payload: Mapping[str, Any]) -> str:
+    """The lowercase hex SHA-256 of ``payload``'s canonical form."""
+    return hashlib.sha256(canonical(payload)).hexdigest()
 
 
 def _detail_default(value: object) -> str:
@@ -134,22 +120,17 @@ def _dec_text(value: Decimal | None) -> str | None:
     return None if value is None else str(value)
 
 
-def _normalize_detail(detail: Mapping[str, Any] | None) -> dict[str, Any]:
+def _normalize_detail(detail: Mapping[str, Any]) -> dict[str, Any]:
     # Store what JSON round-trips to, so the record returned now equals the one read back.
-    encoded = json.dumps(
-        dict(detail or {}),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_detail_default,
-    )
+    encoded = json.dumps(dict(detail), ensure_ascii=False, allow_nan=False,
+                         default=_detail_default)
     loaded = json.loads(_clean(encoded))
     assert isinstance(loaded, dict)
     return loaded
 
 
 def _plain(detail: Mapping[str, Any]) -> bool:
+    """Whether JSON gives ``detail`` back as it is (ASCII text only: a final record's)."""
     return all(type(k) is str and type(v) is str and k.isascii() and v.isascii()
                for k, v in detail.items())
 
@@ -165,7 +146,6 @@ class Entry:
         "budget_before",
         "caller",
         "chain",
-        "chain_text",
         "code",
         "decision",
         "detail",
@@ -195,34 +175,27 @@ class Entry:
         self.caller = _text("caller", caller)
         self.task_id = _opt_text("task_id", task_id)
         self.chain = tuple([_text("chain item", hop) for hop in chain])
-        self.chain_text = "[" + ",".join(map(encode_basestring, self.chain)) + "]"
         self.budget_before = _budget("budget_before", budget_before)
         self.budget_after = _budget("budget_after", budget_after)
         self.decision = _text("decision", decision)
         self.code = _opt_text("code", code)
         self.trace_id = _opt_text("trace_id", trace_id)
-        if not detail:
-            self.detail, self.detail_text = {}, "{}"
-        elif _plain(detail):
-            # ASCII strings only (a delegation's peer and url): JSON gives them back as
-            # they are, so no round trip, and the canonical text is spelled out directly.
-            self.detail = dict(detail)
-            self.detail_text = "{" + ",".join(
-                f"{encode_basestring(k)}:{encode_basestring(v)}"
-                for k, v in sorted(self.detail.items())) + "}"
-        else:
-            self.detail = _normalize_detail(detail)
-            self.detail_text = canonical(self.detail) if self.detail else "{}"
+        self.detail = dict(detail) if detail and _plain(detail) else \
+            _normalize_detail(detail) if detail else {}
+        # A value no canonical form holds (an integer past 2**53) is refused here.
+        self.detail_text = canonical(self.detail).decode()
 
     def row(self, seq: int, at: str, prev_hash: str) -> Row:
-        """The stored row, in ``_COLUMNS`` order, hash last."""
+        """The stored row, in ``schema.COLUMNS`` order, hash last."""
         before, after = _dec_text(self.budget_before), _dec_text(self.budget_after)
-        digest = _digest(seq, at, self.kind, self.caller, self.task_id, self.chain_text,
-                         before, after, self.decision, self.code, self.trace_id,
-                         self.detail_text, prev_hash)
-        return (seq, at, self.kind, self.caller, self.task_id, self.chain_text, before,
-                after, self.decision, self.code, self.trace_id, self.detail_text, prev_hash,
-                digest)
+        chain = list(self.chain)
+        payload = {"seq": seq, "at": at, "kind": self.kind, "caller": self.caller,
+                   "task_id": self.task_id, "chain": chain, "budget_before": before,
+                   "budget_after": after, "decision": self.decision, "code": self.code,
+                   "trace_id": self.trace_id, "detail": self.detail, "prev_hash": prev_hash}
+        return (seq, at, self.kind, self.caller, self.task_id, canonical(chain).decode(),
+                before, after, self.decision, self.code, self.trace_id, self.detail_text,
+                prev_hash, digest(payload))
 
     def record(self, row: Row) -> AuditRecord:
         return AuditRecord(
@@ -230,4 +203,5 @@ class Entry:
             chain=self.chain, budget_before=self.budget_before,
             budget_after=self.budget_after, decision=self.decision, code=self.code,
             trace_id=self.trace_id, detail=self.detail, prev_hash=row[12], hash=row[13],
+            detail_text=self.detail_text,
         )

@@ -1,19 +1,16 @@
-"""Stored audit rows read back as records: each given the hash of the record before it
-(stored once, by position: ``schema``) and its own (whole, or chained on from the
-nearest whole one: ``compact``), its columns checked to be exactly what an append
-writes, so a tampered row fails here instead of reading as something else."""
+"""Stored audit rows read back as records, each column checked to be exactly what an
+append writes, so a tampered row fails here instead of reading as something else."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from butler.audit.compact import ANCHOR_EVERY, Names, detail_text, is_check
-from butler.audit.record import AuditRecord, canonical
-from butler.audit.schema import COLUMNS, GENESIS_HASH, caller_chain, read_at, read_hash
+from butler.audit.record import AuditRecord
+from butler.audit.schema import COLUMNS, GENESIS_HASH
+from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import SetupError
 
 
@@ -32,60 +29,27 @@ def live_base(conn: sqlite3.Connection) -> tuple[int, str]:
     return (0, GENESIS_HASH) if row is None else (row[0], row[1])
 
 
-def hash_before(conn: sqlite3.Connection, seq: int, names: Names | None = None) -> str:
-    """The hash record ``seq`` links to: its predecessor's (chained on from the nearest
-    record that keeps its whole hash, or from a dropped segment's)."""
+def hash_before(conn: sqlite3.Connection, seq: int) -> str:
+    """The hash record ``seq`` links to: its predecessor's, or a dropped segment's sealed
+    hash; "" when there is neither."""
     base, base_hash = live_base(conn)
     if seq - 1 <= base:
         return base_hash if seq - 1 == base else ""
-    names = names or Names(conn)
-    rows: list[Any] = []
-    low = seq
-    while low - 1 > base:  # back to a whole hash: within ANCHOR_EVERY rows, unless edited
-        page = conn.execute(f"SELECT {COLUMNS} FROM audit WHERE seq < ? AND seq > ? "
-                            "ORDER BY seq DESC LIMIT ?", (low, base, ANCHOR_EVERY)).fetchall()
-        if not page:
-            break
-        rows += page
-        low = page[-1][0]
-        if any(not is_check(row[13]) for row in page):
-            break
-    rows.reverse()
-    start = next((i for i in range(len(rows) - 1, -1, -1) if not is_check(rows[i][13])), None)
-    if start is None:
-        if not rows or rows[0][0] != base + 1:
-            return ""
-        prev = base_hash
-    else:
-        prev = str(read_hash(rows[start][13]))
-        rows = rows[start + 1:]
-    for row in rows:
-        prev = record_from_row(row, prev, names).hash
-    return prev
+    row = conn.execute("SELECT hash FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
+    return row[0] if row is not None and isinstance(row[0], str) else ""
 
 
 def records_after(conn: sqlite3.Connection, after: int, limit: int) -> list[AuditRecord]:
     after = max(after, live_base(conn)[0])  # not a dropped segment's leftovers
     rows = conn.execute(f"SELECT {COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?",
                         (after, limit)).fetchall()
-    return _chained(conn, rows)
+    return [record_from_row(row) for row in rows]
 
 
 def tail_records(conn: sqlite3.Connection, n: int) -> list[AuditRecord]:
     rows = conn.execute(f"SELECT {COLUMNS} FROM audit WHERE seq > ? ORDER BY seq DESC "
                         "LIMIT ?", (live_base(conn)[0], n)).fetchall()
-    return _chained(conn, rows[::-1])
-
-
-def _chained(conn: sqlite3.Connection, rows: list[Any]) -> list[AuditRecord]:
-    """Records of consecutive rows, each given the hash of the one before it."""
-    records: list[AuditRecord] = []
-    names = Names(conn)
-    prev = hash_before(conn, rows[0][0], names) if rows else ""
-    for row in rows:
-        records.append(record_from_row(row, prev, names))
-        prev = records[-1].hash
-    return records
+    return [record_from_row(row) for row in reversed(rows)]
 
 
 def read_head(conn: sqlite3.Connection) -> tuple[int, str] | None:
@@ -98,34 +62,26 @@ def read_head(conn: sqlite3.Connection) -> tuple[int, str] | None:
     return seq, digest
 
 
-def record_from_row(row: tuple[Any, ...], prev: str, names: Names) -> AuditRecord:
-    """Parse a stored row, rejecting anything append() could not have written. A row
-    that keeps only its hash's first bytes is given the hash its fields chain to:
-    ``verify`` compares the two (``compact.hash_matches``).
+def record_from_row(row: tuple[Any, ...]) -> AuditRecord:
+    """Parse a stored row, rejecting anything append() could not have written.
 
-    Strictness matters: if e.g. "1E+2" were accepted as "1e2" or a JSON column with extra
-    whitespace were normalised, an edit could re-encode to the original hashed bytes.
+    Strictness matters where a field is hashed from its parsed value: if "1E+2" were
+    accepted as a budget, or a chain with extra whitespace, an edit could re-encode to
+    the original hashed bytes. The detail is hashed as the text it is stored as.
     """
     (seq, at, kind, caller, task_id, chain_text, before, after) = row[:8]
-    (decision, code, trace_id, stored_detail, prev_hash, digest) = row[8:]
-    at, task_id, trace_id = read_at(at), read_hash(task_id), read_hash(trace_id)
-    kind, caller, decision = names.name(kind), names.name(caller), names.name(decision)
-    digest = None if is_check(digest) else read_hash(digest)
-    prev_hash = prev if prev_hash is None else prev_hash
-    if chain_text is None:  # stored once: the chain is just the caller
-        chain_text = caller_chain(caller)
+    (decision, code, trace_id, detail_text, prev_hash, digest) = row[8:]
     chain = _stored_json("chain", chain_text)
     if not isinstance(chain, list) or not all(isinstance(hop, str) for hop in chain):
         raise AuditError("chain is not a JSON list of strings")
-    detail_json = detail_text(stored_detail, names.by_ref)
-    if detail_json is None:
-        raise AuditError("detail is not stored as an append stores it")
-    detail = _stored_json("detail", detail_json)
+    if canonical(chain).decode() != chain_text:
+        raise AuditError("chain is not in canonical form")
+    detail = _stored_json("detail", detail_text)
     if not isinstance(detail, dict):
         raise AuditError("detail is not a JSON object")
     if not isinstance(seq, int):
         raise AuditError("seq is not an integer")
-    record = AuditRecord(
+    return AuditRecord(
         seq=seq,
         at=_stored_str("at", at),
         kind=_stored_str("kind", kind),
@@ -139,9 +95,9 @@ def record_from_row(row: tuple[Any, ...], prev: str, names: Names) -> AuditRecor
         trace_id=_stored_opt_str("trace_id", trace_id),
         detail=detail,
         prev_hash=_stored_str("prev_hash", prev_hash),
-        hash="" if digest is None else _stored_str("hash", digest),
+        hash=_stored_str("hash", digest),
+        detail_text=detail_text,
     )
-    return record if digest is not None else replace(record, hash=record.compute_hash())
 
 
 def _stored_str(name: str, value: object) -> str:
@@ -155,15 +111,10 @@ def _stored_opt_str(name: str, value: object) -> str | None:
 
 
 def _stored_json(name: str, value: object) -> Any:
-    text = _stored_str(name, value)
     try:
-        loaded = json.loads(text)
-        again = canonical(loaded)
+        return json.loads(_stored_str(name, value))
     except (ValueError, RecursionError) as exc:
         raise AuditError(f"{name} is not valid JSON") from exc
-    if again != text:
-        raise AuditError(f"{name} is not in canonical form")
-    return loaded
 
 
 def _stored_budget(name: str, value: object) -> Decimal | None:

@@ -6,9 +6,10 @@ A segment is a run of records, sealed with its last record's seq and hash in
 ``retire`` once its newest record is past retention). An export is a JSON Lines file,
 ``audit-<first seq>-<last seq>.jsonl`` (seqs zero-padded to 12 digits): a header line
 ``{"format": "butler-audit-segment/1", "first_seq", "last_seq", "prev_hash",
-"last_hash"}``, then one line per record in ``AuditRecord.to_json()``'s shape, which is
-the hashed payload plus ``hash``. A dropped segment's row stays: its hash is where the
-live log's chain starts.
+"last_hash"}``, then one line per record in ``AuditRecord.to_json()``'s shape: the
+record's hashed text (RFC 8785, its detail as stored) with ``hash`` put in, so that
+removing ``,"hash":"<hash>"`` gives back the text its hash is of. A dropped segment's
+row stays: its hash is where the live log's chain starts.
 
 Everything here blocks (the CLI; the daemon runs it in a thread): each page of records
 is its own job on the audit database's worker, so appends go on between them.
@@ -16,6 +17,7 @@ is its own job on the audit database's worker, so appends go on between them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -24,15 +26,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from butler.audit.compact import Names
-from butler.audit.log import AuditLog, AuditRecord, VerifyResult, failed
+from butler.audit.log import AuditLog, VerifyResult, failed
 from butler.audit.rows import hash_before, live_base, record_from_row
-from butler.audit.schema import COLUMNS, GENESIS_HASH, read_at, seal
+from butler.audit.schema import COLUMNS, GENESIS_HASH, seal
 from butler.storage import write_private
+from internal.protocol.a2a.codec.jcs import Encoded, canonical
 
 FORMAT: Final = "butler-audit-segment/1"
 _PAGE: Final = 2048
@@ -69,8 +70,7 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
     lines = [json.dumps({"format": FORMAT, "first_seq": segment.first_seq,
                          "last_seq": segment.last_seq, "prev_hash": prev,
                          "last_hash": segment.last_hash}, sort_keys=True)]
-    after, link = segment.first_seq - 1, prev
-    names = log.db.call(Names)  # a sealed segment's names are all in the table already
+    after = segment.first_seq - 1
     while after < segment.last_seq:
         rows = log.db.call(_fetch, f"SELECT {COLUMNS} FROM audit WHERE seq > ? AND seq <= ? "
                            "ORDER BY seq LIMIT ?", (after, segment.last_seq, _PAGE))
@@ -78,10 +78,10 @@ def export(log: AuditLog, segment: Segment, folder: Path) -> Path:
             raise FileNotFoundError(f"records {after + 1}..{segment.last_seq} are not in "
                                     "the live log")
         for row in rows:
-            record = record_from_row(row, link, names)
-            lines.append(json.dumps(record.to_json(), sort_keys=True, ensure_ascii=False,
-                                    separators=(",", ":")))
-            link = record.hash
+            record = record_from_row(row)
+            line = record.payload() | {"detail": Encoded(record.detail_text),
+                                       "hash": record.hash}
+            lines.append(canonical(line).decode())
         after = rows[-1][0]
     partial = path.with_name(path.name + ".partial")
     partial.unlink(missing_ok=True)
@@ -175,24 +175,23 @@ def _verify_lines(path: Path, seq: int, prev: str) -> tuple[int, str] | VerifyRe
         if header["first_seq"] != seq + 1 or header["prev_hash"] != prev:
             return failed(0, seq + 1, f"does not continue the chain at seq {seq + 1}")
         for line in lines:
-            data = json.loads(line)
-            record = AuditRecord(**{**data, "chain": tuple(data["chain"]),
-                                    "budget_before": _decimal(data["budget_before"]),
-                                    "budget_after": _decimal(data["budget_after"])})
-            if record.seq != seq + 1:
+            text = line.rstrip("\n")
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get("hash"), str):
+                return failed(0, seq + 1, "not a record")
+            if data.get("seq") != seq + 1:
                 return failed(0, seq + 1, f"missing record: seq {seq + 1} is absent")
-            if record.prev_hash != prev:
-                return failed(0, record.seq, "broken link")
-            if record.compute_hash() != record.hash:
-                return failed(0, record.seq, "edited record: hash does not match contents")
-            seq, prev = record.seq, record.hash
+            if data.get("prev_hash") != prev:
+                return failed(0, seq + 1, "broken link")
+            # The line is the record's hashed text with its hash put in: what an older
+            # Butler hashed in its own encoding (docs/audit.md) checks as it was written.
+            before, mark, after = text.rpartition(f',"hash":"{data["hash"]}"')
+            if not mark or hashlib.sha256((before + after).encode()).hexdigest() != data["hash"]:
+                return failed(0, seq + 1, "edited record: hash does not match contents")
+            seq, prev = seq + 1, data["hash"]
     if seq != header["last_seq"] or prev != header["last_hash"]:
         return failed(0, seq, "truncated: the header's last record is not the last line")
     return seq, prev
-
-
-def _decimal(value: str | None) -> Decimal | None:
-    return None if value is None else Decimal(value)
 
 
 def _fetch(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
@@ -203,9 +202,9 @@ def _seal_expired(conn: sqlite3.Connection, cutoff: str) -> None:
     """Seal the open segment if its newest record is past ``cutoff``."""
     sealed = conn.execute("SELECT coalesce(max(last_seq), 0) FROM audit_segments").fetchone()[0]
     last = conn.execute("SELECT seq, at FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-    if last is None or last[0] <= sealed or str(read_at(last[1])) >= cutoff:
+    if last is None or last[0] <= sealed or str(last[1]) >= cutoff:
         return
-    seal(conn, sealed + 1, last[0], hash_before(conn, last[0] + 1), str(read_at(last[1])))
+    seal(conn, sealed + 1, last[0], hash_before(conn, last[0] + 1), str(last[1]))
 
 
 def _drop_chunk(conn: sqlite3.Connection) -> bool:

@@ -1,4 +1,5 @@
-"""RFC 8785 JSON Canonicalization Scheme: the bytes a card signature and a receipt sign.
+"""RFC 8785 JSON Canonicalization Scheme: Butler's one encoder for JSON that is hashed or
+signed (a card signature, a receipt, a key thumbprint or rotation, an audit record's hash).
 
 ``json.dumps`` cannot produce them: it escapes non-ASCII, sorts keys by code point rather
 than by UTF-16 code unit, and writes numbers with ``repr`` rather than with ECMAScript's
@@ -23,6 +24,13 @@ _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r
             "\t": "\\t"}
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _ASTRAL = re.compile(r"[\U00010000-\U0010ffff]")  # where code point and UTF-16 orders part
+
+
+class Encoded(str):
+    """JSON text already in canonical form, written into the output as it is: a stored
+    text that was hashed as written (an audit record's detail) hashes the same again."""
+
+    __slots__ = ()
 
 
 class NotCanonical(RequestError, ValueError):
@@ -132,6 +140,8 @@ def _write(value: Any, out: list[str], depth: int) -> None:
         out.append("true")
     elif value is False:
         out.append("false")
+    elif type(value) is Encoded:
+        out.append(value)
     elif isinstance(value, str):
         _string(value, out)
     elif isinstance(value, int):
