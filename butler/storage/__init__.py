@@ -14,28 +14,24 @@ from butler.storage._files import (
     replace_private,
     write_private,
 )
-from butler.storage._names import MAX_NAMES, NumberedNames, names_table
 from butler.storage._schema import schema_version
 from butler.storage._stamps import hex_bytes, hex_text, micros_stamp, stamp_micros
 
 __all__ = [
     "FILE_MODE",
     "FOLDER_MODE",
-    "MAX_NAMES",
     "BatchWriter",
     "CannotOpen",
     "CheckpointPolicy",
     "Checkpointer",
     "Database",
     "DatabaseClosed",
-    "NumberedNames",
     "Row",
     "catch_up",
     "checkpoint",
     "hex_bytes",
     "hex_text",
     "micros_stamp",
-    "names_table",
     "private_file",
     "private_folder",
     "replace_private",
