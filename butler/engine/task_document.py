@@ -57,7 +57,9 @@ class NotStorable(RequestError):
 def task_row(task: Task) -> tuple[str, str, str, str, int, str]:
     """The row's values, in ``COLUMNS`` order; raises ``NotStorable``."""
     updated = stamp_micros(task.updated_at)
-    document = {name: value for name, value in _fields(task) if name not in _IN_COLUMNS}
+    document = _TASK.encode(task)
+    for name in _IN_COLUMNS:
+        document.pop(name, None)
     return (task.id, task.owner, task.context_id, task.state.value,
             NOT_CANONICAL if updated is None else updated, _dumps(document))
 
@@ -68,31 +70,8 @@ def task_from_row(task_id: str, owner: str, context_id: str, state: str,
     if not isinstance(data, dict):
         raise ValueError(f"task {task_id}: its stored document is not a JSON object")
     data.update(id=task_id, owner=owner, context_id=context_id, state=state)
-    task: Task = _decode(Task, data)
+    task: Task = _TASK.decode(data)
     return task
-
-
-def _fields(value: Any) -> typing.Iterator[tuple[str, Any]]:
-    """A dataclass's fields that differ from their defaults, encoded."""
-    for f in dataclasses.fields(value):
-        field_value = getattr(value, f.name)
-        if f.default is not dataclasses.MISSING and field_value == f.default:
-            continue
-        if f.default_factory is not dataclasses.MISSING and field_value == f.default_factory():
-            continue
-        yield f.name, _encode(field_value)
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dict(_fields(value))
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return [_encode(v) for v in value]
-    if isinstance(value, Decimal):
-        return str(value)
-    return value  # str, int, float, bool, None, or JSON data (a part's, an input)
 
 
 def _dumps(document: dict[str, Any]) -> str:
@@ -139,41 +118,87 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-# -- reading: by each dataclass's type hints -------------------------------------------
+# -- the codec of each type, made once from its type hints -----------------------------
+
+Convert = Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class _Fields:
+    """A dataclass's codec: each field by name, a field at its default left out."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self._plan: list[tuple[str, Any, Convert, Convert]] | None = None
+
+    def plan(self) -> list[tuple[str, Any, Convert, Convert]]:
+        """(name, default as stored, encode, decode) per field; made on first use, so a
+        type that holds itself (a cost node's children) is planned once its own codec
+        exists. A field is left out when it stores as its default does: equal is not
+        enough (``Decimal("0.00") == Decimal("0")``)."""
+        if self._plan is None:
+            hints = typing.get_type_hints(self.kind)
+            plan = []
+            for f in dataclasses.fields(self.kind):
+                default = f.default if f.default_factory is dataclasses.MISSING \
+                    else f.default_factory()
+                encode, decode = _codec(hints[f.name])
+                if default is not dataclasses.MISSING:
+                    default = encode(default)
+                if (self.kind, f.name) in _READ_AS:
+                    decode = _READ_AS[(self.kind, f.name)]
+                plan.append((f.name, default, encode, decode))
+            self._plan = plan
+        return self._plan
+
+    def encode(self, value: Any) -> dict[str, Any]:
+        out = {}
+        for name, default, encode, _ in self.plan():
+            stored = encode(getattr(value, name))
+            if stored != default:
+                out[name] = stored
+        return out
+
+    def decode(self, data: dict[str, Any]) -> Any:
+        fields = {name: decode(data[name]) for name, _, _, decode in self.plan()
+                  if name in data}
+        return self.kind(**fields)
 
 
 @functools.cache
-def _hints(kind: type) -> dict[str, Any]:
-    return typing.get_type_hints(kind)
-
-
-def _decode(kind: Any, value: Any) -> Any:
-    if value is None:
-        return None
+def _codec(kind: Any) -> tuple[Convert, Convert]:
+    """(encode, decode) of a value of type ``kind``."""
     origin = typing.get_origin(kind)
     if origin is typing.Union or origin is types.UnionType:
         (inner,) = [k for k in typing.get_args(kind) if k is not type(None)]
-        return _decode(inner, value)
+        encode, decode = _codec(inner)
+        return (lambda v: None if v is None else encode(v),
+                lambda v: None if v is None else decode(v))
     if origin is tuple:
-        item = typing.get_args(kind)[0]
-        return tuple(_decode(item, v) for v in value)
+        encode, decode = _codec(typing.get_args(kind)[0])
+        return (lambda v: [encode(item) for item in v],
+                lambda v: tuple(decode(item) for item in v))
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        hints = _hints(kind)
-        decoded = {name: _decode(hints[name], v) for name, v in value.items()
-                   if name in hints}
-        if kind is TaskRequest and "input" in decoded:
-            # As the request decoder gave it: a skill's input holds ordinary numbers.
-            decoded["input"] = exact_json.plain_numbers(decoded["input"])
-        return _construct(kind, decoded)
+        codec = _Fields(kind)
+        return codec.encode, codec.decode
     if kind is Decimal:
-        return Decimal(value)
+        return str, Decimal
     if kind is float:
-        return float(value)
+        return _same, float
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        return kind(value)
-    return value  # str, int, bool, Any, dict: as read
+        return _enum_value, kind
+    return _same, _same  # str, int, bool, JSON data (a part's, a skill's input)
 
 
-def _construct(kind: Callable[..., Any], fields: dict[str, Any]) -> Any:
-    return kind(**fields)
+def _enum_value(value: enum.Enum) -> Any:
+    return value.value
 
+
+# A field read back otherwise than its type says: a skill's input as the request decoder
+# gave it, with ordinary numbers (``exact_json.loads`` reads fractions as Decimal).
+_READ_AS: dict[tuple[type, str], Convert] = {
+    (TaskRequest, "input"): exact_json.plain_numbers}
+_TASK = _Fields(Task)
