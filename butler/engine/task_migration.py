@@ -19,7 +19,7 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from butler.identity.receipts import parts_digest
-from butler.storage import hex_text, micros_stamp, stamp_micros
+from butler.storage import micros_stamp, stamp_micros
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import (
@@ -48,6 +48,11 @@ _TRACE = 16  # a trace id's bytes, first of a compact body's binary fields
 _PACKED = 16 + 64  # a receipt's id and signature, as bytes
 _PACKED_WITH_DIGEST = 16 + 32 + 64  # id, result digest, signature: schema 4's layout
 _DIGEST = "sha256:"
+
+
+def hex_text(value: object) -> object:
+    """An id schemas 1-5 kept as its bytes (Butler's lowercase hex ids), as text again."""
+    return value.hex() if type(value) is bytes else value
 
 
 class OldRows:

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 from butler.engine.task_document import task_row
-from butler.engine.task_migration import OldRows, decode_v0
-from butler.storage import hex_text, schema_version
+from butler.engine.task_migration import OldRows, decode_v0, hex_text
+from butler.storage import schema_version
 from internal.protocol.a2a.model import Task, TaskState
 
 log = logging.getLogger("butler.engine")

@@ -15,7 +15,7 @@ from butler.storage._files import (
     write_private,
 )
 from butler.storage._schema import schema_version
-from butler.storage._stamps import hex_bytes, hex_text, micros_stamp, stamp_micros
+from butler.storage._stamps import micros_stamp, stamp_micros
 
 __all__ = [
     "FILE_MODE",
@@ -29,8 +29,6 @@ __all__ = [
     "Row",
     "catch_up",
     "checkpoint",
-    "hex_bytes",
-    "hex_text",
     "micros_stamp",
     "private_file",
     "private_folder",
