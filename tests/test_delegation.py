@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import aiohttp
 import pytest
@@ -12,7 +13,7 @@ from tests.delegation_support import Mesh, skill
 
 
 async def post(http: aiohttp.ClientSession, url: str, token: str, body: dict[str, object],
-               headers: dict[str, str] | None = None) -> tuple[int, dict[str, object]]:
+               headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     hdrs = {"Authorization": f"Bearer {token}", **(headers or {})}
     async with http.post(f"{url}/v2/tasks", json=body, headers=hdrs) as resp:
         return resp.status, await resp.json()

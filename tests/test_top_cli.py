@@ -96,12 +96,12 @@ async def test_top_shows_a_delegated_task_working_then_completed(
     screen = await pane.wait_for("RUNNING (0)", "RECENT (1)", "completed",
                                  "office / office.wait: 0.03 USD")
     lines = screen.splitlines()
-    row = next(i for i, line in enumerate(lines) if task["id"] in line)
-    assert "completed" in lines[row] and "0.03 of " in lines[row]
+    at = next(i for i, line in enumerate(lines) if task["id"] in line)
+    assert "completed" in lines[at] and "0.03 of " in lines[at]
     # The tree: home's hop, office's below it, indented one step further.
-    assert lines[row + 1].lstrip().startswith("home / a2a.delegate: ")
-    assert lines[row + 2].lstrip().startswith("office / office.wait: 0.03 USD, ")
-    assert lines[row + 2].index("office") > lines[row + 1].index("home")
+    assert lines[at + 1].lstrip().startswith("home / a2a.delegate: ")
+    assert lines[at + 2].lstrip().startswith("office / office.wait: 0.03 USD, ")
+    assert lines[at + 2].index("office") > lines[at + 1].index("home")
 
     await pane.keys("C-c")
     async with asyncio.timeout(20):
