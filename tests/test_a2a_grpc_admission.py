@@ -20,7 +20,7 @@ from butler.http_app import A2A_FRONT
 from internal.protocol.a2a.model import Identity
 from tests.a2a_support import WAIT, send_request, text, user_message
 from tests.grpc_support import channel, service_stub
-from tests.support import ECHO, Instance, Swarm
+from tests.support import ECHO, Instance, Swarm, wait_until
 from tests.test_a2a_grpc import GRPC, error_info
 
 V1 = [("a2a-version", "1.0")]
@@ -30,9 +30,7 @@ ADMIN = Identity("test", "admin")
 async def until_inflight(inst: Instance, count: int) -> None:
     """Until the daemon's admission counts ``count`` requests in flight."""
     admission = inst.daemon.app[A2A_FRONT].admission
-    async with asyncio.timeout(10):
-        while admission.inflight != count:
-            await asyncio.sleep(0.01)
+    await wait_until(lambda: admission.inflight == count, what=f"{count} in flight")
 
 
 async def cancel_running(inst: Instance, held: list[asyncio.Task[Any]]) -> None:

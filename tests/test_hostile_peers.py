@@ -24,7 +24,7 @@ from aiohttp import web
 from butler.delegation.delegator import PeerDelegator
 from internal.protocol.a2a.model import Task, TaskRequest, TaskState
 from tests.delegation_support import free_port
-from tests.support import Instance, Swarm
+from tests.support import Instance, Swarm, wait_until
 
 PEER_TIMEOUT = 1.0
 TASK_TIMEOUT = 2.0  # of the delegated task at home: bounds a peer that never finishes
@@ -238,9 +238,7 @@ def delegator(home: Instance) -> PeerDelegator:
 async def assert_nothing_left(home: Instance, peer: HostilePeer) -> None:
     """No run, no live task, no pooled connection in use, no connection held at the peer."""
     engine = home.daemon.engine
-    async with asyncio.timeout(5):
-        while peer.active or engine._runs or engine._live:
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not (peer.active or engine._runs or engine._live), 5)
     for _, session in delegator(home)._sessions.values():
         connector: Any = session.connector
         assert not connector._acquired, "every peer connection went back to the pool or closed"

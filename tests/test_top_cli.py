@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.delegation_support import Mesh
-from tests.support import REPO, command_skill, post_task, run_cli
+from tests.support import REPO, command_skill, post_task, run_cli, wait_until
 
 TMUX = shutil.which("tmux")
 needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
@@ -41,14 +41,16 @@ class Pane:
     async def wait_for(self, *texts: str, timeout: float = 20.0) -> str:
         """The screen once it shows every one of ``texts``."""
         screen = ""
+
+        async def shows() -> str | None:
+            nonlocal screen
+            screen = await self.screen()
+            return screen if all(text in screen for text in texts) else None
+
         try:
-            async with asyncio.timeout(timeout):
-                while not all(text in screen for text in texts):
-                    await asyncio.sleep(0.1)
-                    screen = await self.screen()
-        except TimeoutError:
+            return await wait_until(shows, timeout)
+        except AssertionError:
             raise AssertionError(f"never saw {texts!r}; the screen:\n{screen}") from None
-        return screen
 
     async def keys(self, *keys: str) -> None:
         await _tmux(self.socket, "send-keys", "-t", "top", *keys)
@@ -104,9 +106,7 @@ async def test_top_shows_a_delegated_task_working_then_completed(
     assert lines[at + 2].index("office") > lines[at + 1].index("home")
 
     await pane.keys("C-c")
-    async with asyncio.timeout(20):
-        while not rc.exists() or not rc.read_text():
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: rc.exists() and rc.read_text(), 20, "top's exit code")
     assert rc.read_text().strip() == "exit=0"
 
 
