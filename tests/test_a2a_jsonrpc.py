@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -174,12 +173,11 @@ async def test_blocking_returns_at_input_required_and_immediately_returns_at_onc
     swarm: Swarm,
 ) -> None:
     home = await swarm.start("home", skills=[ECHO, WAIT])
-    started = asyncio.get_running_loop().time()
+    # The wait skill runs until canceled: an answer at all is one before it finished.
     _, body = await rpc(home, "SendMessage", {
         "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "x"}],
                     "metadata": {"skill": "wait"}},
         "configuration": {"returnImmediately": True}})
-    assert asyncio.get_running_loop().time() - started < 5
     state = body["result"]["task"]["status"]["state"]
     assert state in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     _, body = await rpc(home, "CancelTask", {"id": body["result"]["task"]["id"]})

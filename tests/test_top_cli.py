@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.delegation_support import Mesh
-from tests.support import REPO, command_skill, post_task, run_cli, wait_until
+from tests.support import REPO, gated_skill, post_task, run_cli, wait_until
 
 TMUX = shutil.which("tmux")
 needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
@@ -71,9 +71,7 @@ async def pane(tmp_path: Path) -> AsyncIterator[Pane]:
 async def test_top_shows_a_delegated_task_working_then_completed(
         mesh: Mesh, pane: Pane, tmp_path: Path) -> None:
     release = tmp_path / "go"
-    wait = command_skill("office.wait", ["sh", "-c", f"while [ ! -e {release} ]; do "
-                                                     "sleep 0.05; done; echo released"],
-                         capabilities=["office.wait"], cost_usd="0.03")
+    wait = gated_skill("office.wait", release, capabilities=["office.wait"], cost_usd="0.03")
     mesh.agent("home", skills=[])
     mesh.agent("office", skills=[wait])
     mesh.link("home", "office", ["office.wait"])
