@@ -33,16 +33,21 @@ class _Bearer:
 
 
 # grpc.aio files an interceptor under its first matching kind only: one class per kind.
-class _UnaryBearer(_Bearer, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class _UnaryBearer(_Bearer, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Continuation,
                                     details: grpc.aio.ClientCallDetails, request: Any) -> Any:
         return await continuation(self.with_token(details), request)
 
 
-class _StreamBearer(_Bearer, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+class _StreamBearer(_Bearer, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Continuation,
                                      details: grpc.aio.ClientCallDetails, request: Any) -> Any:
         return await continuation(self.with_token(details), request)
+
+
+def service_stub(chan: grpc.aio.Channel) -> Any:
+    """The sdk's generated gRPC stub (generated code without annotations)."""
+    return a2a_pb2_grpc.A2AServiceStub(chan)  # type: ignore[no-untyped-call]
 
 
 def channel(target: str, token: str) -> grpc.aio.Channel:
@@ -70,7 +75,7 @@ async def grpc_client(inst: Instance, who: str = "operator", *, streaming: bool 
         await client.close()
 
 
-class _CheckBearer(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class _CheckBearer(grpc.aio.ServerInterceptor):
     """The sdk agent's auth: records each call's metadata, refuses a wrong token."""
 
     def __init__(self, token: str, seen: Seen) -> None:
@@ -97,5 +102,6 @@ def sdk_grpc_server(token: str, seen: Seen) -> tuple[grpc.aio.Server, str]:
 
 
 async def start_sdk_grpc_server(server: grpc.aio.Server, handler: RequestHandler) -> None:
-    a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        GrpcHandler(handler), server)
     await server.start()

@@ -14,7 +14,7 @@ async def cancel_after_progress(session: ClientSession) -> None:
     running = asyncio.Event()
     said: list[str | None] = []
 
-    async def progress(value: float, total: float | None, message: str | None) -> None:
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
         said.append(message)
         running.set()
 

@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
-from a2a.server.events.event_queue_v2 import EventQueue
+from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
@@ -30,6 +30,8 @@ from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from tests.support import wait_until
 
 
 @dataclass
@@ -58,7 +60,7 @@ class Shout(AgentExecutor):
         await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         await updater.start_work()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the agent's work time, not a synchronisation
         if self.reply == "fail":
             await updater.failed(new_text_message("cannot shout that"))
             return
@@ -123,9 +125,7 @@ async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0
 
         await start_sdk_grpc_server(grpc_server, handler)
     try:
-        async with asyncio.timeout(10):
-            while not server.started:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: server.started, what="uvicorn serving")
         yield SdkAgent(url, seen)
     finally:
         server.should_exit = True

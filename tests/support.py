@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import secrets
+import shlex
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import aiohttp
 import yaml
@@ -19,6 +22,9 @@ from butler.config import Config, load_config
 from butler.daemon import Daemon
 from internal.http import hash_token
 from internal.protocol.a2a.client import V2Transport
+
+T = TypeVar("T")
+POLL_SECONDS = 0.02
 
 ECHO = {"id": "echo", "builtin": "echo", "capabilities": ["echo"], "expose": True}
 
@@ -161,6 +167,13 @@ def command_skill(skill_id: str, argv: list[str], **extra: Any) -> dict[str, Any
     return {"id": skill_id, "command": argv, "expose": True, **extra}
 
 
+def gated_skill(skill_id: str, gate: Path, **extra: Any) -> dict[str, Any]:
+    """A command skill that runs until the test creates the file ``gate``, then prints
+    "released": a task held in flight for as long as the test needs, not for a guessed time."""
+    script = f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done; echo released"
+    return command_skill(skill_id, ["sh", "-c", script], **extra)
+
+
 async def call(
     inst: Instance, method: str, path: str, *, who: str = "operator", body: Any = None,
 ) -> tuple[int, Any]:
@@ -177,18 +190,46 @@ async def post_task(inst: Instance, body: dict[str, Any], *,
     return status, data
 
 
+@overload
+async def wait_until(predicate: Callable[[], Awaitable[T | None]], timeout: float = ...,
+                     what: str = "") -> T: ...
+@overload
+async def wait_until(predicate: Callable[[], T | None], timeout: float = ...,
+                     what: str = "") -> T: ...
+async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Calls ``predicate`` (plain or async) until it returns a true value, and returns that
+    value; fails the test if none comes within ``timeout`` seconds.
+
+    The one way tests wait for something another task or process does: the poll's pace is
+    never part of what a test asserts, and ``timeout`` only bounds a hang."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                value = predicate()
+                if inspect.isawaitable(value):
+                    value = await value
+                if value:
+                    return value
+                await asyncio.sleep(POLL_SECONDS)
+    except TimeoutError:
+        raise AssertionError(f"not within {timeout} s: {what or predicate}") from None
+
+
 async def wait_task(inst: Instance, task_id: str, states: frozenset[str] | set[str] = TERMINAL,
                     *, who: str = "operator", message: str | None = None,
                     timeout: float = 10.0) -> dict[str, Any]:
     """Poll GET /v2/tasks/{id} until its state is in ``states`` (and shows ``message``)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            status, task = await call(inst, "GET", f"/v2/tasks/{task_id}", who=who)
-            assert status == 200, task
-            if task["state"] in states and (message is None
-                                            or task["status"]["message"] == message):
-                return dict(task)
-            await asyncio.sleep(0.02)
+
+    async def arrived() -> dict[str, Any] | None:
+        status, task = await call(inst, "GET", f"/v2/tasks/{task_id}", who=who)
+        assert status == 200, task
+        if task["state"] in states and (message is None
+                                        or task["status"]["message"] == message):
+            return dict(task)
+        return None
+
+    task: dict[str, Any] = await wait_until(arrived, timeout)
+    return task
 
 
 def process_gone(pid: int) -> bool:
@@ -201,9 +242,7 @@ def process_gone(pid: int) -> bool:
 
 
 async def wait_gone(pid: int, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not process_gone(pid):
-            await asyncio.sleep(0.02)
+    await wait_until(lambda: process_gone(pid), timeout)
 
 
 def kill_quietly(pid: int) -> None:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-grpc = pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
-                                          "(pip install 'butler-a2a[grpc]')")
+pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
+                                   "(pip install 'butler-a2a[grpc]')")
 
-from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules need grpcio
+import grpc
+from a2a.types import (
     GetExtendedAgentCardRequest,
     GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
@@ -21,18 +22,18 @@ from a2a.types import (  # noqa: E402 -- after the skip: the sdk's grpc modules 
     SubscribeToTaskRequest,
     TaskNotFoundError,
     TaskState,
-    a2a_pb2_grpc,
 )
-from google.rpc import error_details_pb2, status_pb2  # noqa: E402
-from yarl import URL  # noqa: E402
+from google.protobuf.json_format import MessageToDict
+from google.rpc import error_details_pb2, status_pb2
+from yarl import URL
 
-from butler.identity.key_file import KEY_FILE  # noqa: E402
-from internal.http import OutboundGuard  # noqa: E402
-from internal.protocol.a2a.client import Interface, offered_interfaces  # noqa: E402
-from internal.protocol.a2a.client import _a2a as a2a_client  # noqa: E402
-from internal.protocol.a2a.model import DelegationFailed, OutboundRefused  # noqa: E402
-from internal.protocol.a2a.model import TaskState as ButlerState  # noqa: E402
-from tests.a2a_support import (  # noqa: E402
+from butler.identity.key_file import KEY_FILE
+from internal.http import OutboundGuard
+from internal.protocol.a2a.client import Interface, offered_interfaces
+from internal.protocol.a2a.client import _a2a as a2a_client
+from internal.protocol.a2a.model import DelegationFailed, OutboundRefused
+from internal.protocol.a2a.model import TaskState as ButlerState
+from tests.a2a_support import (
     WAIT,
     cancel_a_waiting_task,
     send_request,
@@ -40,17 +41,17 @@ from tests.a2a_support import (  # noqa: E402
     text,
     user_message,
 )
-from tests.delegation_support import Mesh, butler_with_peer, free_port, skill  # noqa: E402
-from tests.grpc_support import card_of, channel, grpc_client  # noqa: E402
-from tests.sdk_agent import sdk_agent  # noqa: E402
-from tests.support import ECHO, Swarm, new_pair, post_task  # noqa: E402
-from tests.test_peer_identity import (  # noqa: E402
+from tests.delegation_support import Mesh, butler_with_peer, free_port, skill
+from tests.grpc_support import card_of, channel, grpc_client, service_stub
+from tests.sdk_agent import sdk_agent
+from tests.support import ECHO, Swarm, new_pair, post_task
+from tests.test_peer_identity import (
     card_reads,
     delegate,
     office_task_count,
     restart,
 )
-from tests.test_tls import OPENSSL, make_ca_and_cert  # noqa: E402
+from tests.test_tls import OPENSSL, make_ca_and_cert
 
 GRPC = {"a2a": {"grpc_port": 0}}
 SWARM_URI = "urn:butler:a2a:ext:swarm:v1"
@@ -83,7 +84,7 @@ async def test_send_get_list_with_the_sdk_grpc_client(swarm: Swarm) -> None:
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
         assert [p.text for a in task.artifacts for p in a.parts] == ["hello"]
         assert [m.parts[0].text for m in task.history] == ["hello"]
-        assert dict(task.metadata)[SWARM_URI]["skill"] == "echo"
+        assert MessageToDict(task.metadata)[SWARM_URI]["skill"] == "echo"
 
         got = await client.get_task(GetTaskRequest(id=task.id, history_length=0))
         assert got.id == task.id and not got.history
@@ -115,7 +116,7 @@ async def test_a_wrong_token_is_unauthenticated(swarm: Swarm) -> None:
     home = await swarm.start("home", configurations=GRPC)
     assert home.daemon.grpc_url is not None
     async with channel(home.daemon.grpc_url, "not-the-token") as chan:
-        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        stub = service_stub(chan)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.GetTask(GetTaskRequest(id="x"), metadata=[("a2a-version", "1.0")])
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -129,7 +130,7 @@ async def test_a_loop_in_the_metadata_chain_is_refused(swarm: Swarm) -> None:
     request = SendMessageRequest(message=user_message(text("x"), metadata={
         SWARM_URI: {"callerChain": ["home", "office"], "depth": 2}}))
     async with channel(home.daemon.grpc_url, home.tokens["office"]) as chan:
-        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        stub = service_stub(chan)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.SendMessage(request, metadata=[("a2a-version", "1.0")])
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -234,11 +235,12 @@ async def test_the_kept_channels_are_bounded_and_closed_with_their_owner() -> No
     from internal.protocol.a2a.client import GrpcChannels
 
     def state(peer: Any) -> grpc.ChannelConnectivity:
-        return peer._channel.channel.get_state()
+        connectivity: grpc.ChannelConnectivity = peer._channel.channel.get_state()
+        return connectivity
 
     channels = GrpcChannels(size=1)
-    args = {"peer_url": "http://127.0.0.1:2", "name": "p", "guard": None, "ca_file": None,
-            "max_response_bytes": 1024, "connect_timeout": 1}
+    args: dict[str, Any] = {"peer_url": "http://127.0.0.1:2", "name": "p", "guard": None,
+                            "ca_file": None, "max_response_bytes": 1024, "connect_timeout": 1}
     async with channels.peer("127.0.0.1:1", "t", **args) as first:
         async with channels.peer("127.0.0.1:3", "t", **args) as second:
             assert len(channels) == 1
@@ -256,7 +258,7 @@ async def test_the_trace_arrives_in_grpc_metadata(swarm: Swarm) -> None:
     assert home.daemon.grpc_url is not None
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
-        reply = await a2a_pb2_grpc.A2AServiceStub(chan).SendMessage(
+        reply = await service_stub(chan).SendMessage(
             send_request(user_message(text("hi"))),
             metadata=[("a2a-version", "1.0"), ("a2a-extensions", SWARM_URI),
                       ("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01")])
@@ -272,12 +274,12 @@ async def test_grpc_over_tls_when_the_http_port_has_it(swarm: Swarm, tmp_path: P
     metadata = [("a2a-version", "1.0"), ("authorization", f"Bearer {home.tokens['operator']}")]
     credentials = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
     async with grpc.aio.secure_channel(home.daemon.grpc_url, credentials) as chan:
-        reply = await a2a_pb2_grpc.A2AServiceStub(chan).SendMessage(
+        reply = await service_stub(chan).SendMessage(
             send_request(user_message(text("secure"))), metadata=metadata)
     assert reply.task.status.state == TaskState.TASK_STATE_COMPLETED
     async with grpc.aio.insecure_channel(home.daemon.grpc_url) as chan:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await a2a_pb2_grpc.A2AServiceStub(chan).GetTask(GetTaskRequest(id="x"),
+            await service_stub(chan).GetTask(GetTaskRequest(id="x"),
                                                             metadata=metadata, timeout=5)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
 
@@ -287,7 +289,7 @@ async def test_card_push_configs_and_subscribe_over_grpc(swarm: Swarm) -> None:
     assert home.daemon.grpc_url is not None
     v1 = [("a2a-version", "1.0")]
     async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
-        stub = a2a_pb2_grpc.A2AServiceStub(chan)
+        stub = service_stub(chan)
         card = await stub.GetExtendedAgentCard(GetExtendedAgentCardRequest(), metadata=v1)
         assert card.name == "home butler" and "GRPC" in [
             i.protocol_binding for i in card.supported_interfaces]

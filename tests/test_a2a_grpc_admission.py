@@ -10,32 +10,27 @@ from typing import Any
 
 import pytest
 
-grpc = pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
-                                          "(pip install 'butler-a2a[grpc]')")
+pytest.importorskip("grpc", reason="the gRPC binding needs the grpc extra "
+                                   "(pip install 'butler-a2a[grpc]')")
 
-from a2a.types import GetExtendedAgentCardRequest, a2a_pb2_grpc  # noqa: E402
+import grpc
+from a2a.types import GetExtendedAgentCardRequest
 
-from butler.http_app import A2A_FRONT  # noqa: E402
-from internal.protocol.a2a.model import Identity  # noqa: E402
-from tests.a2a_support import WAIT, send_request, text, user_message  # noqa: E402
-from tests.grpc_support import channel  # noqa: E402
-from tests.support import ECHO, Instance, Swarm  # noqa: E402
-from tests.test_a2a_grpc import GRPC, error_info  # noqa: E402
+from butler.http_app import A2A_FRONT
+from internal.protocol.a2a.model import Identity
+from tests.a2a_support import WAIT, send_request, text, user_message
+from tests.grpc_support import channel, service_stub
+from tests.support import ECHO, Instance, Swarm, wait_until
+from tests.test_a2a_grpc import GRPC, error_info
 
 V1 = [("a2a-version", "1.0")]
 ADMIN = Identity("test", "admin")
 
 
-def stub(inst: Instance, chan: grpc.aio.Channel) -> Any:
-    return a2a_pb2_grpc.A2AServiceStub(chan)  # type: ignore[no-untyped-call]
-
-
 async def until_inflight(inst: Instance, count: int) -> None:
     """Until the daemon's admission counts ``count`` requests in flight."""
     admission = inst.daemon.app[A2A_FRONT].admission
-    async with asyncio.timeout(10):
-        while admission.inflight != count:
-            await asyncio.sleep(0.01)
+    await wait_until(lambda: admission.inflight == count, what=f"{count} in flight")
 
 
 async def cancel_running(inst: Instance, held: list[asyncio.Task[Any]]) -> None:
@@ -60,12 +55,12 @@ def hold_http(inst: Instance) -> asyncio.Task[Any]:
 
 def hold_grpc(inst: Instance, chan: grpc.aio.Channel) -> asyncio.Task[Any]:
     request = send_request(user_message(text("x"), metadata={"skill": "wait"}))
-    call: Awaitable[Any] = stub(inst, chan).SendMessage(request, metadata=V1)
+    call: Awaitable[Any] = service_stub(chan).SendMessage(request, metadata=V1)
     return asyncio.ensure_future(call)
 
 
 async def grpc_card(inst: Instance, chan: grpc.aio.Channel) -> Any:
-    return await stub(inst, chan).GetExtendedAgentCard(GetExtendedAgentCardRequest(),
+    return await service_stub(chan).GetExtendedAgentCard(GetExtendedAgentCardRequest(),
                                                        metadata=V1)
 
 
@@ -111,7 +106,7 @@ async def test_a_grpc_stream_gives_its_place_back(capped: Instance) -> None:
     assert capped.daemon.grpc_url is not None
     request = send_request(user_message(text("x"), metadata={"skill": "wait"}))
     async with channel(capped.daemon.grpc_url, capped.tokens["operator"]) as chan:
-        streams = [stub(capped, chan).SendStreamingMessage(request, metadata=V1)
+        streams = [service_stub(chan).SendStreamingMessage(request, metadata=V1)
                    for _ in range(3)]  # more than max_inflight
         for call in streams:
             await call.read()  # the stream has begun: its first event

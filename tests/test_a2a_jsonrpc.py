@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +16,7 @@ from a2a.types import (
     TaskNotFoundError,
     TaskState,
 )
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 
 from tests.a2a_support import (
@@ -31,7 +32,7 @@ from tests.a2a_support import (
 from tests.support import ECHO, Swarm, wait_task
 
 
-def data_part(value: dict[str, object]) -> Part:
+def data_part(value: dict[str, Any]) -> Part:
     struct = Struct()
     struct.update(value)
     part = Part()
@@ -86,16 +87,16 @@ async def test_skill_choice_from_the_message(swarm: Swarm) -> None:
         ECHO, {"id": "about", "python": "tests.plugins.sample:about", "expose": True,
                "capabilities": ["about.me"]}])
     async with sdk_client(home) as client:
-        async def run(*parts: Part, **kwargs: object) -> tuple[str, dict[str, object]]:
+        async def run(*parts: Part, **kwargs: object) -> tuple[str, dict[str, Any]]:
             request = send_request(user_message(*parts, **kwargs))  # type: ignore[arg-type]
             task = await send_task(client, request)
-            meta = dict(task.metadata)["urn:butler:a2a:ext:swarm:v1"]
+            meta = MessageToDict(task.metadata)["urn:butler:a2a:ext:swarm:v1"]
             result = task.artifacts[-1].parts
-            data = dict(result[0].data.struct_value) if result[0].HasField("data") else {}
+            data = MessageToDict(result[0].data.struct_value) if result[0].HasField("data") else {}
             return str(meta["skill"]), data
 
         skill_id, data = await run(data_part({"skill": "about", "input": {"k": "v"}}))
-        assert skill_id == "about" and dict(data["input"]) == {"k": "v"}  # type: ignore[call-overload]
+        assert skill_id == "about" and data["input"] == {"k": "v"}
         skill_id, _ = await run(text("hi"), data_part({"capabilities": ["about.me"]}))
         assert skill_id == "about"
         skill_id, _ = await run(text("hi"), metadata={"skill": "about"})
@@ -172,12 +173,11 @@ async def test_blocking_returns_at_input_required_and_immediately_returns_at_onc
     swarm: Swarm,
 ) -> None:
     home = await swarm.start("home", skills=[ECHO, WAIT])
-    started = asyncio.get_running_loop().time()
+    # The wait skill runs until canceled: an answer at all is one before it finished.
     _, body = await rpc(home, "SendMessage", {
         "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "x"}],
                     "metadata": {"skill": "wait"}},
         "configuration": {"returnImmediately": True}})
-    assert asyncio.get_running_loop().time() - started < 5
     state = body["result"]["task"]["status"]["state"]
     assert state in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
     _, body = await rpc(home, "CancelTask", {"id": body["result"]["task"]["id"]})

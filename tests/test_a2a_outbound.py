@@ -9,6 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from google.protobuf.json_format import MessageToDict
 
 from butler.identity.receipts import receipt_claims
 from tests.delegation_support import butler_with_peer
@@ -41,7 +42,7 @@ async def test_delegate_to_an_sdk_agent(swarm: Swarm, binding: str, version: str
         assert task["budget"]["spent_usd"] == "0.10"
         assert task["cost"]["children"][0]["agent"] == "shouter"
         message = agent.seen.messages[0]
-        envelope = dict(message.metadata)[URI]
+        envelope = MessageToDict(message.metadata)[URI]
         assert list(envelope["callerChain"]) == ["operator", "home"]
         assert envelope["budgetUsd"] == "5.00" and envelope["depth"] == 2
         assert envelope["traceId"] == task["swarm"]["trace_id"]

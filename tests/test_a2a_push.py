@@ -3,7 +3,6 @@ the SSRF guard at configuration and at delivery, durability across a restart."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -28,7 +27,7 @@ from butler.push.dispatcher import PushDispatcher
 from internal.http import OutboundGuard, OutboundRules
 from internal.protocol.a2a.model import OutboundRefused, PushConfig, TaskEvent
 from tests.a2a_support import ASK, error_reason, plain_message, rpc, sdk_client
-from tests.support import ECHO, Instance, Swarm, wait_task
+from tests.support import ECHO, Instance, Swarm, wait_task, wait_until
 
 LOOPBACK_OK = {"push_guard": OutboundGuard(OutboundRules(allow_loopback=True))}
 QUICK_STOP = {"server": {"shutdown_grace_seconds": 0.2}}  # tasks left waiting for input
@@ -52,9 +51,7 @@ class Webhook:
         return web.Response(status=204)
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout):
-            while len(self.received) < count:
-                await asyncio.sleep(0.02)
+        await wait_until(lambda: len(self.received) >= count, timeout)
 
 
 @contextlib.asynccontextmanager
@@ -305,9 +302,10 @@ async def test_configs_go_when_their_task_is_purged(swarm: Swarm) -> None:
     push = home.daemon.push
     assert push is not None
     assert push.dispatcher.configs(task_id)
-    async with asyncio.timeout(10):  # retention is 0.72 s; the purge runs every second
-        while await push.store.list_configs(task_id):
-            await asyncio.sleep(0.1)
+    async def purged() -> bool:  # retention is 0.72 s; the purge runs every second
+        return not await push.store.list_configs(task_id)
+
+    await wait_until(purged)
     assert push.dispatcher.configs(task_id) == {}  # gone from memory too
 
 

@@ -25,7 +25,7 @@ from tests.a2a_support import (
     text,
     user_message,
 )
-from tests.support import ECHO, Swarm, wait_task
+from tests.support import ECHO, Swarm, wait_task, wait_until
 
 BINDINGS = ["JSONRPC", "HTTP+JSON"]
 
@@ -85,9 +85,7 @@ async def test_subscribe_to_a_running_task(swarm: Swarm, binding: str) -> None:
                 seen.append(describe(event))
 
         watcher = asyncio.create_task(watch())
-        async with asyncio.timeout(5):
-            while not seen:
-                await asyncio.sleep(0.02)
+        await wait_until(lambda: seen, 5)
         assert seen == [("task", "TASK_STATE_WORKING")]
         await client.cancel_task(CancelTaskRequest(id=task_id))
         async with asyncio.timeout(5):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.protobuf.json_format import MessageToDict
 
 from tests.a2a_support import (
     error_reason,
@@ -47,7 +48,7 @@ async def home(swarm: Swarm) -> Instance:
 async def test_a_plain_client_starts_a_new_chain(home: Instance) -> None:
     async with sdk_client(home) as client:
         task = await send_task(client, send_request(user_message(text("hi"))))
-    meta = dict(task.metadata)[URI]
+    meta = MessageToDict(task.metadata)[URI]
     assert list(meta["callerChain"]) == [] and meta["depth"] == 0
     assert len(meta["traceId"]) == 32
     assert dict(meta["budget"])["startUsd"] == "5.00"

@@ -27,6 +27,7 @@ from tests.support import (
     child_env,
     config_dict,
     post_task,
+    wait_until,
     write_config,
 )
 
@@ -41,21 +42,19 @@ async def submit(http: aiohttp.ClientSession, url: str, auth: dict[str, str],
 
 async def working(http: aiohttp.ClientSession, url: str, auth: dict[str, str],
                   task_id: str) -> None:
-    async with asyncio.timeout(10):
-        while True:
-            async with http.get(f"{url}/v2/tasks/{task_id}", headers=auth) as resp:
-                if (await resp.json())["status"]["message"] == "waiting":
-                    return
-            await asyncio.sleep(0.05)
+    async def waiting() -> bool:
+        async with http.get(f"{url}/v2/tasks/{task_id}", headers=auth) as resp:
+            return bool((await resp.json())["status"]["message"] == "waiting")
+
+    await wait_until(waiting)
 
 
 async def until_recorded(path: Path, count: int) -> None:
-    async with asyncio.timeout(10):
-        while True:
-            with contextlib.closing(sqlite3.connect(path)) as db:
-                if db.execute("SELECT count(*) FROM audit").fetchone()[0] >= count:
-                    return
-            await asyncio.sleep(0.02)
+    def recorded() -> bool:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return bool(db.execute("SELECT count(*) FROM audit").fetchone()[0] >= count)
+
+    await wait_until(recorded, what=f"{count} audit records")
 
 
 async def test_every_created_task_gets_exactly_one_final_record(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from butler.audit.segments import (
     segments,
     verify_history,
 )
-from tests.support import ECHO, Swarm, post_task, run_cli
+from tests.support import ECHO, Swarm, post_task, run_cli, wait_until
 
 NOW = datetime.now(UTC)
 
@@ -206,12 +206,10 @@ async def test_the_daemon_exports_and_drops_segments_past_retention(swarm: Swarm
         assert status == 200
     archive = home.daemon.config.data_dir / "audit-archive"
     database = home.daemon.config.data_dir / "audit.db"
-    deadline = asyncio.get_running_loop().time() + 30
     # The loop looks every second. A segment's file appears (the child's rename) before
     # the daemon marks it dropped, so wait for the mark, read as another process would.
-    while not await asyncio.to_thread(_dropped_segments, database):
-        assert asyncio.get_running_loop().time() < deadline, "nothing was dropped"
-        await asyncio.sleep(0.1)
+    await wait_until(lambda: asyncio.to_thread(_dropped_segments, database), 30,
+                     "a segment dropped")
     await swarm.stop(home)
 
     def check() -> None:

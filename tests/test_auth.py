@@ -187,7 +187,7 @@ async def test_tokens_never_reach_the_log(tmp_path: Path) -> None:
     auth = {"Authorization": f"Bearer {token}"}
     try:
         async with aiohttp.ClientSession() as http:
-            for method, path, kwargs in [
+            requests: list[tuple[str, str, dict[str, Any]]] = [
                 ("GET", "/v2/card", {"headers": auth}),
                 ("POST", "/v2/tasks", {"headers": auth, "json": {"task": "hi"}}),
                 ("POST", "/v2/tasks", {"headers": auth, "data": b"{not json",
@@ -199,7 +199,8 @@ async def test_tokens_never_reach_the_log(tmp_path: Path) -> None:
                 ("GET", "/v2/card", {"headers": {"Authorization": f"Bearer {token} junk"}}),
                 ("GET", "/v2/card", {"headers": {"Authorization": f"Bearer {token}{'x' * 5000}"}}),
                 ("GET", "/v2/card", {"headers": {"X-Api-Key": token}}),
-            ]:
+            ]
+            for method, path, kwargs in requests:
                 async with http.request(method, server.url + path, **kwargs) as resp:
                     assert resp.status < 500
             # Past the parser's header limit: the parser's own error path.

@@ -194,9 +194,11 @@ class QuietStream(Peer):
         writer.close()
 
 
-def stream_client(peer: Peer, **kwargs: float) -> BlockingV2Transport:
+def stream_client(peer: Peer, *, timeout: float,
+                  connect_timeout: float = 3.0) -> BlockingV2Transport:
     return BlockingV2Transport(f"http://127.0.0.1:{peer.port}", TOKEN,
-                               guard=OutboundGuard(CONFIGURED), **kwargs)
+                               guard=OutboundGuard(CONFIGURED), timeout=timeout,
+                               connect_timeout=connect_timeout)
 
 
 async def test_a_quiet_event_stream_is_not_timed_out() -> None:

@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from butler.config.model import SkillConfig
+from butler.delegation.peers import PeerStatus
 from butler.engine.engine import TaskEngine
 from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
+from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.plugin import load_plugin
@@ -98,6 +100,12 @@ class FakeDelegator:
         return DelegationResult(
             peer="office", task_id="t", state="completed", parts=(), artifacts=(),
             spent_usd=spent, cost=CostNode("office", "w", spent, 1, "completed"))
+
+    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
+        return ()
+
+    async def peer_status(self) -> list[PeerStatus]:
+        return []
 
     async def aclose(self) -> None:
         return None

@@ -7,7 +7,6 @@ whole group at once. Linux only: the kernel's parent-death signal and ``/proc``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -32,6 +31,7 @@ from tests.support import (
     process_gone,
     wait_gone,
     wait_task,
+    wait_until,
     write_config,
 )
 
@@ -67,9 +67,7 @@ def spawner(tmp_path: Path, skill_id: str, mode: str, **extra: object) -> dict[s
 
 async def spawned(pid_file: Path) -> tuple[int, int]:
     """(leader, grandchild), once the command has started both."""
-    async with asyncio.timeout(10):
-        while not pid_file.exists():
-            await asyncio.sleep(0.02)
+    await wait_until(pid_file.exists, what="the command started both")
     leader, grandchild = pid_file.read_text().split()
     return int(leader), int(grandchild)
 
@@ -87,9 +85,7 @@ def reaping(*pid_files: Path) -> Iterator[None]:
 
 
 async def no_records(data_dir: Path) -> None:
-    async with asyncio.timeout(10):
-        while list((data_dir / "runs").iterdir()):
-            await asyncio.sleep(0.02)
+    await wait_until(lambda: not list((data_dir / "runs").iterdir()), what="no run records")
 
 
 async def test_a_running_command_skill_ends_with_a_killed_daemon(tmp_path: Path) -> None:

@@ -182,12 +182,12 @@ async def test_cli_rejects_bad_config_with_one_line_and_exit_2(tmp_path: Path) -
         for args in (("check-config", str(path)), ("serve", "-c", str(path))):
             runs.append((args, str(path), key, problem))
     results = await asyncio.gather(*(_butler(*args) for args, *_ in runs))
-    for (args, path, key, problem), (code, out, err) in zip(runs, results, strict=True):
+    for (args, where, key, problem), (code, out, err) in zip(runs, results, strict=True):
         assert code == 2, (args, err)
         assert out == ""
         lines = err.strip().splitlines()
         assert len(lines) == 1, err
-        assert path in lines[0] and f" {key}: " in lines[0] and problem in lines[0], lines[0]
+        assert where in lines[0] and f" {key}: " in lines[0] and problem in lines[0], lines[0]
 
 
 async def test_check_config_accepts_the_example_and_serve_refuses_a2a_off(

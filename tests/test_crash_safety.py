@@ -46,7 +46,15 @@ from butler.cli import main as butler_main
 from butler.engine.clock import now_iso
 from tests.audit_support import documented_rows
 from tests.delegation_support import free_port
-from tests.support import ECHO, TERMINAL, ServeProcess, command_skill, config_dict, write_config
+from tests.support import (
+    ECHO,
+    TERMINAL,
+    ServeProcess,
+    command_skill,
+    config_dict,
+    wait_until,
+    write_config,
+)
 
 CYCLES = int(os.environ.get("BUTLER_CRASH_CYCLES", "3"))
 SEED = int(os.environ.get("BUTLER_CRASH_SEED", str(random.SystemRandom().randrange(2**32))))
@@ -114,7 +122,7 @@ async def load(url: str, headers: dict[str, str], ledger: Ledger, cycle: int,
                 ledger.acked[task_id] = data
             else:  # a rate limit or overload: not acknowledged, so retried after restart
                 assert status in (429, 503), (status, data)
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # the client's back-off
 
     async with aiohttp.ClientSession() as http:
         await asyncio.gather(*(worker(http) for _ in range(CONCURRENCY)))
@@ -183,7 +191,7 @@ async def test_kill_9_under_load_loses_nothing_and_runs_nothing_twice(tmp_path: 
             started, sent_before = time.monotonic(), len(ledger.bodies)
             stop = asyncio.Event()
             loader = asyncio.create_task(load(daemon.url, headers, ledger, cycle, rng, stop))
-            await asyncio.sleep(rng.uniform(0.2, 1.2))
+            await asyncio.sleep(rng.uniform(0.2, 1.2))  # load for a random while, then the kill
             stop.set()  # the calls in flight now are the ones the kill cuts off
             await daemon.kill9()
             killed_at = now_iso()
@@ -225,13 +233,13 @@ async def one_final_record_each(audit_db: Path, task_ids: set[str], why: str) ->
     """Every created task has exactly one final audit record, across every kill so far
     (records lost in the writer's window are written at start-up). The last ones of this
     cycle may still be in the live writer's window: wait for them."""
-    deadline = time.monotonic() + 20
-    while True:
-        finals = collections.Counter(r["task_id"] for r in documented_rows(audit_db)
-                                     if r["kind"] == "task_finished")
-        if set(finals) >= task_ids or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.05)
+    def final_records() -> collections.Counter[str]:
+        return collections.Counter(r["task_id"] for r in documented_rows(audit_db)
+                                   if r["kind"] == "task_finished")
+
+    await wait_until(lambda: set(final_records()) >= task_ids, 20,
+                     f"a final record for every task ({why})")
+    finals = final_records()
     assert task_ids - set(finals) == set(), ("a final record for every task", why)
     assert set(finals) == task_ids, ("final records only for created tasks", why)
     assert [t for t, n in finals.items() if n > 1] == [], ("one final record each", why)
@@ -256,12 +264,11 @@ async def verify_cycle(http: aiohttp.ClientSession, url: str, headers: dict[str,
         assert answer is not None and answer[0] in (200, 202), (answer, why)
         assert answer[1]["created_at"] == ledger.acked[task_id]["created_at"], why
 
-    async with asyncio.timeout(20):
-        while True:
-            stored = await all_tasks(http, url, headers)
-            if all(t["state"] in TERMINAL for t in stored.values()):
-                break
-            await asyncio.sleep(0.1)
+    async def all_terminal() -> dict[str, dict[str, Any]] | None:
+        stored = await all_tasks(http, url, headers)
+        return stored if all(t["state"] in TERMINAL for t in stored.values()) else None
+
+    stored: dict[str, dict[str, Any]] = await wait_until(all_terminal, 20)
     assert set(stored) == set(ledger.bodies), ("one task per submitted id, no others", why)
     for task_id, acked in ledger.acked.items():
         task = stored[task_id]

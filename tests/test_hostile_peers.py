@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -24,12 +23,11 @@ from aiohttp import web
 from butler.delegation.delegator import PeerDelegator
 from internal.protocol.a2a.model import Task, TaskRequest, TaskState
 from tests.delegation_support import free_port
-from tests.support import Instance, Swarm
+from tests.support import Instance, Swarm, wait_until
 
 PEER_TIMEOUT = 1.0
 TASK_TIMEOUT = 2.0  # of the delegated task at home: bounds a peer that never finishes
 MAX_RESPONSE = 64 * 1024
-SLACK = 5.0  # generous: only "within the deadline", never "fast"
 
 # mode -> (expected code, words the message must contain)
 EXPECTED = {
@@ -224,11 +222,10 @@ async def start_home(swarm: Swarm, tmp_path: Path, peer_url: str) -> Instance:
                              extra={"tasks": {"default_timeout_seconds": TASK_TIMEOUT}})
 
 
-async def delegate(home: Instance, mode: str) -> tuple[Task, float]:
-    started = time.monotonic()
-    task = await home.client().submit(TaskRequest(text="hi",
+async def delegate(home: Instance, mode: str) -> Task:
+    """The delegation's end; a peer no deadline cut off would hang here (the test's timeout)."""
+    return await home.client().submit(TaskRequest(text="hi",
                                                   capabilities_needed=(f"hostile.{mode}",)))
-    return task, time.monotonic() - started
 
 
 def delegator(home: Instance) -> PeerDelegator:
@@ -238,9 +235,7 @@ def delegator(home: Instance) -> PeerDelegator:
 async def assert_nothing_left(home: Instance, peer: HostilePeer) -> None:
     """No run, no live task, no pooled connection in use, no connection held at the peer."""
     engine = home.daemon.engine
-    async with asyncio.timeout(5):
-        while peer.active or engine._runs or engine._live:
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not (peer.active or engine._runs or engine._live), 5)
     for _, session in delegator(home)._sessions.values():
         connector: Any = session.connector
         assert not connector._acquired, "every peer connection went back to the pool or closed"
@@ -255,13 +250,12 @@ async def test_a_hostile_peer_fails_the_delegation_with_a_clear_code(
 ) -> None:
     peer, url = hostile
     home = await start_home(swarm, tmp_path, url)
-    task, elapsed = await delegate(home, mode)
+    task = await delegate(home, mode)
     codes, words = EXPECTED[mode]
     assert task.state is TaskState.FAILED
     assert task.error is not None and task.error.code in codes.split("|"), task.error
     assert words in task.error.message and "a-token-the" not in task.error.message
     assert task.skill == "a2a.delegate"
-    assert elapsed < max(PEER_TIMEOUT, TASK_TIMEOUT) + SLACK
     assert elsewhere[1] == [], "a redirect to another host is never followed"
     await assert_nothing_left(home, peer)
 
@@ -282,7 +276,7 @@ async def test_repeated_hostile_delegations_leak_nothing(
         modes = [FAST_MODES[i % len(FAST_MODES)] for i in range(n)]
         for start in range(0, n, 10):  # ten at a time
             results = await asyncio.gather(*(delegate(home, m) for m in modes[start:start + 10]))
-            for (task, _), mode in zip(results, modes[start:start + 10], strict=True):
+            for task, mode in zip(results, modes[start:start + 10], strict=True):
                 assert task.error is not None and task.error.code == EXPECTED[mode][0]
 
     await round_of(20)  # warm-up: caches, pools, SQLite pages

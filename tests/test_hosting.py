@@ -219,9 +219,10 @@ async def test_the_tenant_field_names_the_agent_at_the_url(swarm: Swarm) -> None
         status, body = await send(inst, tenant)
         assert status == 200 and body["result"]["task"]["status"]["state"] == \
             "TASK_STATE_COMPLETED", body
-    for at, tenant in ((inst, "beta"), (top, "alpha"), (inst, 7)):
-        status, body = await send(at, tenant)
-        assert status == 200 and "error" in body and "result" not in body, (tenant, body)
+    wrong: tuple[tuple[Instance, object], ...] = ((inst, "beta"), (top, "alpha"), (inst, 7))
+    for at, other in wrong:
+        status, body = await send(at, other)
+        assert status == 200 and "error" in body and "result" not in body, (other, body)
     async with top.session.post(f"{inst.url}/message:send", headers={
             **inst.headers(), **V1}, json={"message": plain_message(), "tenant": "top"}) as resp:
         assert resp.status == 404

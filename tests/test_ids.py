@@ -42,7 +42,8 @@ def test_a_forked_child_draws_other_ordered_ids_than_its_parent() -> None:
 def test_task_ids_start_with_their_creation_time_so_later_ids_sort_after() -> None:
     before = time.time_ns() // 1_000_000
     first = IDS.ordered128()
-    time.sleep(0.003)
+    while time.time_ns() // 1_000_000 <= int(first[:12], 16):
+        pass  # until the clock shows a later millisecond (at most one)
     second = IDS.ordered128()
     after = time.time_ns() // 1_000_000
     assert len(first) == len(second) == 32

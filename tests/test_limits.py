@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import logging
 import socket
-import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,9 +17,7 @@ import pytest
 
 from internal.http import IncidentLog
 from tests.raw_http import assert_json_error, close, connect, get_healthz, parse
-from tests.support import ECHO, Swarm, command_skill
-
-SLOW = command_skill("slow", ["sleep", "1"])
+from tests.support import ECHO, Swarm, gated_skill, wait_until
 
 
 async def test_body_over_the_limit_is_413(swarm: Swarm, http: aiohttp.ClientSession) -> None:
@@ -76,46 +75,45 @@ async def test_slow_headers_are_cut_off(swarm: Swarm) -> None:
     home = await swarm.start("home", extra={"server": {"header_timeout_seconds": 1}})
     reader, writer = await connect(home)
     head = (b"GET /v2/card HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-            + home.tokens["operator"].encode() + b"\r\n\r\n")  # ~40 s at this pace
+            + home.tokens["operator"].encode() + b"\r\n\r\n")
+    sent = 0
 
     async def dribble() -> None:
+        nonlocal sent
         for byte in head:
             writer.write(bytes([byte]))
             await writer.drain()
-            await asyncio.sleep(0.3)
+            sent += 1
+            await asyncio.sleep(0.3)  # the slow client's pace
 
-    started = time.monotonic()
     sender = asyncio.create_task(dribble())
     try:
-        async with asyncio.timeout(6):
+        async with asyncio.timeout(30):
             data = await reader.read()
-        elapsed = time.monotonic() - started
+        at_the_cut = sent
     finally:
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
         await close(writer)
     assert data == b"", "no request was ever complete, so no response"
-    assert elapsed < 4, "cut off at the header timeout (1 s), with a generous margin"
+    assert at_the_cut < len(head), "cut off at the header timeout, the head still incomplete"
 
 
 async def test_a_stalled_body_gets_408_and_is_cut_off(swarm: Swarm) -> None:
     home = await swarm.start("home", extra={"server": {"body_timeout_seconds": 1}})
     reader, writer = await connect(home)
-    started = time.monotonic()
     writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 1000\r\nAuthorization: Bearer "
                  + home.tokens["operator"].encode() + b'\r\n\r\n{"task": "half of it')
     try:
-        async with asyncio.timeout(8):
+        async with asyncio.timeout(30):
             data = await reader.read()  # the 408, then the server closes
-        elapsed = time.monotonic() - started
     finally:
         await close(writer)
     status, headers, body = parse(data)
     assert status == 408
     assert headers["content-type"].startswith("application/json")
     assert_json_error(body, "request_timeout")
-    assert elapsed < 5, "answered and closed soon after the body timeout (1 s)"
 
 
 async def test_connection_cap_refuses_the_next_with_503(swarm: Swarm) -> None:
@@ -169,8 +167,10 @@ async def test_connection_cap_holds_for_a_burst(swarm: Swarm) -> None:
             await close(writer)
 
 
-async def test_inflight_cap_answers_503(swarm: Swarm, http: aiohttp.ClientSession) -> None:
-    home = await swarm.start("home", skills=[ECHO, SLOW],
+async def test_inflight_cap_answers_503(swarm: Swarm, http: aiohttp.ClientSession,
+                                        tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    home = await swarm.start("home", skills=[ECHO, gated_skill("slow", gate)],
                              extra={"server": {"max_inflight": 1}})
 
     async def slow() -> tuple[int, Any]:
@@ -178,18 +178,20 @@ async def test_inflight_cap_answers_503(swarm: Swarm, http: aiohttp.ClientSessio
                              headers=home.headers()) as resp:
             return resp.status, await resp.json()
 
+    async def refused() -> bool:  # once the slow request is being worked on
+        async with http.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
+            if resp.status != 503:
+                return False
+            assert resp.headers["Retry-After"].isdigit()
+            assert_json_error(await resp.json(), "overloaded")
+            return True
+
     first = asyncio.create_task(slow())
     try:
-        async with asyncio.timeout(5):
-            while True:  # until the slow request is being worked on
-                await asyncio.sleep(0.05)
-                async with http.get(f"{home.url}/v2/card", headers=home.headers()) as resp:
-                    if resp.status == 503:
-                        assert resp.headers["Retry-After"].isdigit()
-                        assert_json_error(await resp.json(), "overloaded")
-                        break
-            async with http.get(f"{home.url}/healthz") as resp:
-                assert resp.status == 200  # never refused, even at the cap
+        await wait_until(refused, what="a request refused at the in-flight cap")
+        async with http.get(f"{home.url}/healthz") as resp:
+            assert resp.status == 200  # never refused, even at the cap
+        gate.touch()
         status, body = await first
     finally:
         first.cancel()
@@ -203,24 +205,29 @@ async def test_incident_log_is_one_line_per_class_per_interval(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="test.incidents")
-    incidents = IncidentLog(logging.getLogger("test.incidents"), interval=0.3)
+    interval = 0.3
+    incidents = IncidentLog(logging.getLogger("test.incidents"), interval=interval)
+
+    def records() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "test.incidents"]
 
     def lines() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "test.incidents"]
+        return [r.getMessage() for r in records()]
 
     for i in range(100):
         incidents.report("slow_headers", f"connection {i}")
     incidents.report("connection_cap", "one")
     assert lines() == ["slow_headers: connection 0", "connection_cap: one"]
-    async with asyncio.timeout(5):  # the interval ends: one summary with the count
-        while len(lines()) < 3:
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: len(lines()) == 3, what="the summary when the interval ends")
     assert lines()[2] == "slow_headers: 99 more in the last 0.3s (logged once per interval)"
-    for _ in range(10):  # a steady trickle over ~2 intervals: a summary each, no more
+    for _ in range(10):  # a steady trickle: at most one line per interval
         incidents.report("slow_headers", "again")
-        await asyncio.sleep(0.06)
+        await asyncio.sleep(0.06)  # the trickle's pace
+    # However long the trickle took, no two lines of a class are closer than an interval
+    # (read from the records' own times; close() below flushes at once, as at shutdown).
+    times = [r.created for r in records() if r.getMessage().startswith("slow_headers")]
+    assert all(later - earlier >= interval * 0.9 for earlier, later in itertools.pairwise(times))
     incidents.close()
-    assert len(lines()) <= 3 + 3
     assert sum(int(m.split()[1]) if " more in " in m else 1
                for m in lines() if m.startswith("slow_headers")) == 110
     assert incidents.totals == {"slow_headers": 110, "connection_cap": 1}

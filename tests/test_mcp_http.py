@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -18,7 +19,7 @@ from mcp.types import TextContent
 
 from tests.a2a_support import WAIT
 from tests.mcp_support import cancel_after_progress
-from tests.support import ECHO, REPO, Instance, Swarm
+from tests.support import ECHO, REPO, Instance, Swarm, wait_until
 
 VIP = {"id": "vip", "builtin": "echo", "capabilities": ["vip"], "expose": True, "tier": "gold"}
 CALLERS = {"gold": {"tier": "gold"}, "plain": {}}
@@ -69,10 +70,11 @@ async def test_progress_and_cancel_over_http_reach_the_task(swarm: Swarm) -> Non
     inst = await swarm.start("web", skills=[ECHO, WAIT])
     async with mcp_http(inst, "operator") as session:
         await cancel_after_progress(session)
-        async with asyncio.timeout(30):
-            while not (tasks := (await inst.client().list_tasks())["tasks"]) or \
-                    tasks[0]["state"] != "canceled":
-                await asyncio.sleep(0.05)
+        async def canceled() -> list[dict[str, Any]] | None:
+            tasks: list[dict[str, Any]] = (await inst.client().list_tasks())["tasks"]
+            return tasks if tasks and tasks[0]["state"] == "canceled" else None
+
+        tasks: list[dict[str, Any]] = await wait_until(canceled, 30)
         assert [t["skill"] for t in tasks] == ["wait"]
         # The session goes on serving after a canceled call.
         result = await session.call_tool("echo", {"task": "still here"})

@@ -25,6 +25,7 @@ from tests.support import (
     post_task,
     process_gone,
     wait_gone,
+    wait_until,
     write_config,
 )
 
@@ -47,9 +48,7 @@ async def run(inst: Instance, skill: str, **body: Any) -> dict[str, Any]:
 
 
 async def wait_file(path: Path) -> None:
-    async with asyncio.timeout(10):
-        while not path.exists():
-            await asyncio.sleep(0.02)
+    await wait_until(path.exists, what=f"{path} exists")
 
 
 async def card_skills(inst: Instance) -> dict[str, dict[str, Any]]:
@@ -133,13 +132,14 @@ async def test_a_crashed_server_is_restarted(swarm: Swarm, tmp_path: Path) -> No
     assert crashed["error"]["code"] == "skill_unavailable"
     await wait_gone(first)
     # During the outage tasks fail ``skill_unavailable``; after the restart they run.
-    async with asyncio.timeout(20):
-        while True:
-            task = await run(home, "calc.add", input={"a": 1, "b": 1})
-            if task["state"] == "completed":
-                break
-            assert task["error"]["code"] == "skill_unavailable", task
-            await asyncio.sleep(0.05)
+    async def ran() -> dict[str, Any] | None:
+        task = await run(home, "calc.add", input={"a": 1, "b": 1})
+        if task["state"] == "completed":
+            return task
+        assert task["error"]["code"] == "skill_unavailable", task
+        return None
+
+    task: dict[str, Any] = await wait_until(ran, 20)
     assert task["result"]["parts"] == [{"kind": "data", "data": {"sum": 2}}]
     assert len(started(pids)) == 2
 
@@ -151,13 +151,13 @@ async def test_a_server_killed_between_calls_is_restarted(swarm: Swarm,
     home = await swarm.start("home", skills=[calc(pids)])
     [first] = started(pids)
     kill_quietly(first)
-    async with asyncio.timeout(30):
-        while len(started(pids)) < 2:
-            await asyncio.sleep(0.05)
-    async with asyncio.timeout(10):
-        while (task := await run(home, "calc.add", input={"a": 2, "b": 2}))["state"] != \
-                "completed":
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: len(started(pids)) >= 2, 30, "the supervisor restarted it")
+
+    async def ran() -> dict[str, Any] | None:
+        task = await run(home, "calc.add", input={"a": 2, "b": 2})
+        return task if task["state"] == "completed" else None
+
+    task: dict[str, Any] = await wait_until(ran)
     assert task["result"]["parts"] == [{"kind": "data", "data": {"sum": 4}}]
 
 
@@ -182,9 +182,7 @@ async def test_a_server_that_does_not_start_leaves_the_daemon_up(
         home = await swarm.start("home", skills=[ECHO, broken])
     assert set(await card_skills(home)) == {"echo"}
     # Retried with back-off: 1 s, then 2 s...
-    async with asyncio.timeout(10):
-        while not any("restarting in 2s" in r.getMessage() for r in caplog.records):
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: any("restarting in 2s" in r.getMessage() for r in caplog.records))
     assert any("MCP server broken" in r.getMessage() and "restarting in 1s" in r.getMessage()
                for r in caplog.records)
     echoed = await run(home, "echo", task="up")
@@ -242,9 +240,10 @@ async def test_a_server_over_streamable_http(swarm: Swarm, tmp_path: Path,
         with caplog.at_level(logging.WARNING, "butler.skills.mcp_servers"):
             home = await swarm.start("home", skills=[remote, anonymous, metadata])
             # The server may not listen yet at the first try: the retry finds it.
-            async with asyncio.timeout(20):
-                while "remote.add" not in await card_skills(home):
-                    await asyncio.sleep(0.05)
+            async def listed() -> bool:
+                return "remote.add" in await card_skills(home)
+
+            await wait_until(listed, 20)
         added = await run(home, "remote.add", input={"a": 20, "b": 22})
         assert added["result"]["parts"] == [{"kind": "data", "data": {"sum": 42}}], added
         failed = await run(home, "remote.fail")

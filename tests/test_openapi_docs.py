@@ -5,6 +5,7 @@ covering exactly the routes the servers have."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, cast
@@ -77,7 +78,7 @@ def test_operations_are_exactly_the_server_routes(which: tuple[str, str],
     documented = set(doc.operations())
     if which == BUTLER_V2:
         binding = RestBinding(cast(TaskService, None), RestLimits(32, 1.0, 50))
-        served = {(r.method, r.path) for r in binding.routes()}  # type: ignore[attr-defined]
+        served = {(r.method, r.path) for r in binding.routes()}
         daemon = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", OVERVIEW_PATH),
                   ("GET", ADMIN_AGENTS_PATH), ("POST", ADMIN_AGENTS_PATH),
                   ("DELETE", ADMIN_AGENTS_PATH + "/{id}")}
@@ -96,7 +97,7 @@ def _registry_routes(tmp_path: Path) -> set[tuple[str, str]]:
             app = build_registry_app(registry_config(), store, ManualClock())
             found: set[tuple[str, str]] = set()
             for route in app.router.routes():
-                info: dict[str, Any] = route.resource.get_info() if route.resource else {}
+                info: Mapping[str, Any] = route.resource.get_info() if route.resource else {}
                 path = info.get("path") or info.get("formatter")
                 # The dashboard is a page for people, not an operation of the API.
                 if route.method != "HEAD" and path and path not in REGISTRY_PAGE.paths:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -12,12 +13,12 @@ from tests.support import ServeProcess, config_dict, write_config
 
 
 async def run_daemon(tmp_path: Path, http: aiohttp.ClientSession, logging: dict[str, str],
-                     bodies: list[dict[str, object]]) -> tuple[list[str], list[dict[str, object]],
-                                                             str]:
+                     bodies: list[dict[str, object]],
+                     ) -> tuple[list[str], list[dict[str, Any]], str]:
     """Serve, send ``bodies`` to POST /v2/tasks, stop: (log lines, answers, the token)."""
     cfg, tokens = config_dict(tmp_path, "home", extra={"logging": logging})
     server = await ServeProcess.start(write_config(tmp_path, "home", cfg), tmp_path / "log")
-    answers = []
+    answers: list[dict[str, Any]] = []
     try:
         for body in bodies:
             async with http.post(f"{server.url}/v2/tasks", json=body, headers={

@@ -164,10 +164,11 @@ async def test_static_peers_in_the_config_fail_the_task(
 ) -> None:
     token_file = tmp_path / "peer.token"
     token_file.write_text(SECRET)
-    peers, refused_at_load = [], []
+    peers: list[dict[str, Any]] = []
+    refused_at_load: list[str] = []
     for i, url in enumerate(hostile_urls(listener.port)):
-        peer = {"name": f"h{i}", "url": url, "capabilities": [f"cap{i}"],
-                "token_file": str(token_file), "timeout_seconds": 2}
+        peer: dict[str, Any] = {"name": f"h{i}", "url": url, "capabilities": [f"cap{i}"],
+                                "token_file": str(token_file), "timeout_seconds": 2}
         cfg, _ = config_dict(tmp_path, "probe", peers=[peer])
         path = tmp_path / "probe.yaml"
         path.write_text(yaml.safe_dump(cfg))

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import sys
+from pathlib import Path
 
 import aiohttp
 
 from tests.delegation_support import free_port
-from tests.support import ECHO, Swarm, command_skill
-
-SLOW = [sys.executable, "-c", "import time; time.sleep(5)"]
+from tests.support import ECHO, Swarm, gated_skill, wait_until
 
 
 async def test_per_caller_limit_is_429_with_retry_after(
@@ -45,9 +43,10 @@ async def test_per_address_limit_applies_before_authentication(
 
 
 async def test_running_tasks_per_caller_are_capped_before_any_work(
-    swarm: Swarm, http: aiohttp.ClientSession
+    swarm: Swarm, http: aiohttp.ClientSession, tmp_path: Path,
 ) -> None:
-    home = await swarm.start("home", skills=[ECHO, command_skill("slow", SLOW)],
+    gate = tmp_path / "gate"
+    home = await swarm.start("home", skills=[ECHO, gated_skill("slow", gate)],
                              extra={"rate_limits": {"max_inflight_tasks_per_caller": 2}})
     for _ in range(2):
         async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
@@ -59,14 +58,15 @@ async def test_running_tasks_per_caller_are_capped_before_any_work(
         assert resp.headers["Retry-After"] == "1"
     page = await home.client().list_tasks()
     assert len(page["tasks"]) == 2  # the refused one was never created
+    gate.touch()
 
 
 async def test_a_callers_ended_tasks_leave_its_cap(
-    swarm: Swarm, http: aiohttp.ClientSession
+    swarm: Swarm, http: aiohttp.ClientSession, tmp_path: Path,
 ) -> None:
     """The cap counts running tasks: one that completed or was canceled frees its place
     (the engine keeps a count per caller, not a scan of the runs)."""
-    home = await swarm.start("home", skills=[ECHO, command_skill("slow", SLOW)],
+    home = await swarm.start("home", skills=[ECHO, gated_skill("slow", tmp_path / "gate")],
                              extra={"rate_limits": {"max_inflight_tasks_per_caller": 1}})
     for _ in range(3):
         async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
@@ -115,15 +115,16 @@ async def test_metrics_on_a_separate_loopback_port(
     home = await swarm.start("home", extra={"metrics": {"listen": f"127.0.0.1:{port}"}})
     async with http.get(f"{home.url}/metrics", headers=home.headers()) as resp:
         assert resp.status == 404
-    for _ in range(20):
+    async def answered() -> bool:
         try:
             async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
                 assert resp.status == 200
                 assert "butler_http_requests_total" in await resp.text()
-                return
+                return True
         except aiohttp.ClientConnectionError:
-            await asyncio.sleep(0.05)
-    raise AssertionError("metrics port never answered")
+            return False
+
+    await wait_until(answered, what="the metrics port answering")
 
 
 async def test_every_kind_of_refusal_is_counted_and_audited(

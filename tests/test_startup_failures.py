@@ -28,8 +28,8 @@ from tests.support import (
     ServeProcess,
     Swarm,
     child_env,
-    command_skill,
     config_dict,
+    gated_skill,
     plugin_skill,
     wait_task,
     write_config,
@@ -118,11 +118,8 @@ async def _serve_fails(config_path: Path) -> tuple[int, list[str]]:
 async def home_process(tmp_path: Path) -> AsyncIterator[tuple[ServeProcess, dict[str, Any],
                                                               dict[str, str]]]:
     gate = tmp_path / "gate"
-    wait_for_gate = ("import os, time\n"
-                     f"while not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
-                     "print('opened')")
     cfg, tokens = config_dict(tmp_path, "home", skills=[
-        ECHO, command_skill("gated", [sys.executable, "-c", wait_for_gate])])
+        ECHO, gated_skill("gated", gate)])
     server = await ServeProcess.start(write_config(tmp_path, "home", cfg), tmp_path / "home.log")
     try:
         yield server, cfg, tokens

@@ -22,6 +22,7 @@ from tests.support import (
     process_gone,
     wait_gone,
     wait_task,
+    wait_until,
 )
 
 CALLERS: dict[str, dict[str, Any]] = {"operator": {}, "alice": {}, "root": {"tier": "admin"}}
@@ -60,9 +61,7 @@ async def test_cancel_kills_the_command(swarm: Swarm, tmp_path: Path) -> None:
     pid_file = tmp_path / "sleeper.pid"
     status, task = await post_task(home, {"task": "nap", "skill": "sleep", "mode": "async"})
     assert status == 202
-    async with asyncio.timeout(10):
-        while not pid_file.exists() or not pid_file.read_text():
-            await asyncio.sleep(0.02)
+    await wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the command's pid")
     pid = int(pid_file.read_text())
     try:
         assert not process_gone(pid)
@@ -205,9 +204,7 @@ async def test_events_client_that_leaves_is_let_go(swarm: Swarm, tmp_path: Path)
             assert hub.subscribers(task["id"]) >= 1
         # Leaving the block before the stream ended closed the connection.
     # The daemon notices each departed client (it checks once a second) and unsubscribes.
-    async with asyncio.timeout(5):
-        while hub.subscribers(task["id"]):
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: not hub.subscribers(task["id"]), 5)
     _, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
     assert canceled["state"] == "canceled"
 

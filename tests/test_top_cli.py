@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.delegation_support import Mesh
-from tests.support import REPO, command_skill, post_task, run_cli
+from tests.support import REPO, gated_skill, post_task, run_cli, wait_until
 
 TMUX = shutil.which("tmux")
 needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
@@ -41,14 +41,16 @@ class Pane:
     async def wait_for(self, *texts: str, timeout: float = 20.0) -> str:
         """The screen once it shows every one of ``texts``."""
         screen = ""
+
+        async def shows() -> str | None:
+            nonlocal screen
+            screen = await self.screen()
+            return screen if all(text in screen for text in texts) else None
+
         try:
-            async with asyncio.timeout(timeout):
-                while not all(text in screen for text in texts):
-                    await asyncio.sleep(0.1)
-                    screen = await self.screen()
-        except TimeoutError:
+            return await wait_until(shows, timeout)
+        except AssertionError:
             raise AssertionError(f"never saw {texts!r}; the screen:\n{screen}") from None
-        return screen
 
     async def keys(self, *keys: str) -> None:
         await _tmux(self.socket, "send-keys", "-t", "top", *keys)
@@ -69,9 +71,7 @@ async def pane(tmp_path: Path) -> AsyncIterator[Pane]:
 async def test_top_shows_a_delegated_task_working_then_completed(
         mesh: Mesh, pane: Pane, tmp_path: Path) -> None:
     release = tmp_path / "go"
-    wait = command_skill("office.wait", ["sh", "-c", f"while [ ! -e {release} ]; do "
-                                                     "sleep 0.05; done; echo released"],
-                         capabilities=["office.wait"], cost_usd="0.03")
+    wait = gated_skill("office.wait", release, capabilities=["office.wait"], cost_usd="0.03")
     mesh.agent("home", skills=[])
     mesh.agent("office", skills=[wait])
     mesh.link("home", "office", ["office.wait"])
@@ -96,17 +96,15 @@ async def test_top_shows_a_delegated_task_working_then_completed(
     screen = await pane.wait_for("RUNNING (0)", "RECENT (1)", "completed",
                                  "office / office.wait: 0.03 USD")
     lines = screen.splitlines()
-    row = next(i for i, line in enumerate(lines) if task["id"] in line)
-    assert "completed" in lines[row] and "0.03 of " in lines[row]
+    at = next(i for i, line in enumerate(lines) if task["id"] in line)
+    assert "completed" in lines[at] and "0.03 of " in lines[at]
     # The tree: home's hop, office's below it, indented one step further.
-    assert lines[row + 1].lstrip().startswith("home / a2a.delegate: ")
-    assert lines[row + 2].lstrip().startswith("office / office.wait: 0.03 USD, ")
-    assert lines[row + 2].index("office") > lines[row + 1].index("home")
+    assert lines[at + 1].lstrip().startswith("home / a2a.delegate: ")
+    assert lines[at + 2].lstrip().startswith("office / office.wait: 0.03 USD, ")
+    assert lines[at + 2].index("office") > lines[at + 1].index("home")
 
     await pane.keys("C-c")
-    async with asyncio.timeout(20):
-        while not rc.exists() or not rc.read_text():
-            await asyncio.sleep(0.05)
+    await wait_until(lambda: rc.exists() and rc.read_text(), 20, "top's exit code")
     assert rc.read_text().strip() == "exit=0"
 
 

@@ -7,6 +7,7 @@ import ast
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -168,7 +169,8 @@ def test_with_changes_is_dataclasses_replace(names: list[str]) -> None:
             task = apply(task, EVENTS[name], T1)
         except StateConflict:
             break
-    changes = {"updated_at": T0, "skill": "echo", "receipts": ("r",), "chain": ("a", "b")}
+    changes: dict[str, Any] = {"updated_at": T0, "skill": "echo", "receipts": ("r",),
+                               "chain": ("a", "b")}
     assert task.with_changes(**changes) == replace(task, **changes)
     assert task.with_changes() == task
     with pytest.raises(TypeError, match="no field"):
@@ -188,7 +190,7 @@ def test_a_task_created_running_is_the_submitted_one_started() -> None:
 def test_message_with_changes_is_dataclasses_replace() -> None:
     """A caller's message is copied into its task the same way (``_copier``)."""
     message = Message("m1", "user", (Part(text="hi"),), metadata={"k": 1}, extensions=("x",))
-    changes = {"task_id": "t1", "context_id": "c1", "at": T1}
+    changes: dict[str, Any] = {"task_id": "t1", "context_id": "c1", "at": T1}
     assert message.with_changes(**changes) == replace(message, **changes)
     assert message.with_changes() == message
     with pytest.raises(TypeError, match="no field"):

@@ -9,12 +9,18 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from registry_support import REDIS_SERVER, LiveRegistry, StoreFactory, config, free_port
 
 from butler.registry.clock import ManualClock
 from butler.registry.redis_store import RedisStore
 from butler.registry.sqlite_store import SqliteStore
 from butler.registry.store import RegistryStore
+from tests.registry.registry_support import (
+    REDIS_SERVER,
+    LiveRegistry,
+    StoreFactory,
+    config,
+    free_port,
+)
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from butler.registry.clock import ManualClock, SystemClock
+from butler.registry.clock import Clock, SystemClock
 from butler.registry.config import RegistryServiceConfig
 from butler.registry.service import RunningRegistry, start_registry
 from butler.registry.store import RegistryStore
@@ -72,7 +72,7 @@ def free_port() -> int:
 class LiveRegistry:
     """A registry on a real 127.0.0.1 port that can be stopped and started again."""
 
-    def __init__(self, cfg: RegistryServiceConfig, clock: ManualClock) -> None:
+    def __init__(self, cfg: RegistryServiceConfig, clock: Clock) -> None:
         self.config = cfg
         self.clock = clock
         self.port = 0

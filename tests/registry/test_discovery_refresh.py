@@ -16,6 +16,7 @@ from butler.registry.client import RegistryClient
 from butler.registry.model import AgentEntry
 from internal.http import OutboundGuard, OutboundRules
 from tests.registry.registry_support import TOKENS, LiveRegistry, make_card, sqlite_registry
+from tests.support import wait_until
 
 
 class CountingClient(RegistryClient):
@@ -57,7 +58,7 @@ async def test_concurrent_misses_share_one_lookup(
     discovery = discovery_of(client)
     by_cap = [asyncio.ensure_future(discovery(["x.cap"])) for _ in range(10)]
     routable = [asyncio.ensure_future(discovery.routable()) for _ in range(10)]
-    await asyncio.sleep(0)  # every caller is now waiting on the one lookup per key
+    await wait_until(lambda: client.finds == 2, what="one lookup per key under way")
     client.release.set()
     found = await asyncio.gather(*by_cap)
     every = await asyncio.gather(*routable)
@@ -75,7 +76,7 @@ async def test_a_cancelled_waiter_does_not_end_the_lookup_for_the_others(
     discovery = discovery_of(client)
     first = asyncio.ensure_future(discovery(["x.cap"]))
     second = asyncio.ensure_future(discovery(["x.cap"]))
-    await asyncio.sleep(0)
+    await wait_until(lambda: client.finds == 1, what="the lookup under way")
     first.cancel()
     client.release.set()
     assert len(await second) == 3

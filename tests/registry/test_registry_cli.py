@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from registry_support import TOKENS, make_card
 
 from butler.registry.client import RegistryClient
 from internal.http import hash_token
+from tests.registry.registry_support import TOKENS, make_card
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from registry_support import auth, config, make_card
 
 from butler.identity.key_file import AgentIdentity, load_identity, rotate_identity
 from butler.registry.clock import ManualClock
 from butler.registry.service import build_registry_app
 from butler.registry.store import RegistryStore
+from tests.registry.registry_support import auth, config, make_card
 
 Client = TestClient[web.Request, web.Application]
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from registry_support import make_card
 
 from butler.registry.card import build_entry, validate_card
 from butler.registry.model import NAME_PATTERN, AgentEntry, normalise_name
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import RequestError
+from tests.registry.registry_support import make_card
 
 FULLWIDTH = "\uff4f\uff46\uff46\uff49\uff43\uff45"  # "office" in fullwidth letters
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from registry_support import TOKENS, LiveRegistry, auth, config, make_card
 
 from butler.registry.clock import ManualClock
 from butler.registry.sqlite_store import SqliteStore
 from tests.openapi_support import REGISTRY_V1, ApiDoc
+from tests.registry.registry_support import TOKENS, LiveRegistry, auth, config, make_card
 
 DOC = ApiDoc.packaged(REGISTRY_V1)
 AGENT = "/v1/agents/{name}"

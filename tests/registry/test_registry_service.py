@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -10,12 +9,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from registry_support import auth, config, make_card
 
 from butler.registry.clock import ManualClock
 from butler.registry.config import RegistryServiceConfig
 from butler.registry.service import build_registry_app
 from butler.registry.store import Query, RegistryStore
+from tests.registry.registry_support import auth, config, make_card
+from tests.support import wait_until
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[..., Awaitable[Client]]
@@ -238,8 +238,8 @@ async def test_background_sweep_removes_expired_entries(
     clock.advance(31)
     # Looking from before the expiry shows whether the row is still stored.
     assert await store.get("office", now=0.0) is not None
-    for _ in range(200):
-        if await store.get("office", now=0.0) is None:
-            break
-        await asyncio.sleep(0.02)
-    assert await store.get("office", now=0.0) is None
+
+    async def swept() -> bool:
+        return await store.get("office", now=0.0) is None
+
+    await wait_until(swept, what="the sweep removed the expired entry")

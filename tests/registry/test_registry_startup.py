@@ -14,10 +14,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from registry_support import config
-from test_registry_cli import GOOD, ROOT, cli_env, run_cli, write_config
 
 from butler.registry.cli import serve
+from tests.registry.registry_support import config
+from tests.registry.test_registry_cli import GOOD, ROOT, cli_env, run_cli, write_config
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc fds")
 

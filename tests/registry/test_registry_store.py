@@ -8,13 +8,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from registry_support import StoreFactory, make_card
 
 from butler.registry.card import build_entry, validate_card
 from butler.registry.clock import ManualClock
 from butler.registry.model import AgentEntry
 from butler.registry.sqlite_store import SqliteStore, query_sql
 from butler.registry.store import AgentNotFound, NameOwned, Query, QuotaExceeded, RegistryStore
+from tests.registry.registry_support import StoreFactory, make_card
 
 MAX = 16
 
@@ -378,10 +378,10 @@ async def test_ping_answers_while_the_store_does(store: RegistryStore) -> None:
 
 async def test_ping_of_an_unreachable_redis_is_unavailable() -> None:
     import redis.asyncio
-    from registry_support import free_port
 
     from butler.registry.redis_store import RedisStore
     from internal.protocol.a2a.model import Unavailable
+    from tests.registry.registry_support import free_port
 
     store = RedisStore(redis.asyncio.from_url(f"redis://127.0.0.1:{free_port()}/0"))
     try:

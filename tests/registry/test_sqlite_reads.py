@@ -10,12 +10,12 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
-from registry_support import make_card
 
 from butler.registry.card import build_entry, validate_card
 from butler.registry.model import AgentEntry, _iso
 from butler.registry.sqlite_store import SqliteStore
 from butler.registry.store import Query
+from tests.registry.registry_support import make_card
 
 NOW = 1_800_000_000.0
 
