@@ -242,10 +242,9 @@ async def test_every_listing_uses_an_index_in_its_order(tmp_path: Path) -> None:
             await store.put(echo(i, owner=("alice", "bob")[i % 2], context="shared"))
         page = await store.list_tasks(owner=None, state=None, context_id=None, cursor=None,
                                       limit=2, by_update=True)
-        cursors = {False: None, True: None}
         first = await store.list_tasks(owner=None, state=None, context_id=None, cursor=None,
                                        limit=2)
-        cursors = {False: first.next_cursor, True: page.next_cursor}
+        cursors: dict[bool, str | None] = {False: first.next_cursor, True: page.next_cursor}
         seen: list[str] = []
         await store._db.run(lambda conn: conn.set_trace_callback(seen.append))
         for owner, state, context, after, by_update, paged in itertools.product(
