@@ -21,6 +21,7 @@ from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import SwarmPolicy
 from internal.protocol.a2a.model import Envelope, Identity, TaskRequest, TaskState
+from tests.support import wait_until
 
 CALLER = Identity("operator")
 ECHO = SkillConfig(id="echo", name="echo", capabilities=("echo",), expose=True)
@@ -123,16 +124,22 @@ async def test_a_blocking_task_is_written_once_if_it_finishes_within_the_defer_t
 
 async def test_a_longer_blocking_task_is_on_disk_as_working_while_it_runs(
         store: SqliteTaskStore, tmp_path: Path) -> None:
-    ran = asyncio.Event()
-    engine = make_engine(store, Audit(), sleeper(FIRST_WRITE_DEFER_SECONDS * 4, ran))
+    release = asyncio.Event()
+
+    async def held(ctx: Any) -> str:
+        await release.wait()
+        return "done"
+
+    engine = make_engine(store, Audit(), Skill(SkillConfig(
+        id="slow", name="slow", capabilities=("slow",), expose=True), held))
     await engine.start()
     try:
         call = asyncio.ensure_future(
             engine.submit(CALLER, TaskRequest(text="hi", skill="slow"), Envelope()))
-        await ran.wait()
-        await asyncio.sleep(FIRST_WRITE_DEFER_SECONDS * 2)
-        [(task_id, state)] = writes(tmp_path)  # a crash now would leave this record
-        assert state == "working"
+        # Its deferred first write commits once its time is up, the task still running.
+        [(task_id, state)] = await wait_until(lambda: writes(tmp_path), what="first write")
+        assert state == "working" and not call.done()  # a crash now would leave this record
+        release.set()
         task = await call
         assert writes(tmp_path) == [(task_id, "working"), (task.id, "completed")]
     finally:
@@ -256,9 +263,7 @@ async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
         call.cancel()  # the caller goes away before that write committed
         with pytest.raises(asyncio.CancelledError):
             await call
-        async with asyncio.timeout(5):
-            while len(writes(tmp_path)) < 2:
-                await asyncio.sleep(0.01)
+        await wait_until(lambda: len(writes(tmp_path)) == 2, what="its outcome committed")
         assert [state for _, state in writes(tmp_path)] == ["working", "completed"]
         finished = [f["decision"] for kind, f in audit.records if kind == "task_finished"]
         assert finished == ["completed"]

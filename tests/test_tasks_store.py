@@ -23,6 +23,7 @@ from tests.support import (
     plugin_skill,
     post_task,
     wait_task,
+    wait_until,
     write_config,
 )
 
@@ -64,9 +65,7 @@ async def test_kill_9_then_restart(tmp_path: Path, http: aiohttp.ClientSession) 
             submit(daemon.url, {"task": f"quick {i}", "skill": "echo", "mode": "async"})
             for i in range(6)))
         assert [s for s, _ in answers] == [202] * 10
-        async with asyncio.timeout(15):
-            while len(list(pids.glob("*.pid"))) < 4:
-                await asyncio.sleep(0.05)
+        await wait_until(lambda: len(list(pids.glob("*.pid"))) == 4, 15, "4 commands running")
         await daemon.kill9()
     finally:
         await daemon.kill9()
@@ -173,9 +172,10 @@ async def test_retention_purges_terminal_tasks(swarm: Swarm) -> None:
     _, done = await post_task(home, {"task": "short-lived", "skill": "echo"})
     _, waiting = await post_task(home, {"task": "x", "skill": "ask"})
     assert waiting["state"] == "input-required"
-    async with asyncio.timeout(10):
-        while (await call(home, "GET", f"/v2/tasks/{done['id']}"))[0] != 404:
-            await asyncio.sleep(0.1)
+    async def purged() -> bool:
+        return (await call(home, "GET", f"/v2/tasks/{done['id']}"))[0] == 404
+
+    await wait_until(purged, what="the finished task purged")
     # Only terminal tasks are purged; one waiting for its caller stays.
     status, task = await call(home, "GET", f"/v2/tasks/{waiting['id']}")
     assert status == 200 and task["state"] == "input-required"
