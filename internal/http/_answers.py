@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
+from internal.protocol.a2a.model import DelegationFailed
 
-class AnswerTooLarge(Exception):
-    """An answer (or one event of a stream) over the cap its client set."""
+
+class AnswerTooLarge(DelegationFailed):
+    """An answer (or one event of a stream) over the cap its client set: a peer's
+    (``peer_error``) unless the client maps it to its own error."""
 
     def __init__(self, limit: int, what: str = "answer") -> None:
-        super().__init__(f"{what} exceeds {limit} bytes")
+        super().__init__("peer_error", f"{what} exceeds {limit} bytes")
         self.limit = limit
         self.what = what
 

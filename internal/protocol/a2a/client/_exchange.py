@@ -130,7 +130,7 @@ def mapped_errors(name: str, timeout: float, translate: Translate) -> Iterator[N
     except OutboundRefused as exc:
         raise DelegationFailed("peer_address_refused", f"{name}: {exc.message}") from None
     except AnswerTooLarge as exc:
-        raise DelegationFailed("peer_error", f"{name}: {exc}") from None
+        raise DelegationFailed("peer_error", f"{name}: {exc.message}") from None
     except ButlerError:
         raise
     except TimeoutError:
