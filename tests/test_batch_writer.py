@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from butler.storage import BatchWriter, CheckpointPolicy, Database, Row, catch_up
+from butler.storage import BatchWriter, CheckpointPolicy, Database, catch_up
+from butler.storage._batch_writer import Item
 
 INSERT = "INSERT INTO t(v) VALUES (?)"
 FAST = CheckpointPolicy(interval=0.02)
@@ -87,10 +88,11 @@ async def test_each_caller_is_answered_after_its_commit(db: Path, on_loop: bool)
 class CountingWriter(ValueWriter):
     transactions: list[list[int]]
 
-    def _commit(self, conn: sqlite3.Connection, rows: list[Row]) -> None:
+    def _commit(self, conn: sqlite3.Connection,
+                items: dict[Hashable, Item]) -> dict[Hashable, Exception]:
         self.transactions = getattr(self, "transactions", [])
-        self.transactions.append([row[0] for row in rows])
-        super()._commit(conn, rows)
+        self.transactions.append([row[0] for row in items.values() if not callable(row)])
+        return super()._commit(conn, items)
 
 
 async def counting_writer(path: Path, on_loop: bool, key: Any = id) -> CountingWriter:
@@ -348,3 +350,24 @@ def test_unheld_checkpoints_catch_up_before_the_commits_are_held(
     conn = ScriptedCheckpoints(script)
     catch_up(conn, 4_000, FAST)  # type: ignore[arg-type]
     assert conn.calls == rounds
+
+
+async def test_a_row_that_cannot_be_made_at_its_commit_fails_its_own_write_alone(
+        db: Path, on_loop: bool) -> None:
+    """A deferred write's row is made when it commits; one that cannot be made then is
+    left out of that commit, and only its callers hear why."""
+    writer = await open_writer(db, on_loop)
+
+    def unmade() -> tuple[int]:
+        raise ValueError("no form for it")
+
+    try:
+        bad = writer.submit("bad", unmade, defer=0.01)
+        good = [writer.value(v) for v in (1, 2)]
+        later = writer.submit("later", lambda: (3,), defer=0.01)
+        with pytest.raises(ValueError, match="no form for it"):
+            await bad
+        await asyncio.gather(*good, later)
+        assert committed(db) == [1, 2, 3]
+    finally:
+        await close(writer)

@@ -12,6 +12,7 @@ import base64
 import json
 import sqlite3
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,10 +71,12 @@ class SqliteTaskStore:
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
         ``defer``: a first write may wait up to that many seconds for the task's next
-        write, which then commits in its place (``BatchWriter.submit``). The row is made
-        here, before it joins a commit: a task that cannot be stored raises
-        ``NotStorable`` and no other task's commit is touched."""
-        await self._writer.submit(task.id, task_row(task), defer)
+        write, which then commits in its place (``BatchWriter.submit``): its row is made
+        only if it commits itself. Any other row is made here, before it joins a commit.
+        Either way a task that cannot be stored raises ``NotStorable`` and no other task's
+        write is touched."""
+        row = partial(task_row, task) if defer > 0 else task_row(task)
+        await self._writer.submit(task.id, row, defer)
 
     @staticmethod
     def _task(row: Sequence[Any]) -> Task:

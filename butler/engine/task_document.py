@@ -127,18 +127,24 @@ def _same(value: Any) -> Any:
     return value
 
 
+class _Field(typing.NamedTuple):
+    name: str
+    default: Any  # ``dataclasses.MISSING`` for a field without one: never left out
+    inexact: bool  # a default equal values of other stored forms compare equal to
+    encode: Convert
+    decode: Convert
+
+
 class _Fields:
     """A dataclass's codec: each field by name, a field at its default left out."""
 
     def __init__(self, kind: type) -> None:
         self.kind = kind
-        self._plan: list[tuple[str, Any, Convert, Convert]] | None = None
+        self._plan: list[_Field] | None = None
 
-    def plan(self) -> list[tuple[str, Any, Convert, Convert]]:
-        """(name, default as stored, encode, decode) per field; made on first use, so a
-        type that holds itself (a cost node's children) is planned once its own codec
-        exists. A field is left out when it stores as its default does: equal is not
-        enough (``Decimal("0.00") == Decimal("0")``)."""
+    def plan(self) -> list[_Field]:
+        """Each field's codec; made on first use, so a type that holds itself (a cost
+        node's children) is planned once its own codec exists."""
         if self._plan is None:
             hints = typing.get_type_hints(self.kind)
             plan = []
@@ -146,24 +152,23 @@ class _Fields:
                 default = f.default if f.default_factory is dataclasses.MISSING \
                     else f.default_factory()
                 encode, decode = _codec(hints[f.name])
-                if default is not dataclasses.MISSING:
-                    default = encode(default)
-                if (self.kind, f.name) in _READ_AS:
-                    decode = _READ_AS[(self.kind, f.name)]
-                plan.append((f.name, default, encode, decode))
+                plan.append(_Field(f.name, default, isinstance(default, Decimal), encode,
+                                   _READ_AS.get((self.kind, f.name), decode)))
             self._plan = plan
         return self._plan
 
     def encode(self, value: Any) -> dict[str, Any]:
         out = {}
-        for name, default, encode, _ in self.plan():
-            stored = encode(getattr(value, name))
-            if stored != default:
-                out[name] = stored
+        for name, default, inexact, encode, _ in self.plan():
+            field_value = getattr(value, name)
+            # Equal is not always stored alike: ``Decimal("0.00") == Decimal("0")``.
+            if field_value == default and not (inexact and str(field_value) != str(default)):
+                continue
+            out[name] = field_value if encode is _same else encode(field_value)
         return out
 
     def decode(self, data: dict[str, Any]) -> Any:
-        fields = {name: decode(data[name]) for name, _, _, decode in self.plan()
+        fields = {name: decode(data[name]) for name, _, _, _, decode in self.plan()
                   if name in data}
         return self.kind(**fields)
 

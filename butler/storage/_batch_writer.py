@@ -31,7 +31,7 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, checkpoint, wait_unless
@@ -39,22 +39,26 @@ from butler.storage._database import Database, DatabaseClosed
 
 log = logging.getLogger("butler.storage")
 Row = Sequence[Any]  # a statement's parameters
+# A row, or what makes it when its commit comes (a write that may be replaced first is
+# never made); what it raises then fails that write alone.
+Item = Row | Callable[[], Row]
+Waiting = list[tuple[Hashable, asyncio.Future[None]]]
 
 
 class _Batch:
     __slots__ = ("items", "waiting")
 
     def __init__(self) -> None:
-        self.items: dict[Hashable, Row] = {}
-        self.waiting: list[asyncio.Future[None]] = []
+        self.items: dict[Hashable, Item] = {}
+        self.waiting: Waiting = []
 
-    def add(self, key: Hashable, item: Row, done: asyncio.Future[None]) -> None:
+    def add(self, key: Hashable, item: Item, done: asyncio.Future[None]) -> None:
         self.items[key] = item
-        self.waiting.append(done)
+        self.waiting.append((key, done))
 
-    def take(self, key: Hashable, item: Row, waiting: list[asyncio.Future[None]]) -> None:
+    def take(self, key: Hashable, item: Item, waiting: list[asyncio.Future[None]]) -> None:
         self.items[key] = item
-        self.waiting += waiting
+        self.waiting += [(key, done) for done in waiting]
 
     def merge(self, other: _Batch) -> None:
         self.items.update(other.items)
@@ -65,8 +69,9 @@ class BatchWriter:
     """``submit`` (on the loop) queues one row (the parameters of ``statement``) under a
     key and returns a future resolved once it is committed. Of the rows queued with one
     key, only the last is written: the statement must be an upsert for which the last
-    write wins anyway. A row is made by its caller before it is queued, so a value that
-    cannot be stored fails that caller alone, never a commit it would share. With
+    write wins anyway. A row is made by its caller, before it is queued, or given as
+    what makes it at its commit (a write likely to be replaced first); one that cannot be
+    made then is left out of the commit and fails its own callers alone. With
     a ``checkpoints`` policy the database's WAL is checkpointed by a ``Checkpointer``
     thread; the database must then have been opened with ``policy.pragmas()``.
     ``commit_on_loop``: see the module doc; construct the writer on the loop that will
@@ -82,7 +87,7 @@ class BatchWriter:
         self._due = _Batch()
         self._ticking = False
         # Deferred first writes (see ``submit``), oldest first: deadline, futures, item.
-        self._later: dict[Hashable, tuple[float, list[asyncio.Future[None]], Row]] = {}
+        self._later: dict[Hashable, tuple[float, list[asyncio.Future[None]], Item]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._in_flight: set[asyncio.Future[Any]] = set()
         self.committed = 0  # rows, ever; only the committing thread writes it
@@ -98,7 +103,7 @@ class BatchWriter:
         self._checkpointer = None if checkpoints is None else \
             Checkpointer(db, checkpoints, lambda: self.committed, start_over)
 
-    def submit(self, key: Hashable, item: Row, defer: float = 0.0) -> asyncio.Future[None]:
+    def submit(self, key: Hashable, item: Item, defer: float = 0.0) -> asyncio.Future[None]:
         """``defer``: a first write of its key may wait up to that many seconds for a newer
         one to take its place, so that both cost one commit; a newer write then commits at
         the next tick, settling both futures."""
@@ -170,23 +175,33 @@ class BatchWriter:
             self._commit_on_loop(self._loop_db, batch)
             return
         committed = asyncio.wrap_future(
-            self._db.submit(self._commit, list(batch.items.values()), write=True))
+            self._db.submit(self._commit, batch.items, write=True))
         self._in_flight.add(committed)
         committed.add_done_callback(lambda f: self._settle(f, batch.waiting))
 
-    def _settle(self, committed: asyncio.Future[Any],
-                waiting: list[asyncio.Future[None]]) -> None:
+    def _settle(self, committed: asyncio.Future[dict[Hashable, Exception]],
+                waiting: Waiting) -> None:
         self._in_flight.discard(committed)
         error = committed.exception()
         if error is not None:
             log.error("%s: write failed for %d item(s): %s", self._db.name, len(waiting),
                       error)
-        _resume(waiting, error)
+        _resume(waiting, error, {} if error is not None else committed.result())
 
-    def _commit(self, conn: sqlite3.Connection, rows: list[Row]) -> None:
-        """Inside a transaction: on the worker, or on the loop in loop mode."""
+    def _commit(self, conn: sqlite3.Connection,
+                items: dict[Hashable, Item]) -> dict[Hashable, Exception]:
+        """Inside a transaction: on the worker, or on the loop in loop mode. Returns the
+        writes whose rows could not be made, each with why; the rest are written."""
+        rows: list[Row] = []
+        unmade: dict[Hashable, Exception] = {}
+        for key, item in items.items():
+            try:
+                rows.append(item() if callable(item) else item)
+            except Exception as exc:
+                unmade[key] = exc
         conn.executemany(self._statement, rows)
         self.committed += len(rows)  # counted before COMMIT: only a checkpoint hint
+        return unmade
 
     # -- loop mode ---------------------------------------------------------------------
 
@@ -195,10 +210,11 @@ class BatchWriter:
             self._parked.merge(batch)  # newer writes of a key replace older ones
             return
         error: Exception | None = None
+        unmade: dict[Hashable, Exception] = {}
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                self._commit(conn, list(batch.items.values()))
+                unmade = self._commit(conn, batch.items)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -207,7 +223,7 @@ class BatchWriter:
         except Exception as exc:
             log.exception("%s: write failed for %d item(s)", self._db.name, len(batch.items))
             error = exc
-        _resume(batch.waiting, error)
+        _resume(batch.waiting, error, unmade)
 
     def _hold(self, held: concurrent.futures.Future[None]) -> None:
         """On the loop: no commit from now until ``_release``."""
@@ -256,16 +272,19 @@ class BatchWriter:
             self._loop_db = None
 
 
-def _resume(waiting: list[asyncio.Future[None]], error: BaseException | None) -> None:
+def _resume(waiting: Waiting, error: BaseException | None,
+            unmade: dict[Hashable, Exception]) -> None:
+    """``error``: the commit's, for every caller; ``unmade``: the writes left out of it."""
     # Newest first: a task's outcome resumes its run, which settles the task, before the
     # task's first write resumes the caller, which then finds it settled (one pass less).
-    for done in reversed(waiting):
+    for key, done in reversed(waiting):
         if done.cancelled():
             continue  # its caller gave up waiting; the write itself stands
-        if error is None:
+        failed = error or unmade.get(key)
+        if failed is None:
             done.set_result(None)
         else:
-            done.set_exception(error)
+            done.set_exception(failed)
 
 
 def _loop_connection(db: Database, checkpoints: CheckpointPolicy | None) -> sqlite3.Connection:
