@@ -24,7 +24,7 @@ from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
-from butler.data_folder import hold_data_folder
+from butler.delegation.peers import Discovery
 from butler.delegation.registry_link import RegistryLink
 from butler.edges.mcp_http import mount_mcp
 from butler.engine.engine import TaskEngine
@@ -33,7 +33,7 @@ from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
 from butler.hosting.admin import AgentsAdmin
 from butler.hosting.host import AgentHost
-from butler.http_app import A2A_FRONT, build_app, server_tls
+from butler.http_app import A2A_FRONT, PUBLIC_PATHS, build_app, server_tls
 from butler.identity.key_file import AgentIdentity, load_identity
 from butler.identity.receipts import seal
 from butler.memory import MemoryStore
@@ -47,9 +47,10 @@ from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
+from butler.storage.data_folder import hold_data_folder
 from butler.swarm.admission import SwarmPolicy
 from butler.swarm.spend import SpendBook
-from butler.telemetry import build_tracer_provider, task_tracer
+from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,
     IncidentLog,
@@ -61,7 +62,9 @@ from internal.http import (
 log = logging.getLogger("butler.daemon")
 
 RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
-DelegatorFactory = Callable[["Daemon"], Delegator | None]
+# The config, the tracer, where audit records go and the registry's peers (or None).
+DelegatorFactory = Callable[[Config, Tracer, Callable[..., None], Discovery | None],
+                            Delegator | None]
 
 
 @dataclass
@@ -194,23 +197,25 @@ class Daemon:
             planner=planner,
             seal=lambda task: seal(task, agent, cfg.agent.id, self.url),
         )
-        self.engine = TaskEngine(
-            deps, store=store, catalog=catalog,
-            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
-                               cfg.swarm.routing_threshold),
-            delegator=None, retention_hours=cfg.tasks.retention_hours,
-            default_timeout=cfg.tasks.default_timeout_seconds,
-            card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
-        )
         self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url,
                                                                   agent),
                                           lambda: self.url)
         stack.push_async_callback(self.registry_link.close)
+        delegator = None
         # swarm.enabled: false keeps every admission check but never delegates.
         if self.delegator_factory is not None and cfg.swarm.enabled:
-            delegator = self.engine.delegator = self.delegator_factory(self)
+            delegator = self.delegator_factory(cfg, self.tracer, deps.audit,
+                                               self.registry_link.discovery)
             if delegator is not None:
                 stack.push_async_callback(delegator.aclose)
+        self.engine = TaskEngine(
+            deps, store=store, catalog=catalog,
+            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
+                               cfg.swarm.routing_threshold),
+            delegator=delegator, retention_hours=cfg.tasks.retention_hours,
+            default_timeout=cfg.tasks.default_timeout_seconds,
+            card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
+        )
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
         stack.push_async_callback(self.push.aclose)
@@ -299,7 +304,7 @@ class Daemon:
     async def _http_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> web.AppRunner:
         """The app, set up but not yet listening; its cleanup comes after the engine's."""
         cfg = self.config
-        agents = self.agents = AgentHost(cfg, lambda: self.url, self._spawn)
+        agents = self.agents = AgentHost(cfg, lambda: self.url, self._spawn, PUBLIC_PATHS)
         admin = AgentsAdmin(agents, cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds)
         app = self._app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url,
                                     self.push, lambda: self.grpc_url, self.identity,

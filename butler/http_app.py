@@ -14,11 +14,11 @@ from aiohttp import web
 from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
-from butler.dashboard.overview import Overview
 from butler.delegation.peers import PeerStatus
 from butler.engine.engine import TaskEngine
 from butler.identity.key_file import AgentIdentity
 from butler.metrics import ButlerMetrics, metrics_middleware, metrics_route
+from butler.overview import Overview
 from butler.skills.catalog import SkillCatalog
 from internal.http import (
     ERROR_RENDERERS,

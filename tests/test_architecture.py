@@ -1,10 +1,12 @@
 """The shape docs/architecture.md draws, held by the code: ``internal`` never imports
-``butler``, no import cycle between modules (lazy and TYPE_CHECKING imports count), no
-private module imported from outside its package, no file over 400 lines."""
+``butler``, no import cycle between modules nor between packages (lazy and TYPE_CHECKING
+imports count), no private module imported from outside its package, no file over 400
+lines."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,3 +97,68 @@ def test_no_file_over_400_lines() -> None:
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def _package(module: str) -> str:
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def package_graph(graph: dict[str, set[str]], package: Callable[[str], str]
+                  ) -> dict[str, set[str]]:
+    """Package to the packages its modules import (lazy and TYPE_CHECKING imports count).
+    A ``__main__`` module is a program, not a part: nothing imports it, so what it
+    imports is not its package's dependency."""
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.rpartition(".")[2] == "__main__":
+            continue
+        source = package(module)
+        out.setdefault(source, set()).update(
+            t for t in map(package, targets) if t != source)
+    return out
+
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of ``graph`` with more than one node (Tarjan), each
+    sorted: a cycle among them, at any length."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = [stack.pop()]
+            while part[-1] != node:
+                part.append(stack.pop())
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    """The check below can fail: a three-package ring, a self-import and a tail."""
+    modules = {"a.x": {"b.y"}, "b.y": {"c.z", "a.w"}, "c.z": {"a.x"}, "a.w": set(),
+               "d.v": {"a.x"}, "a.__main__": {"d.v"}}
+    graph = package_graph(modules, lambda m: m.rpartition(".")[0])
+    assert graph == {"a": {"b"}, "b": {"a", "c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles_of(graph) == [["a", "b", "c"]]
+    assert cycles_of({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_package_level_import_cycles() -> None:
+    """Packages form a hierarchy: no two reach each other through their modules' imports,
+    even where no module-level cycle exists."""
+    assert cycles_of(package_graph(GRAPH, _package)) == []

@@ -48,7 +48,7 @@ from butler.audit.schema import (
     seal_full,
     stored_row,
 )
-from butler.engine.clock import now_utc_iso
+from butler.runtime.clock import now_utc_iso
 from butler.storage import Database
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "VerifyResult"]

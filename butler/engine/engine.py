@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
-from butler.engine.clock import now_iso
 from butler.engine.events import EventHub
 from butler.engine.outcome import final_record
 from butler.engine.purge import PurgeListener, purge_loop
@@ -34,15 +33,16 @@ from butler.engine.transitions import (
     created,
     interrupted,
 )
-from butler.ids import IDS
-from butler.logs import TRACE_ID
 from butler.routing import Ranking, RouteCandidate
+from butler.runtime.clock import now_iso
+from butler.runtime.ids import IDS
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy
 from butler.swarm.decision import DELEGATE_SKILL, Delegate, NoPlan, RunSkill, SwarmDecision
 from butler.swarm.spend import SpendBook
-from butler.telemetry import trace_of
+from butler.telemetry.logs import TRACE_ID
+from butler.telemetry.traces import trace_of
 from internal.protocol.a2a.model import (
     AuthError,
     Budget,
@@ -185,7 +185,7 @@ class TaskEngine:
             return task, None
         run = TaskRun(self, self.deps, task, skill, admitted, caller,
                       self._timeout(skill, request), incoming, self.delegator,
-                      plan if isinstance(plan, Delegate) else None)
+                      plan.delegation if isinstance(plan, Delegate) else None)
         if not request.blocking or request.id is not None:
             # Committed first: a stream that follows the task sees every change it makes,
             # and a task with the caller's own id runs at most once, even across a crash.

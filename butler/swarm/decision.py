@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from butler.config.model import CallerLimits
+from butler.delegation.peers import DelegationPlan
 from butler.routing import Ranking, RouteCandidate
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
@@ -40,10 +41,10 @@ log = logging.getLogger("butler.swarm")
 DELEGATE_SKILL = "a2a.delegate"
 
 
-class PeerPrices(Protocol):
-    async def cheapest(self, capabilities: Sequence[str],
-                       chain: tuple[str, ...]) -> Decimal | None:
-        """The lowest price among peers that could take this, or None if none can."""
+class Peers(Protocol):
+    async def plan(self, capabilities: Sequence[str], chain: Sequence[str],
+                   peer: str | None = None, skill: str | None = None) -> DelegationPlan:
+        """Where a delegation of this would go (``PeerDelegator.plan``)."""
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]:
         """The known peers and their cards' skills, for the intent router."""
@@ -56,13 +57,12 @@ class RunSkill:
 
 @dataclass(frozen=True, slots=True)
 class Delegate:
-    """No local skill fits; a peer provides ``capabilities`` within the budget. Or the
-    intent router chose ``peer`` (and, from its card, its skill ``skill``)."""
+    """No local skill fits; peers provide the task's capabilities within the budget, or
+    the intent router chose a peer (and, from its card, its skill). ``delegation`` is
+    carried to the run, which sends to its targets without choosing again."""
 
-    capabilities: tuple[str, ...]
+    delegation: DelegationPlan
     price_usd: Decimal
-    peer: str | None = None
-    skill: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ class SwarmDecision:
                                         self.policy.agent_id))
 
     async def decide(self, caller: Identity, envelope: Envelope, request: TaskRequest,
-                     peers: PeerPrices | None, task_id: str) -> Decision:
+                     peers: Peers | None, task_id: str) -> Decision:
         """Admit, then plan, then the caller's own caps; raises ``Refusal`` or
         ``AuthError`` instead of a plan. The caps come last: once they reserved part of
         the caller's spending for ``task_id``, nothing refuses it any more."""
@@ -126,13 +126,13 @@ class SwarmDecision:
         return Decision(admitted, plan)
 
     async def rank(self, caller: Identity, text: str, chain: tuple[str, ...],
-                   peers: PeerPrices | None) -> Ranking:
+                   peers: Peers | None) -> Ranking:
         """What the intent router would choose for ``caller`` (``SkillContext.route``)."""
         limits = self.spend.limits.get(caller.name)
         return await self.intent.rank(caller, text, chain, peers,
                                       routable(limits, DELEGATE_SKILL))
 
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: PeerPrices | None
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: Peers | None
                     ) -> tuple[list[Skill], list[RouteCandidate]]:
         """What a plan for ``caller`` may call: the router's candidates (visibility and
         grants alike), less the planner skills themselves and the peers in ``chain``."""
@@ -150,7 +150,7 @@ class SwarmDecision:
         self.spend.settle(task)
 
     async def _plan(self, caller: Identity, limits: CallerLimits | None, request: TaskRequest,
-                    admitted: Admitted, peers: PeerPrices | None) -> Plan:
+                    admitted: Admitted, peers: Peers | None) -> Plan:
         if request.skill is None and not request.capabilities_needed:
             # In plain words: the intent router chooses among what the caller may see.
             chain = (*admitted.chain, self.policy.agent_id)
@@ -171,8 +171,11 @@ class SwarmDecision:
                 return _refused(intent.ranking)
             target = intent.peer
             require_skill(caller.name, limits, DELEGATE_SKILL)
-            return self._delegate((), target.cost_usd, admitted, f"delegating to {target.peer}",
-                                  target.peer, target.skill_id or None)
+            assert peers is not None  # the router chose a peer: there are peers
+            routed = await peers.plan((), (*admitted.chain, self.policy.agent_id),
+                                      target.peer, target.skill_id or None)
+            return self._delegate(routed, target.cost_usd, admitted,
+                                  f"delegating to {target.peer}")
         skill = self._choose_skill(caller, request)
         if skill is not None:
             return self._run(caller, limits, skill, request, admitted)
@@ -197,7 +200,7 @@ class SwarmDecision:
 
     async def _plan_delegation(self, caller: Identity, limits: CallerLimits | None,
                                request: TaskRequest, admitted: Admitted,
-                               peers: PeerPrices | None) -> Plan:
+                               peers: Peers | None) -> Plan:
         if request.skill is not None and not request.capabilities_needed:
             require_skill(caller.name, limits, request.skill)
             # Unexposed and reserved skills look the same as missing ones.
@@ -208,26 +211,27 @@ class SwarmDecision:
                           "no exposed skill here provides what this task needs")
         # Before asking any peer (or a registry) for prices.
         require_skill(caller.name, limits, DELEGATE_SKILL)
-        price = await peers.cheapest(caps, (*admitted.chain, self.policy.agent_id))
-        if price is None:
+        delegation = await peers.plan(caps, (*admitted.chain, self.policy.agent_id))
+        if delegation.price_usd is None:
             return NoPlan("no_capable_skill", await _nobody_provides(peers, caps))
-        return self._delegate(caps, price, admitted, f"delegating {', '.join(caps)}")
+        return self._delegate(delegation, delegation.price_usd, admitted,
+                              f"delegating {', '.join(caps)}")
 
-    def _delegate(self, caps: tuple[str, ...], price: Decimal, admitted: Admitted, what: str,
-                  peer: str | None = None, skill: str | None = None) -> Delegate:
+    def _delegate(self, delegation: DelegationPlan, price: Decimal, admitted: Admitted,
+                  what: str) -> Delegate:
         """Every delegation plan, by capability or routed, passes the same checks."""
         require_affordable(price, admitted.budget_usd, what)
         if not admitted.may_delegate:
             raise Refusal("depth_exceeded",
                           f"delegating would exceed max_depth {self.policy.max_depth}")
-        return Delegate(caps, price, peer, skill)
+        return Delegate(delegation, price)
 
 
-async def _nobody_provides(peers: PeerPrices, caps: Sequence[str]) -> str:
+async def _nobody_provides(peers: Peers, caps: Sequence[str]) -> str:
     """Why no peer can take it. Asked again only on this failing path: a peer that provides
     it but is in the chain is the usual case between two instances that call each other."""
     wanted = ", ".join(caps)
-    if await peers.cheapest(caps, ()) is not None:
+    if (await peers.plan(caps, ())).targets:
         return (f"no skill here provides {wanted}, and the only peers that do are already in "
                 "the caller chain: delegating to them would loop")
     return f"neither this agent nor any known peer provides {wanted}"
