@@ -48,7 +48,7 @@ from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
-from butler.swarm.admission import SwarmPolicy
+from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
 from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
@@ -265,7 +265,7 @@ class Daemon:
 
     async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application) -> None:
         """After the HTTP listener (the card names its URL), stopped before it; the same
-        operations, verifier, admission and limits as the HTTP bindings."""
+        operations, verifier and load limits as the HTTP bindings."""
         cfg = self.config
         server, self.grpc_port = await serve_grpc(cfg, app[A2A_FRONT])
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)

@@ -1,4 +1,4 @@
-"""The gRPC port is admitted as the HTTP port is, by the same admission: one in-flight
+"""The gRPC port is admitted as the HTTP port is, by the same load limits: one in-flight
 count, one bucket per address (before authentication), one bucket per caller. A client
 holds one share of the daemon whichever port it calls."""
 
@@ -31,10 +31,10 @@ def stub(inst: Instance, chan: grpc.aio.Channel) -> Any:
 
 
 async def until_inflight(inst: Instance, count: int) -> None:
-    """Until the daemon's admission counts ``count`` requests in flight."""
-    admission = inst.daemon.app[A2A_FRONT].admission
+    """Until the daemon's load limits count ``count`` requests in flight."""
+    load_limits = inst.daemon.app[A2A_FRONT].load_limits
     async with asyncio.timeout(10):
-        while admission.inflight != count:
+        while load_limits.inflight != count:
             await asyncio.sleep(0.01)
 
 

@@ -1,7 +1,8 @@
 """The shape docs/architecture.md draws, held by the code: ``internal`` never imports
 ``butler``, no import cycle between modules nor between packages (lazy and TYPE_CHECKING
-imports count), no private module imported from outside its package, no file over 400
-lines."""
+imports count), no private module imported from outside its package, no file over 600
+lines (modules are split by concept, and one concept may be long; past 600 it is rarely
+one)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("butler", "internal")
-MAX_LINES = 400
+MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
@@ -93,7 +94,7 @@ def test_private_modules_are_used_only_inside_their_package() -> None:
     assert sorted(wrong) == []
 
 
-def test_no_file_over_400_lines() -> None:
+def test_no_file_over_600_lines() -> None:
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert long == {}

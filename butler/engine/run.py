@@ -41,7 +41,7 @@ from butler.skills.base import (
     to_result,
 )
 from butler.skills.catalog import Skill
-from butler.swarm.admission import Admitted
+from butler.swarm.decision import Admitted
 from butler.swarm.ledger import BudgetLedger
 from butler.telemetry.logs import TRACE_ID
 from butler.telemetry.traces import Incoming, remote_parent

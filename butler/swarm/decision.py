@@ -1,26 +1,26 @@
 """The swarm decision: one call, before any task runs or any peer is called.
 
-Admission (a forged caller, a loop, the depth, the budget the caller may spend), then the
-plan: a local skill, or a delegation by capability to the cheapest peer that can take it,
-or, for a task in plain words, what the intent router chose (``intent``); or no plan (the
-task is created and ends ``failed`` saying why). A refusal is raised as
-``Refusal`` or ``AuthError`` and nothing is created.
+Admission (a forged caller, a loop, the depth, the budget, the caller's grants: its
+token's ``limits.skills`` and ``limits.capabilities``), then the plan: a local skill, or
+a delegation by capability to the peers that can take it, or, for a task in plain words,
+what the intent router chose (``intent``); or no plan (the task is created and ends
+``failed`` saying why). A refusal is raised as ``Refusal`` or ``AuthError`` and nothing
+is created. Last, the caller's spend caps reserve its share (``SpendBook.reserve``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Protocol
 
 from butler.config.model import CallerLimits
 from butler.delegation.peers import DelegationPlan
-from butler.routing import Ranking, RouteCandidate
+from butler.routing import DEFAULT_THRESHOLD, Ranking, RouteCandidate
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
-from butler.swarm.grants import require_capabilities, require_skill, routable
 from butler.swarm.intent import IntentRouter, local_candidate
 from butler.swarm.spend import SpendBook
 from internal.protocol.a2a.model import (
@@ -39,6 +39,116 @@ log = logging.getLogger("butler.swarm")
 
 # The skill a delegated task runs as: what ``limits.skills`` must list to allow delegating.
 DELEGATE_SKILL = "a2a.delegate"
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The envelope after admission: the chain this task carries and its budget."""
+
+    chain: tuple[str, ...]
+    budget_usd: Decimal
+    may_delegate: bool  # the next hop (chain + us) is within max_depth
+    # The caller's delegation tree, or a new one when this task begins it (a random,
+    # unguessable id). The tree's workspace here is keyed by it and the caller.
+    tree_id: str = ""
+
+    @property
+    def depth(self) -> int:
+        return len(self.chain)
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmPolicy:
+    agent_id: str
+    max_depth: int
+    budget_cap_usd: Decimal
+    # The score a task in plain words must reach for the intent router to choose (0..1).
+    routing_threshold: float = DEFAULT_THRESHOLD
+
+    def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
+        chain = envelope.chain
+        if caller.bound:
+            if not chain:
+                # A bound peer is the caller even when it sent no chain.
+                chain = (caller.name,)
+            elif agent_key(chain[-1]) != agent_key(caller.name):
+                raise AuthError(
+                    "chain_mismatch",
+                    f"token belongs to {caller.name!r} but the chain names {chain[-1]!r} "
+                    "as the caller",
+                )
+        if agent_key(self.agent_id) in {agent_key(hop) for hop in chain}:
+            raise Refusal(
+                "loop_detected",
+                f"{self.agent_id} is already in the caller chain {' -> '.join(chain)}",
+                details={"caller_chain": list(chain)},
+            )
+        if len(chain) > self.max_depth:
+            raise Refusal(
+                "depth_exceeded",
+                f"chain depth {len(chain)} exceeds max_depth {self.max_depth}",
+                details={"depth": len(chain), "max_depth": self.max_depth},
+            )
+        claimed = envelope.budget_usd
+        budget = self.budget_cap_usd if claimed is None else min(claimed, self.budget_cap_usd)
+        return Admitted(chain=chain, budget_usd=budget, may_delegate=self.can_delegate(chain),
+                        tree_id=envelope.tree_id or secrets.token_hex(16))
+
+    def can_delegate(self, chain: tuple[str, ...]) -> bool:
+        """Whether the next hop (chain + us) is within depth: we never send a doomed hop."""
+        return len(chain) + 1 <= self.max_depth
+
+
+def require_affordable(cost: Decimal, budget: Decimal, what: str) -> None:
+    if cost > budget:
+        raise Refusal(
+            "budget_exhausted",
+            f"{what} costs {cost} USD but only {budget} USD is left",
+            details={"cost_usd": str(cost), "budget_left_usd": str(budget)},
+        )
+
+
+def require_capabilities(caller: str, limits: CallerLimits | None,
+                         asked: Sequence[str]) -> None:
+    if limits is None or limits.capabilities is None:
+        return
+    missing = [c for c in asked if c not in limits.capabilities]
+    if missing:
+        raise AuthError("forbidden", f"{caller} is not granted capability "
+                        f"{', '.join(missing)} (its token's limits.capabilities)",
+                        details={"not_granted": missing})
+
+
+def require_skill(caller: str, limits: CallerLimits | None, skill_id: str | None) -> None:
+    """``skill_id``: what would run (``a2a.delegate`` for a delegation), or the skill the
+    request names."""
+    if limits is None or limits.skills is None or skill_id is None:
+        return
+    if skill_id not in limits.skills:
+        raise AuthError("forbidden", f"{caller} is not granted skill {skill_id!r} "
+                        "(its token's limits.skills)", details={"not_granted": [skill_id]})
+
+
+def routable(limits: CallerLimits | None, delegate_skill: str
+             ) -> Callable[[RouteCandidate], bool] | None:
+    """Which of the intent router's candidates this caller's grants leave it (None: all),
+    so that words never reach what asking by name or capability could not: a local skill
+    in ``limits.skills`` with a capability in ``limits.capabilities``; a peer only with
+    ``delegate_skill`` granted, and with capabilities limited only a skill of its card
+    providing a granted one (a peer as a whole would choose for itself)."""
+    if limits is None or (limits.skills is None and limits.capabilities is None):
+        return None
+    skills = None if limits.skills is None else frozenset(limits.skills)
+    caps = None if limits.capabilities is None else frozenset(limits.capabilities)
+
+    def allowed(cand: RouteCandidate) -> bool:
+        runs = delegate_skill if cand.peer else cand.skill_id
+        if skills is not None and runs not in skills:
+            return False
+        if caps is not None:
+            return bool(cand.skill_id) and not caps.isdisjoint(cand.capabilities)
+        return True
+    return allowed
 
 
 class Peers(Protocol):
@@ -120,7 +230,7 @@ class SwarmDecision:
         plan = await self._plan(caller, limits, request, admitted, peers)
         needed = plan.skill.config.cost_usd if isinstance(plan, RunSkill) \
             else plan.price_usd if isinstance(plan, Delegate) else Decimal("0")
-        budget = await self.spend.admit(caller.name, task_id, admitted.budget_usd, needed)
+        budget = await self.spend.reserve(caller.name, task_id, admitted.budget_usd, needed)
         if budget is not admitted.budget_usd:  # a caller's caps clamped it (no copy else)
             admitted = replace(admitted, budget_usd=budget)
         return Decision(admitted, plan)

@@ -1,6 +1,6 @@
 """HTTP plumbing shared by the daemon and the registry: the listener and its limits,
-the request gate (auth, rate limits, in-flight cap) and the admission it shares with
-the gRPC binding, JSON bodies and errors as JSON, the incident log, server-sent events,
+the request gate (auth, rate limits, in-flight cap) and the load limits it shares
+with the gRPC binding, JSON bodies and errors as JSON, the incident log, server-sent events,
 OpenAPI documents and static pages; on the way out, the one outbound guard and the one
 place outbound sessions are built.
 """
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from internal.http._admission import Admission as Admission
     from internal.http._auth import (
         TokenEntry as TokenEntry,
     )
@@ -78,6 +77,27 @@ if TYPE_CHECKING:
     from internal.http._listener import (
         listen as listen,
     )
+    from internal.http._load_limits import (
+        STREAM_SLOTS as STREAM_SLOTS,
+    )
+    from internal.http._load_limits import (
+        InflightSlot as InflightSlot,
+    )
+    from internal.http._load_limits import (
+        LoadLimits as LoadLimits,
+    )
+    from internal.http._load_limits import (
+        StreamCaps as StreamCaps,
+    )
+    from internal.http._load_limits import (
+        StreamSlots as StreamSlots,
+    )
+    from internal.http._load_limits import (
+        TokenBuckets as TokenBuckets,
+    )
+    from internal.http._load_limits import (
+        limited as limited,
+    )
     from internal.http._new_connections import (
         before_new_connections as before_new_connections,
     )
@@ -104,12 +124,6 @@ if TYPE_CHECKING:
         ip_literal as ip_literal,
     )
     from internal.http._pages import StaticPage as StaticPage
-    from internal.http._rate_limits import (
-        TokenBuckets as TokenBuckets,
-    )
-    from internal.http._rate_limits import (
-        limited as limited,
-    )
     from internal.http._sse import (
         SseTiming as SseTiming,
     )
@@ -119,22 +133,9 @@ if TYPE_CHECKING:
     from internal.http._sse import (
         sse_stream as sse_stream,
     )
-    from internal.http._streams import (
-        STREAM_SLOTS as STREAM_SLOTS,
-    )
-    from internal.http._streams import (
-        InflightSlot as InflightSlot,
-    )
-    from internal.http._streams import (
-        StreamCaps as StreamCaps,
-    )
-    from internal.http._streams import (
-        StreamSlots as StreamSlots,
-    )
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
-    "_admission": ("Admission",),
     "_auth": ("TokenEntry", "TokenVerifier", "hash_token", "new_token",),
     "_documents": ("document_route", "load",),
     "_gate": ("gate_middleware",),
@@ -145,6 +146,10 @@ __all__, _getattr = lazy_exports(__name__, {
         "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
+    "_load_limits": (
+        "STREAM_SLOTS", "InflightSlot", "LoadLimits", "StreamCaps", "StreamSlots", "TokenBuckets",
+        "limited",
+    ),
     "_new_connections": ("before_new_connections", "new_connection",),
     "_outbound": ("outbound_session",),
     "_outbound_guard": (
@@ -152,9 +157,7 @@ __all__, _getattr = lazy_exports(__name__, {
         "ip_literal",
     ),
     "_pages": ("StaticPage",),
-    "_rate_limits": ("TokenBuckets", "limited",),
     "_sse": ("SseTiming", "sse_frame", "sse_stream",),
-    "_streams": ("STREAM_SLOTS", "InflightSlot", "StreamCaps", "StreamSlots",),
 })
 if not TYPE_CHECKING:
     __getattr__ = _getattr
