@@ -6,10 +6,13 @@ and a delegated one (to a second instance), each counted apart.
 Two daemons start in this process: ``office`` has the echo skill, ``home`` has none and
 ``office`` as its peer, so a task in plain words sent to ``home`` is routed to ``office``.
 Each kind of request is sent once to warm up (first-use imports, the peer's card, pooled
-connections), then once measured: a profile hook on every thread records the code
+connections), then ``--runs`` times measured: a profile hook on every thread records the code
 objects that start between the request being sent and its answer arriving, and the
 modules of those under ``butler/`` and ``internal/`` are counted. Both sides of a
-delegation run in this process, so the delegated count includes the peer's modules.
+delegation run in this process, so the delegated count includes the peer's modules. Work
+a request sets off that may or may not fall inside its window (the audit writer's flush)
+makes the counts vary a little: the median is the figure, ``--list`` prints every module
+seen in any of them.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ BODY = ('{"jsonrpc":"2.0","id":"%s","method":"SendMessage","params":{"message":'
 ECHO = {"id": "echo", "builtin": "echo", "capabilities": ["bench.echo"], "expose": True,
         "description": "echoes the task back", "tags": ["echo"], "examples": ["echo hello"]}
 PROJECT = (str(ROOT / "butler") + "/", str(ROOT / "internal") + "/")
+PAUSE_SECONDS = 0.3
 
 
 class ModuleTrace:
@@ -91,18 +95,25 @@ async def _send(session: aiohttp.ClientSession, url: str, token: str, n: str) ->
 
 
 async def _measure(trace: ModuleTrace, session: aiohttp.ClientSession, url: str, token: str,
-                   kind: str) -> list[str]:
+                   kind: str, runs: int) -> list[list[str]]:
+    """The modules of each of ``runs`` requests, after one to warm up."""
     await _send(session, url, token, f"{kind}-warm")
-    trace.files.clear()
-    trace.on = True
-    try:
-        await _send(session, url, token, f"{kind}-measured")
-    finally:
-        trace.on = False
-    return trace.modules()
+    found = []
+    for n in range(runs):
+        # The previous request's after-work (its audit records written, the WAL
+        # checkpointed) is its own, not this one's: let it end outside the window.
+        await asyncio.sleep(PAUSE_SECONDS)
+        trace.files.clear()
+        trace.on = True
+        try:
+            await _send(session, url, token, f"{kind}-{n}")
+        finally:
+            trace.on = False
+        found.append(trace.modules())
+    return found
 
 
-async def _main(work: Path, show: bool) -> dict[str, list[str]]:
+async def _main(work: Path, show: bool, runs: int) -> dict[str, list[list[str]]]:
     from butler.config import load_config
     from butler.daemon import Daemon
     from butler.delegation.wiring import make_delegator
@@ -126,27 +137,32 @@ async def _main(work: Path, show: bool) -> dict[str, list[str]]:
         await home.start()
         daemons.append(home)
         async with aiohttp.ClientSession() as session:
-            found = {"local": await _measure(trace, session, office.url, operator, "local"),
+            found = {"local": await _measure(trace, session, office.url, operator, "local",
+                                             runs),
                      "delegated": await _measure(trace, session, home.url, operator,
-                                                 "delegated")}
+                                                 "delegated", runs)}
     finally:
         sys.setprofile(None)
         threading.setprofile(None)  # type: ignore[arg-type]
         for daemon in reversed(daemons):
             await daemon.stop()
-    for kind, modules in found.items():
-        print(f"{kind}: {len(modules)} project modules")
+    for kind, each in found.items():
+        counts = sorted(len(modules) for modules in each)
+        every = sorted(set().union(*each))
+        print(f"{kind}: {counts[len(counts) // 2]} project modules (median of {runs} requests; "
+              f"fewest {counts[0]}, most {counts[-1]}, {len(every)} in all)")
         if show:
-            print("".join(f"  {m}\n" for m in modules), end="")
+            print("".join(f"  {m}\n" for m in every), end="")
     return found
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--list", action="store_true", help="print the modules, too")
+    ap.add_argument("--runs", type=int, default=9, help="measured requests of each kind")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="module-path-") as tmp:
-        asyncio.run(_main(Path(tmp), args.list))
+        asyncio.run(_main(Path(tmp), args.list, args.runs))
 
 
 if __name__ == "__main__":
