@@ -43,7 +43,7 @@ from internal.http import (
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_extension
 from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
-from internal.protocol.a2a.server._jsonrpc_v1 import V1Dialect
+from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
 
 log = logging.getLogger("butler.a2a")
