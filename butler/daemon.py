@@ -95,6 +95,7 @@ class Daemon:
     _app: web.Application | None = field(default=None, init=False)
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
+    _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         """The one place every audit record passes: the trail, the metrics and the log."""
@@ -105,8 +106,8 @@ class Daemon:
     @property
     def url(self) -> str:
         a2a = self.config.a2a
-        return self.config.agent.url or http_url(a2a.bind_address, self.port,
-                                                 tls=a2a.tls is not None)
+        return self._url or self.config.agent.url or http_url(
+            a2a.bind_address, self.port, tls=a2a.tls is not None)
 
     @property
     def app(self) -> web.Application:
@@ -140,6 +141,7 @@ class Daemon:
     async def _assemble(self, stack: AsyncExitStack) -> None:
         """Each part is pushed onto ``stack`` as soon as it exists, with what undoes it."""
         cfg = self.config
+        self._url = ""  # a restart binds a port anew
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
         agent = self.identity = load_identity(cfg.data_dir)
@@ -238,6 +240,7 @@ class Daemon:
                               serving=False)
         stack.push_async_callback(_stop_serving, server, runner)
         self.port = server.sockets[0].getsockname()[1]
+        self._url = self.url
         # The agents it hosts start on the bound port (their URLs name it) before it takes
         # a connection: one of the config's is never answered 404 for being asked early.
         assert self.agents is not None
