@@ -32,7 +32,6 @@ from butler.engine.transitions import (
     created,
     interrupted,
 )
-from butler.routing import Ranking, RouteCandidate
 from butler.runtime.clock import now_iso
 from butler.runtime.ids import IDS
 from butler.skills.base import FollowUp
@@ -189,7 +188,7 @@ class TaskEngine:
             await self._first_write(task)
             self._audit_final(task)
             return task, None
-        run = TaskRun(self, self.deps, task, skill, admitted, caller,
+        run = TaskRun(self, self.swarm, self.deps, task, skill, admitted, caller,
                       self._timeout(skill, request), incoming, self.delegator,
                       plan.delegation if isinstance(plan, Delegate) else None)
         if not request.blocking or request.id is not None:
@@ -393,11 +392,3 @@ class TaskEngine:
 
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
-
-    async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
-        return await self.swarm.rank(caller, text, chain, self.delegator)
-
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
-                    ) -> tuple[list[Skill], list[RouteCandidate]]:
-        return await self.swarm.tools(caller, chain, self.delegator if peers else None)
-

@@ -41,7 +41,7 @@ from butler.skills.base import (
     to_result,
 )
 from butler.skills.catalog import Skill
-from butler.swarm.decision import Admitted
+from butler.swarm.decision import Admitted, SwarmDecision
 from butler.swarm.ledger import BudgetLedger
 from butler.telemetry.logs import TRACE_ID
 from butler.telemetry.traces import Incoming, remote_parent
@@ -84,22 +84,14 @@ class Delegator(Protocol):
 
 
 class RunEngine(Protocol):
-    """What a run needs from the engine that started it (``TaskEngine``)."""
+    """What a run needs from the engine that started it (``TaskEngine``): the live task,
+    and the one way to change it."""
 
     async def apply(self, task_id: str, event: Event) -> Task | None:
         """Apply ``event`` to the live task, persist and publish it; None if the task has
         ended already (the event is dropped)."""
 
     def live(self, task_id: str) -> Task | None: ...
-
-    async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
-        """The intent router's ranking for ``text`` as ``caller`` sees the candidates."""
-
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
-                    ) -> tuple[list[Skill], list[RouteCandidate]]:
-        """The planner's tools: the skills and peers ``caller`` may use (the router's
-        candidates), without the peers in ``chain``; no peers when ``peers`` is false
-        (the next hop would exceed the depth)."""
 
 
 def _no_audit(kind: str, **fields: Any) -> None:
@@ -136,13 +128,15 @@ class RunDeps:
 
 
 class TaskRun:
-    def __init__(self, engine: RunEngine, deps: RunDeps, task: Task, skill: Skill | None,
-                 admitted: Admitted, caller: Identity, timeout: float,
+    def __init__(self, engine: RunEngine, swarm: SwarmDecision, deps: RunDeps, task: Task,
+                 skill: Skill | None, admitted: Admitted, caller: Identity, timeout: float,
                  incoming: Incoming | None, delegator: Delegator | None,
                  delegation: DelegationPlan | None = None) -> None:
-        """``delegation``: where the task itself goes, when it is delegated (the swarm
-        decision chose it)."""
+        """``swarm``: what the task's skill may route to or plan with (``route``,
+        ``toolbox``); ``delegation``: where the task itself goes, when it is delegated
+        (the swarm decision chose it)."""
         self.engine = engine
+        self.swarm = swarm
         self.delegation = delegation
         self.deps = deps
         self.delegator = delegator
@@ -319,12 +313,14 @@ class TaskRun:
         return self.ledger.left
 
     async def route(self, text: str) -> Ranking:
-        return await self.engine.route(self.caller, text, (*self.chain, self.deps.agent_id))
+        return await self.swarm.rank(self.caller, text, (*self.chain, self.deps.agent_id),
+                                     self.delegator)
 
     async def toolbox(self) -> Toolbox:
-        skills, peers = await self.engine.tools(
+        # No peers when the next hop would exceed the depth.
+        skills, peers = await self.swarm.tools(
             self.caller, (*self.chain, self.deps.agent_id),
-            self.may_delegate and self.delegator is not None)
+            self.delegator if self.may_delegate else None)
         # Not the skill that is planning: it would plan again.
         return Toolbox([s for s in skills if s is not self.skill], peers)
 
