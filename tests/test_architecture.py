@@ -2,11 +2,13 @@
 ``butler``, no import cycle between modules nor between packages (lazy and TYPE_CHECKING
 imports count), no private module imported from outside its package, no file over 600
 lines (modules are split by concept, and one concept may be long; past 600 it is rarely
-one)."""
+one); and docs/architecture.md draws only package edges that exist and names only modules
+that exist."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -163,3 +165,64 @@ def test_no_package_level_import_cycles() -> None:
     """Packages form a hierarchy: no two reach each other through their modules' imports,
     even where no module-level cycle exists."""
     assert cycles_of(package_graph(GRAPH, _package)) == []
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _drawn_edges(text: str) -> list[tuple[str, str]]:
+    """The package lines of the page's first code block, ``a → b, c``, as edges."""
+    edges = []
+    for line in text.split("```", 2)[1].splitlines():
+        source, arrow, targets = line.partition("→")
+        if arrow:
+            edges += [(source.strip(), t.strip()) for t in targets.split(",")]
+    return edges
+
+
+def test_every_edge_the_architecture_page_draws_exists() -> None:
+    """And each points down the page: the lines are layers."""
+    text = ARCHITECTURE.read_text()
+    drawn = _drawn_edges(text)
+    assert drawn, "no package lines found"
+    graph = package_graph(GRAPH, _package)
+    assert [e for e in drawn if e[1] not in graph.get(e[0], set())] == []
+    order = [line.split("→")[0].strip() for line in text.split("```", 2)[1].splitlines()
+             if "→" in line]
+    upward = [(a, b) for a, b in drawn if b in order and order.index(b) <= order.index(a)]
+    assert upward == []
+
+
+def named_paths(text: str) -> list[tuple[str, str]]:
+    """Each project file or folder ``text`` names in backticks, as (as written, resolved
+    path). A bare ``x.py`` or ``x/`` is read in the folder last named on its line."""
+    found = []
+    for line in text.splitlines():
+        base: Path | None = None
+        for token in re.findall(r"`([^`\s]+)`", line):
+            if token.startswith(("butler/", "internal/", "tests/", "bench/", "docs/")):
+                path = ROOT / token.rstrip("/")
+                found.append((token, str(path)))
+                base = path if not path.suffix else path.parent
+            elif base is not None and (token.endswith(".py") or token.endswith("/")) \
+                    and "/" not in token.rstrip("/"):
+                path = base / token.rstrip("/")
+                found.append((token, str(path)))
+                if token.endswith("/"):
+                    base = path
+    return found
+
+
+def test_every_module_the_architecture_page_names_exists() -> None:
+    named = named_paths(ARCHITECTURE.read_text())
+    assert len(named) > 50
+    assert [(token, path) for token, path in named if not Path(path).exists()] == []
+
+
+def test_the_path_reader_resolves_relative_names() -> None:
+    line = ("| x | `butler/engine/store.py`, `task_row.py`; `butler/skills` (`mcp_servers/`: "
+            "`tool.py`) |")
+    assert [p for _, p in named_paths(line)] == [
+        str(ROOT / "butler/engine/store.py"), str(ROOT / "butler/engine/task_row.py"),
+        str(ROOT / "butler/skills"), str(ROOT / "butler/skills/mcp_servers"),
+        str(ROOT / "butler/skills/mcp_servers/tool.py")]
