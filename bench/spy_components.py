@@ -26,7 +26,7 @@ COMPONENTS: list[tuple[str, list[str]]] = [
     ("group commit (BatchWriter)", [r"BatchWriter\."]),
     ("audit records", [r"_audit", r"audit/", r"Daemon\._record"]),
     ("swarm admission, decision, spend", [r"swarm/", r"spend"]),
-    ("task ids", [r"butler/ids\.py", r"token_hex"]),
+    ("task ids", [r"butler/runtime/ids\.py", r"token_hex"]),
     ("answer's JSON (task_json)", [r"task_json", r"encode_task", r"json/encoder"]),
     ("request decode", [r"read_json", r"_body \(", r"decode_"]),
     ("state changes and copies",
