@@ -4,7 +4,7 @@ carriers other than HTTP (``butler stdio``).
 
 An agent's ``A2AFront`` is built once (``build_app``) and every carrier serves the same
 one: the same operations and dispatcher, the same token verifier, and the same
-admission, per-caller buckets and stream caps, so a caller's limits are one limit
+load limits, per-caller buckets and stream caps, so a caller's limits are one limit
 whichever port it calls."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from butler.card import build_a2a_card
 from butler.config.model import Config
 from butler.identity.key_file import AgentIdentity
 from butler.skills.catalog import SkillCatalog
-from internal.http import Admission, ErrorRenderer, StreamSlots, TokenBuckets, TokenVerifier
+from internal.http import ErrorRenderer, LoadLimits, StreamSlots, TokenBuckets, TokenVerifier
 from internal.protocol.a2a.model import CardInfo, Identity
 from internal.protocol.a2a.server import (
     A2AOperations,
@@ -51,7 +51,7 @@ class A2AFront:
     v1: V1Dialect  # the dialect gRPC carries (its methods are JSON-RPC 1.0's)
     dispatcher: JsonRpcDispatcher  # over ``v1`` and the 0.3 dialect
     verifier: TokenVerifier
-    admission: Admission
+    load_limits: LoadLimits
     per_caller: TokenBuckets | None
     streams: StreamSlots
 
@@ -91,7 +91,7 @@ async def serve_grpc(cfg: Config, front: A2AFront) -> tuple[grpc.aio.Server, int
     from internal.protocol.a2a.server.grpc_binding import GrpcBinding, GrpcLimits, serve
 
     assert cfg.a2a.grpc_port is not None
-    binding = GrpcBinding(front.v1, front.verifier, front.admission, streams=front.streams,
+    binding = GrpcBinding(front.v1, front.verifier, front.load_limits, streams=front.streams,
                           per_caller=front.per_caller)
     tls = None if cfg.a2a.tls is None else (cfg.a2a.tls.cert_file.read_bytes(),
                                             cfg.a2a.tls.key_file.read_bytes())

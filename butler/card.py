@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from butler.config.model import Config
-from butler.engine.clock import now_iso
 from butler.identity.key_file import AgentIdentity
+from butler.runtime.clock import now_iso
 from butler.skills.catalog import SkillCatalog, is_reserved
 from internal.protocol.a2a.codec.card_signature import card_signer
 from internal.protocol.a2a.codec.swarm_extension import extension_info

@@ -24,7 +24,7 @@ from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
-from butler.data_folder import hold_data_folder
+from butler.delegation.peers import Discovery
 from butler.delegation.registry_link import RegistryLink
 from butler.edges.mcp_http import mount_mcp
 from butler.engine.engine import TaskEngine
@@ -33,7 +33,7 @@ from butler.engine.store import SqliteTaskStore
 from butler.engine.workspace import SqliteWorkspace
 from butler.hosting.admin import AgentsAdmin
 from butler.hosting.host import AgentHost
-from butler.http_app import A2A_FRONT, build_app, server_tls
+from butler.http_app import A2A_FRONT, PUBLIC_PATHS, build_app, server_tls
 from butler.identity.key_file import AgentIdentity, load_identity
 from butler.identity.receipts import seal
 from butler.memory import MemoryStore
@@ -47,9 +47,10 @@ from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
-from butler.swarm.admission import SwarmPolicy
+from butler.storage.data_folder import hold_data_folder
+from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
-from butler.telemetry import build_tracer_provider, task_tracer
+from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,
     IncidentLog,
@@ -61,7 +62,9 @@ from internal.http import (
 log = logging.getLogger("butler.daemon")
 
 RUNS_FOLDER = "runs"  # in data_dir: the command skills running now (butler/skills/run_ledger.py)
-DelegatorFactory = Callable[["Daemon"], Delegator | None]
+# The config, the tracer, where audit records go and the registry's peers (or None).
+DelegatorFactory = Callable[[Config, Tracer, Callable[..., None], Discovery | None],
+                            Delegator | None]
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Daemon:
     _app: web.Application | None = field(default=None, init=False)
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
+    _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         """The one place every audit record passes: the trail, the metrics and the log."""
@@ -102,8 +106,8 @@ class Daemon:
     @property
     def url(self) -> str:
         a2a = self.config.a2a
-        return self.config.agent.url or http_url(a2a.bind_address, self.port,
-                                                 tls=a2a.tls is not None)
+        return self._url or self.config.agent.url or http_url(
+            a2a.bind_address, self.port, tls=a2a.tls is not None)
 
     @property
     def app(self) -> web.Application:
@@ -137,6 +141,7 @@ class Daemon:
     async def _assemble(self, stack: AsyncExitStack) -> None:
         """Each part is pushed onto ``stack`` as soon as it exists, with what undoes it."""
         cfg = self.config
+        self._url = ""  # a restart binds a port anew
         # First: a second daemon on this folder must stop before it opens any database.
         stack.enter_context(hold_data_folder(cfg.data_dir))
         agent = self.identity = load_identity(cfg.data_dir)
@@ -194,23 +199,25 @@ class Daemon:
             planner=planner,
             seal=lambda task: seal(task, agent, cfg.agent.id, self.url),
         )
-        self.engine = TaskEngine(
-            deps, store=store, catalog=catalog,
-            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
-                               cfg.swarm.routing_threshold),
-            delegator=None, retention_hours=cfg.tasks.retention_hours,
-            default_timeout=cfg.tasks.default_timeout_seconds,
-            card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
-        )
         self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url,
                                                                   agent),
                                           lambda: self.url)
         stack.push_async_callback(self.registry_link.close)
+        delegator = None
         # swarm.enabled: false keeps every admission check but never delegates.
         if self.delegator_factory is not None and cfg.swarm.enabled:
-            delegator = self.engine.delegator = self.delegator_factory(self)
+            delegator = self.delegator_factory(cfg, self.tracer, deps.audit,
+                                               self.registry_link.discovery)
             if delegator is not None:
                 stack.push_async_callback(delegator.aclose)
+        self.engine = TaskEngine(
+            deps, store=store, catalog=catalog,
+            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
+                               cfg.swarm.routing_threshold),
+            delegator=delegator, retention_hours=cfg.tasks.retention_hours,
+            default_timeout=cfg.tasks.default_timeout_seconds,
+            card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
+        )
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
         stack.push_async_callback(self.push.aclose)
@@ -233,6 +240,7 @@ class Daemon:
                               serving=False)
         stack.push_async_callback(_stop_serving, server, runner)
         self.port = server.sockets[0].getsockname()[1]
+        self._url = self.url
         # The agents it hosts start on the bound port (their URLs name it) before it takes
         # a connection: one of the config's is never answered 404 for being asked early.
         assert self.agents is not None
@@ -260,7 +268,7 @@ class Daemon:
 
     async def _serve_grpc(self, stack: AsyncExitStack, app: web.Application) -> None:
         """After the HTTP listener (the card names its URL), stopped before it; the same
-        operations, verifier, admission and limits as the HTTP bindings."""
+        operations, verifier and load limits as the HTTP bindings."""
         cfg = self.config
         server, self.grpc_port = await serve_grpc(cfg, app[A2A_FRONT])
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
@@ -299,7 +307,7 @@ class Daemon:
     async def _http_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> web.AppRunner:
         """The app, set up but not yet listening; its cleanup comes after the engine's."""
         cfg = self.config
-        agents = self.agents = AgentHost(cfg, lambda: self.url, self._spawn)
+        agents = self.agents = AgentHost(cfg, lambda: self.url, self._spawn, PUBLIC_PATHS)
         admin = AgentsAdmin(agents, cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds)
         app = self._app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url,
                                     self.push, lambda: self.grpc_url, self.identity,

@@ -14,16 +14,16 @@ from aiohttp import web
 from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
-from butler.dashboard.overview import Overview
 from butler.delegation.peers import PeerStatus
 from butler.engine.engine import TaskEngine
 from butler.identity.key_file import AgentIdentity
 from butler.metrics import ButlerMetrics, metrics_middleware, metrics_route
+from butler.overview import Overview
 from butler.skills.catalog import SkillCatalog
 from internal.http import (
     ERROR_RENDERERS,
     STREAM_SLOTS,
-    Admission,
+    LoadLimits,
     StreamCaps,
     StreamSlots,
     TokenBuckets,
@@ -73,7 +73,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                          grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
     front = a2a_front(cfg, ops, hosted=hosted)
     gate = gate_middleware(
-        verifier=front.verifier, public_paths=PUBLIC_PATHS, admission=front.admission,
+        verifier=front.verifier, public_paths=PUBLIC_PATHS, load_limits=front.load_limits,
         per_caller=front.per_caller, never_limited=("/healthz",),
         inner_gate=hosting.inner_gate if hosting is not None else None)
     app = web.Application(
@@ -106,14 +106,14 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
 
 
 def a2a_front(cfg: Config, ops: A2AOperations, *, hosted: bool) -> A2AFront:
-    """The agent's one dispatcher, verifier, admission, per-caller buckets and stream caps.
-    A hosted agent's admission caps nothing and limits no address: the daemon's did."""
+    """The agent's one dispatcher, verifier, load limits, per-caller buckets and stream caps.
+    A hosted agent's load limits cap nothing and limit no address: the daemon's did."""
     rl = cfg.rate_limits
-    admission = Admission(None) if hosted else Admission(
+    load_limits = LoadLimits(None) if hosted else LoadLimits(
         cfg.limits.max_inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
     v1 = V1Dialect(ops)
     return A2AFront(
-        ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), admission,
+        ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), load_limits,
         _buckets(rl.per_caller_per_second, rl.per_caller_burst),
         StreamSlots(StreamCaps(cfg.limits.max_streams, cfg.limits.max_streams_per_caller)))
 

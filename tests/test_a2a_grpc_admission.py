@@ -1,4 +1,4 @@
-"""The gRPC port is admitted as the HTTP port is, by the same admission: one in-flight
+"""The gRPC port is admitted as the HTTP port is, by the same load limits: one in-flight
 count, one bucket per address (before authentication), one bucket per caller. A client
 holds one share of the daemon whichever port it calls."""
 
@@ -28,9 +28,9 @@ ADMIN = Identity("test", "admin")
 
 
 async def until_inflight(inst: Instance, count: int) -> None:
-    """Until the daemon's admission counts ``count`` requests in flight."""
-    admission = inst.daemon.app[A2A_FRONT].admission
-    await wait_until(lambda: admission.inflight == count, what=f"{count} in flight")
+    """Until the daemon's load limits count ``count`` requests in flight."""
+    load_limits = inst.daemon.app[A2A_FRONT].load_limits
+    await wait_until(lambda: load_limits.inflight == count, what=f"{count} in flight")
 
 
 async def cancel_running(inst: Instance, held: list[asyncio.Task[Any]]) -> None:

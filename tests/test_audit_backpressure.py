@@ -22,7 +22,7 @@ from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.swarm.admission import SwarmPolicy
+from butler.swarm.decision import SwarmPolicy
 from internal.protocol.a2a.model import Envelope, Identity, TaskRequest, TaskState
 
 BACKLOG = 40

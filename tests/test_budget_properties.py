@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from butler.config.model import SkillConfig
-from butler.delegation.peers import PeerStatus
+from butler.delegation.peers import DelegationPlan, PeerStatus
 from butler.engine.engine import TaskEngine
 from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
@@ -20,7 +20,7 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.plugin import load_plugin
-from butler.swarm.admission import SwarmPolicy
+from butler.swarm.decision import SwarmPolicy
 from butler.swarm.ledger import BudgetLedger
 from internal.protocol.a2a.model import (
     AuthError,
@@ -88,11 +88,12 @@ class FakeDelegator:
         self.shares = list(shares)
         self.grants: list[tuple[Decimal, Decimal]] = []
 
-    async def cheapest(self, capabilities: Sequence[str], chain: tuple[str, ...]) -> Decimal:
-        return Decimal("0")
+    async def plan(self, capabilities: Sequence[str], chain: Sequence[str],
+                   peer: str | None = None, skill: str | None = None) -> DelegationPlan:
+        return DelegationPlan((), tuple(capabilities), peer, skill)
 
-    async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
-                       deadline: float, peer: str | None,
+    async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
+                       chain: tuple[str, ...], budget: Decimal, deadline: float,
                        parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
         share = self.shares.pop(0) if self.shares else Decimal("0")
         spent = (budget * share).quantize(Decimal("0.01")).min(budget)

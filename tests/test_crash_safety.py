@@ -43,7 +43,7 @@ from typing import Any
 import aiohttp
 
 from butler.cli import main as butler_main
-from butler.engine.clock import now_iso
+from butler.runtime.clock import now_iso
 from tests.audit_support import documented_rows
 from tests.delegation_support import free_port
 from tests.support import (

@@ -19,7 +19,7 @@ from butler.engine.run import RunDeps
 from butler.engine.store import SqliteTaskStore
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.swarm.admission import SwarmPolicy
+from butler.swarm.decision import SwarmPolicy
 from internal.protocol.a2a.model import Envelope, Identity, TaskRequest, TaskState
 from tests.support import wait_until
 
@@ -267,6 +267,6 @@ async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
         assert [state for _, state in writes(tmp_path)] == ["working", "completed"]
         finished = [f["decision"] for kind, f in audit.records if kind == "task_finished"]
         assert finished == ["completed"]
-        assert engine._settlements.waiting == 0  # nobody is left waiting for it
+        assert engine._waiters.waiting == 0  # nobody is left waiting for it
     finally:
         await engine.stop(1)

@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable
 
-from butler.ids import IDS
+from butler.runtime.ids import IDS
 
 
 def drawn_in_a_child(draw: Callable[[], str]) -> str:

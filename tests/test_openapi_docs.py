@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from butler.dashboard import REGISTRY_PAGE
-from butler.dashboard.overview import OVERVIEW_PATH
 from butler.hosting.admin import ADMIN_AGENTS_PATH
+from butler.overview import OVERVIEW_PATH
 from butler.registry.clock import ManualClock
 from butler.registry.service import build_registry_app
 from butler.registry.sqlite_store import SqliteStore

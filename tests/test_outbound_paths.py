@@ -140,6 +140,13 @@ def delegator(names: HostileNames, static: list[Candidate] = (),  # type: ignore
                          names=lambda: names, **kwargs)
 
 
+async def send(peers: PeerDelegator, capability: str) -> None:
+    """A delegation as a run makes it: planned (the peers chosen), then sent."""
+    await peers.delegate(plan=await peers.plan((capability,), ("home",)),
+                         request=TaskRequest(text="x", capabilities_needed=(capability,)),
+                         chain=("home",), budget=Decimal("1"), deadline=time.monotonic() + 5)
+
+
 async def test_static_candidates_are_refused(listener: Listener) -> None:
     urls = hostile_urls(listener.port)
     cands = [Candidate(name=f"h{i}", url=url, token=SECRET, capabilities=(f"cap{i}",),
@@ -150,10 +157,7 @@ async def test_static_candidates_are_refused(listener: Listener) -> None:
         try:
             for i, url in enumerate(urls):
                 with pytest.raises(DelegationFailed) as info:
-                    await peers.delegate(request=TaskRequest(text="x",
-                                                             capabilities_needed=(f"cap{i}",)),
-                                         chain=("home",), budget=Decimal("1"),
-                                         deadline=time.monotonic() + 5, peer=None)
+                    await send(peers, f"cap{i}")
                 assert_refused(info.value, url)
         finally:
             await peers.aclose()
@@ -221,9 +225,7 @@ async def test_registry_entries_are_never_candidates(
     peers = delegator(names, discover=discovery)
     try:
         with pytest.raises(DelegationFailed) as info:
-            await peers.delegate(request=TaskRequest(text="x", capabilities_needed=(
-                "hostile.cap",)), chain=("home",), budget=Decimal("1"),
-                deadline=time.monotonic() + 5, peer=None)
+            await send(peers, "hostile.cap")
         assert info.value.code == "no_capable_peer"
     finally:
         await peers.aclose()
@@ -248,9 +250,7 @@ async def test_a_registry_entry_that_rebinds_to_metadata_is_refused_at_connect(
     peers = delegator(names, discover=discovery)
     try:
         with pytest.raises(DelegationFailed) as info:
-            await peers.delegate(request=TaskRequest(text="x", capabilities_needed=(
-                "flip.cap",)), chain=("home",), budget=Decimal("1"),
-                deadline=time.monotonic() + 5, peer=None)
+            await send(peers, "flip.cap")
         assert_refused(info.value, url)
         assert "169.254.169.254" in info.value.message
     finally:

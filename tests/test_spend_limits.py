@@ -270,16 +270,16 @@ async def test_a_task_cut_off_by_a_crash_keeps_its_reservation(tmp_path: Path) -
     clock = FakeClock()
     limits = {"metered": CallerLimits(max_usd_per_hour=Decimal("1"))}
     book = await SpendBook.open(limits, tmp_path, clock)
-    assert await book.admit("metered", "t1", Decimal("5"), Decimal("0")) == Decimal("1")
+    assert await book.reserve("metered", "t1", Decimal("5"), Decimal("0")) == Decimal("1")
     await book.close()  # and never settled: what the task spent is not known
     again = await SpendBook.open(limits, tmp_path, clock)
     try:
         [use] = again.usage()
         assert use.hour == Usage(Decimal("1"), 1) and use.running == 0
         with pytest.raises(Refusal) as err:
-            await again.admit("metered", "t2", Decimal("5"), Decimal("0"))
+            await again.reserve("metered", "t2", Decimal("5"), Decimal("0"))
         assert err.value.code == "spend_limit_reached" and err.value.retry_after == HOUR
         clock.advance(HOUR)
-        assert await again.admit("metered", "t2", Decimal("5"), Decimal("0")) == Decimal("1")
+        assert await again.reserve("metered", "t2", Decimal("5"), Decimal("0")) == Decimal("1")
     finally:
         await again.close()

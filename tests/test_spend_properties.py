@@ -48,7 +48,7 @@ async def _play(ops: list[tuple[str, int | Decimal, Decimal]]) -> None:
                     assert isinstance(a, Decimal)
                     needed = min(a, b)  # the swarm's budget check ran before: it fits
                     try:
-                        granted = await book.admit("m", f"t{n}", a, needed)
+                        granted = await book.reserve("m", f"t{n}", a, needed)
                     except Refusal as err:
                         assert err.code == "spend_limit_reached"
                         continue

@@ -19,9 +19,9 @@ import pytest
 
 from butler.config import load_config
 from butler.daemon import Daemon
-from butler.data_folder import DataFolderInUse
 from butler.delegation.wiring import make_delegator
 from butler.skills.plugin import PluginError
+from butler.storage.data_folder import DataFolderInUse
 from tests.support import (
     ECHO,
     REPO,

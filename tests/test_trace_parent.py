@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from butler.telemetry import trace_of
+from butler.telemetry.traces import trace_of
 from internal.protocol.a2a.model import Envelope
 
 HEX = "0123456789abcdef"

@@ -16,7 +16,7 @@ from typing import Any
 
 from butler.cli.serve import load_or_exit, start_or_explain
 from butler.config import Config
-from butler.logs import setup_logging
+from butler.telemetry.logs import setup_logging
 
 log = logging.getLogger("butler")
 

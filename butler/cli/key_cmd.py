@@ -13,8 +13,8 @@ import os
 import sys
 
 from butler.cli.serve import agent_arg, load_or_exit
-from butler.data_folder import hold_data_folder
 from butler.identity.key_file import KEY_FILE, read_identity, rotate_identity
+from butler.storage.data_folder import hold_data_folder
 from internal.protocol.a2a.model import SetupError
 
 

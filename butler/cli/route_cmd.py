@@ -17,7 +17,7 @@ from butler.delegation.peers import from_config
 from butler.delegation.registry_link import RegistryLink
 from butler.routing import Ranking, RouteCandidate, RouteIndex, explain
 from butler.skills.catalog import is_reserved
-from butler.swarm.intent import local_candidate
+from butler.swarm.decision import local_candidate
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

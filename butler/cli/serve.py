@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
-from butler.heap import settle_heap
-from butler.logs import setup_logging
+from butler.runtime.heap import settle_heap
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
+from butler.telemetry.logs import setup_logging
 from internal.protocol.a2a.model import SetupError
 
 if TYPE_CHECKING:

@@ -23,10 +23,17 @@ from opentelemetry.util.types import Attributes
 
 from butler.delegation.peer_cards import PeerCards, from_card
 from butler.delegation.peer_identity import PeerIdentities
-from butler.delegation.peers import Candidate, Discovery, PeerHealth, PeerStatus, eligible
+from butler.delegation.peers import (
+    Candidate,
+    DelegationPlan,
+    Discovery,
+    PeerHealth,
+    PeerStatus,
+    eligible,
+)
 from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
-from butler.telemetry import inject_headers
+from butler.telemetry.traces import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
 from internal.protocol.a2a.client import A2AClient, GrpcChannels
 from internal.protocol.a2a.codec import envelope
@@ -104,8 +111,11 @@ class PeerDelegator:
         for _, session in self._sessions.values():
             await session.close()
 
-    async def candidates(self, capabilities: Sequence[str], chain: Sequence[str],
-                         peer: str | None = None) -> list[Candidate]:
+    async def plan(self, capabilities: Sequence[str], chain: Sequence[str],
+                   peer: str | None = None, skill: str | None = None) -> DelegationPlan:
+        """The one choice of where a delegation goes: the peers from the config and the
+        registry that provide ``capabilities`` (or the one named ``peer``), none in
+        ``chain`` or this agent, healthiest and cheapest first."""
         pool = list(self.static)
         if self.discover is not None and capabilities and peer is None:
             try:
@@ -119,11 +129,8 @@ class PeerDelegator:
             # among the registry's agents): the registry's, by the same trust rules.
             pool += [c for c, _ in await self._registry_agents()]
         found = eligible(pool, capabilities, (*chain, self.agent_id), peer)
-        return sorted(found, key=self.health.rank_key)
-
-    async def cheapest(self, capabilities: Sequence[str], chain: tuple[str, ...]) -> Decimal | None:
-        found = await self.candidates(capabilities, chain)
-        return min((c.cost_usd for c in found), default=None)
+        return DelegationPlan(tuple(sorted(found, key=self.health.rank_key)),
+                              tuple(capabilities), peer, skill)
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]:
         """The configured peers and their cards' skills, then the registry's agents (that
@@ -180,19 +187,19 @@ class PeerDelegator:
             max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
             guard=guard).card(min(deadline, time.monotonic() + cand.timeout))
 
-    async def delegate(self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
-                       deadline: float, peer: str | None,
+    async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
+                       chain: tuple[str, ...], budget: Decimal, deadline: float,
                        parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
-        """``parent_task_id``: the local task this delegation works for (audit records);
-        ``tree_id``: its delegation tree, sent on so the peer keys its workspace by it."""
-        found = await self.candidates(request.capabilities_needed, chain[:-1], peer)
-        if not found:
-            wanted = peer or ", ".join(request.capabilities_needed) or "this task"
+        """Send ``request`` to ``plan``'s targets in turn. ``parent_task_id``: the local
+        task this delegation works for (audit records); ``tree_id``: its delegation tree,
+        sent on so the peer keys its workspace by it."""
+        if not plan.targets:
+            wanted = plan.peer or ", ".join(plan.capabilities) or "this task"
             raise DelegationFailed("no_capable_peer", f"no peer available for {wanted}")
-        affordable = [c for c in found if c.cost_usd <= _grant(c, budget)]
+        affordable = [c for c in plan.targets if c.cost_usd <= _grant(c, budget)]
         if not affordable:
             raise Refusal("budget_exhausted",
-                          f"the cheapest peer costs {found[0].cost_usd} USD, "
+                          f"the cheapest peer costs {plan.targets[0].cost_usd} USD, "
                           f"{budget} USD is left")
         last: DelegationFailed | None = None
         for cand in affordable[:MAX_ATTEMPTS]:

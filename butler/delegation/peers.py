@@ -42,6 +42,22 @@ class Candidate:
         return set(capabilities) <= set(self.capabilities)
 
 
+@dataclass(frozen=True, slots=True)
+class DelegationPlan:
+    """Where one delegation goes, chosen once (``PeerDelegator.plan``) and carried to the
+    send: the peers that can take it, best first, and what is asked of them."""
+
+    targets: tuple[Candidate, ...]
+    capabilities: tuple[str, ...] = ()
+    peer: str | None = None  # asked by name (the intent router's choice)
+    skill: str | None = None  # the peer's skill, from its card
+
+    @property
+    def price_usd(self) -> Decimal | None:
+        """What the cheapest target charges; None when no peer can take it."""
+        return min((c.cost_usd for c in self.targets), default=None)
+
+
 def from_config(peers: Iterable[PeerConfig]) -> list[Candidate]:
     return [
         Candidate(name=p.name, url=p.url, token=p.token, capabilities=p.capabilities,

@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from opentelemetry.trace import Tracer
+
+from butler.config.model import Config
 from butler.delegation.delegator import PeerDelegator
 from butler.delegation.peer_identity import PeerIdentities
-from butler.delegation.peers import from_config
+from butler.delegation.peers import Discovery, from_config
 from butler.identity.pins import PINS_FILE, PinStore
 from internal.http import ResolverFactory
 
-if TYPE_CHECKING:
-    from butler.daemon import Daemon
 
-
-def make_delegator(daemon: Daemon, *, names: ResolverFactory | None = None) -> PeerDelegator:
-    """``names``: the resolver peers' host names go through (the system's by default)."""
-    cfg = daemon.config
+def make_delegator(cfg: Config, tracer: Tracer, audit: Callable[..., None],
+                   discover: Discovery | None, *,
+                   names: ResolverFactory | None = None) -> PeerDelegator:
+    """``audit``: where its delegation records go; ``discover``: the registry's peers
+    (None without a registry); ``names``: the resolver peers' host names go through (the
+    system's by default)."""
     return PeerDelegator(
         agent_id=cfg.agent.id,
         static=from_config(cfg.peers),
-        tracer=daemon.tracer,
-        audit=daemon.engine.deps.audit,
+        tracer=tracer,
+        audit=audit,
         max_concurrency=cfg.swarm.max_outbound_concurrency,
-        discover=daemon.registry_link.discovery,
+        discover=discover,
         names=names,
         identities=PeerIdentities(PinStore(cfg.data_dir / PINS_FILE)),
     )

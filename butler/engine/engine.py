@@ -16,13 +16,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from butler.engine.clock import now_iso
-from butler.engine.events import EventHub
+from butler.engine.events import EventHub, OutcomeWaiters
 from butler.engine.outcome import final_record
 from butler.engine.purge import PurgeListener, purge_loop
 from butler.engine.recovery import FinalRecords, recover
 from butler.engine.run import Delegator, RunDeps, TaskRun
-from butler.engine.settle import Settlements
 from butler.engine.shutdown import stop_runs
 from butler.engine.store import TaskStore
 from butler.engine.task_document import NotStorable
@@ -36,15 +34,22 @@ from butler.engine.transitions import (
     created,
     interrupted,
 )
-from butler.ids import IDS
-from butler.logs import TRACE_ID
-from butler.routing import Ranking, RouteCandidate
+from butler.runtime.clock import now_iso
+from butler.runtime.ids import IDS
 from butler.skills.base import FollowUp
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.swarm.admission import Admitted, SwarmPolicy
-from butler.swarm.decision import DELEGATE_SKILL, Delegate, NoPlan, RunSkill, SwarmDecision
+from butler.swarm.decision import (
+    DELEGATE_SKILL,
+    Admitted,
+    Delegate,
+    NoPlan,
+    RunSkill,
+    SwarmDecision,
+    SwarmPolicy,
+)
 from butler.swarm.spend import SpendBook
-from butler.telemetry import trace_of
+from butler.telemetry.logs import TRACE_ID
+from butler.telemetry.traces import trace_of
 from internal.protocol.a2a.model import (
     AuthError,
     Budget,
@@ -92,7 +97,7 @@ class TaskEngine:
         # How many of ``_runs`` each caller has: the per-caller cap is checked per request.
         self._running: dict[str, int] = {}
         self._claims: dict[str, asyncio.Event] = {}
-        self._settlements = Settlements()
+        self._waiters = OutcomeWaiters()
         self._purger: asyncio.Task[None] | None = None
         # Called with the ids of purged tasks, so what belongs to them goes too.
         self.purge_listeners: list[PurgeListener] = []
@@ -119,12 +124,12 @@ class TaskEngine:
 
     async def submit(self, caller: Identity, request: TaskRequest, envelope: Envelope) -> Task:
         if request.id is None:
-            task, settled = await self._create(caller, request, envelope)
+            task, outcome = await self._create(caller, request, envelope)
         else:
-            task, settled = await self._create_once(request.id, caller, request, envelope)
-        if settled is not None:
-            return await self._settlements.until(task.id, settled)
-        return await self._settled(task, request.blocking)
+            task, outcome = await self._create_once(request.id, caller, request, envelope)
+        if outcome is not None:
+            return await self._waiters.until(task.id, outcome)
+        return await self._answer(task, request.blocking)
 
     async def _create_once(self, task_id: str, caller: Identity, request: TaskRequest,
                            envelope: Envelope) -> tuple[Task, asyncio.Future[Task] | None]:
@@ -187,26 +192,26 @@ class TaskEngine:
             await self._first_write(task)
             self._audit_final(task)
             return task, None
-        run = TaskRun(self, self.deps, task, skill, admitted, caller,
+        run = TaskRun(self, self.swarm, self.deps, task, skill, admitted, caller,
                       self._timeout(skill, request), incoming, self.delegator,
-                      plan if isinstance(plan, Delegate) else None)
+                      plan.delegation if isinstance(plan, Delegate) else None)
         if not request.blocking or request.id is not None:
             # Committed first: a stream that follows the task sees every change it makes,
             # and a task with the caller's own id runs at most once, even across a crash.
             await self._first_write(task)
             self._start(run)
             return task, None
-        settled = self._settlements.watch(task.id)
+        outcome = self._waiters.watch(task.id)
         self._start(run)
         try:
             await self.store.put(task, FIRST_WRITE_DEFER_SECONDS)
         except Exception:
-            self._abandon(run, settled)
+            self._abandon(run, outcome)
             raise
         except BaseException:  # the caller went away: its task goes on without it
-            self._settlements.unwatch(task.id, settled)
+            self._waiters.unwatch(task.id, outcome)
             raise
-        return task, settled
+        return task, outcome
 
     async def _first_write(self, task: Task) -> None:
         """The commit that acknowledges a task not yet running. When it fails the task was
@@ -225,10 +230,10 @@ class TaskEngine:
         self._running[name] = self._running.get(name, 0) + 1
         run.start()
 
-    def _abandon(self, run: TaskRun, settled: asyncio.Future[Task] | None) -> None:
+    def _abandon(self, run: TaskRun, outcome: asyncio.Future[Task] | None) -> None:
         """The first commit failed: the task was never acknowledged, so its run stops."""
-        if settled is not None:
-            self._settlements.unwatch(run.task_id, settled)
+        if outcome is not None:
+            self._waiters.unwatch(run.task_id, outcome)
         task = self._live.get(run.task_id)
         if task is not None and not task.state.terminal:
             why = "the task could not be stored"
@@ -264,7 +269,7 @@ class TaskEngine:
             limit = min(limit, request.timeout_seconds)
         return limit
 
-    async def _settled(self, task: Task, blocking: bool) -> Task:
+    async def _answer(self, task: Task, blocking: bool) -> Task:
         if not blocking or task.state.terminal or task.state.interrupted:
             return task
         return await self.wait(task.id)
@@ -276,7 +281,7 @@ class TaskEngine:
             raise RequestError("task_not_found", f"no task {task_id}")
         if current.state.terminal or current.state.interrupted:
             return current
-        return await self._settlements.until(task_id, self._settlements.watch(task_id))
+        return await self._waiters.until(task_id, self._waiters.watch(task_id))
 
     async def get(self, caller: Identity, task_id: str) -> Task:
         """The caller's task by the id it knows (an admin's: anyone's)."""
@@ -318,7 +323,7 @@ class TaskEngine:
                                 f"task {task_id} is {task.state.value}, not waiting for input")
         updated = await self.apply(task.id, event)
         run.answer(followup)
-        return await self._settled(updated or task, reply.blocking)
+        return await self._answer(updated or task, reply.blocking)
 
     async def events(self, caller: Identity, task_id: str) -> AsyncIterator[TaskEvent]:
         """The task now, then each change, ending after a terminal state."""
@@ -376,7 +381,7 @@ class TaskEngine:
         except NotStorable as exc:
             return await self._not_storable(before, task, exc, run)
         except Exception as exc:
-            self._settlements.failed(task.id, exc)
+            self._waiters.fail(task.id, exc)
             raise
         if task.state.terminal:
             # Only once the end is committed: a crash in between leaves the task open,
@@ -384,7 +389,7 @@ class TaskEngine:
             self._audit_final(task)
         self.hub.publish(TaskEvent(task, "status"))
         if task.state.terminal or task.state.interrupted:
-            self._settlements.settled(task)
+            self._waiters.resolve(task)
         return task
 
     async def _not_storable(self, before: Task, task: Task, exc: NotStorable,
@@ -424,11 +429,3 @@ class TaskEngine:
 
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
-
-    async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
-        return await self.swarm.rank(caller, text, chain, self.delegator)
-
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
-                    ) -> tuple[list[Skill], list[RouteCandidate]]:
-        return await self.swarm.tools(caller, chain, self.delegator if peers else None)
-

@@ -1,4 +1,5 @@
-"""Fan-out of task events to live subscribers (SSE streams, blocking waiters)."""
+"""Who hears of a task's changes: its event streams' subscribers and listeners
+(``EventHub``), and the blocking callers waiting for its outcome (``OutcomeWaiters``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from internal.protocol.a2a.model import TaskEvent
+from internal.protocol.a2a.model import Task, TaskEvent
 
 QUEUE_LIMIT = 1024
 
@@ -47,3 +48,47 @@ class EventHub:
                 subs.discard(queue)
                 if not subs:
                     del self._subs[task_id]
+
+
+class OutcomeWaiters:
+    """Blocking callers, each waiting for its task's outcome: the task committed terminal,
+    or waiting on its caller (``input-required``)."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, list[asyncio.Future[Task]]] = {}
+
+    @property
+    def waiting(self) -> int:
+        """How many callers wait, over all tasks."""
+        return sum(len(w) for w in self._waiters.values())
+
+    def watch(self, task_id: str) -> asyncio.Future[Task]:
+        """A future resolved with the task once it is committed terminal or interrupted."""
+        waiter: asyncio.Future[Task] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(task_id, []).append(waiter)
+        return waiter
+
+    def unwatch(self, task_id: str, waiter: asyncio.Future[Task]) -> None:
+        waiters = self._waiters.get(task_id)
+        if waiters is not None and waiter in waiters:
+            waiters.remove(waiter)
+            if not waiters:
+                del self._waiters[task_id]
+
+    async def until(self, task_id: str, waiter: asyncio.Future[Task]) -> Task:
+        try:
+            return await waiter
+        finally:
+            if not waiter.done():
+                self.unwatch(task_id, waiter)
+
+    def resolve(self, task: Task) -> None:
+        for waiter in self._waiters.pop(task.id, ()):
+            if not waiter.done():
+                waiter.set_result(task)
+
+    def fail(self, task_id: str, exc: BaseException) -> None:
+        """The task could not be stored: its waiters get the error, not a wait forever."""
+        for waiter in self._waiters.pop(task_id, ()):
+            if not waiter.done():
+                waiter.set_exception(exc)

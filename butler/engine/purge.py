@@ -7,8 +7,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from butler.engine.clock import iso_before
 from butler.engine.store import TaskStore
+from butler.runtime.clock import iso_before
 
 log = logging.getLogger("butler.engine")
 

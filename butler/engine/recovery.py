@@ -15,9 +15,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from butler.engine.clock import now_iso
 from butler.engine.store import TaskStore
 from butler.engine.transitions import interrupted
+from butler.runtime.clock import now_iso
 from internal.protocol.a2a.model import Task
 
 log = logging.getLogger("butler.engine")

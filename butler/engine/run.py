@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
-from butler.delegation.peers import PeerStatus
+from butler.delegation.peers import DelegationPlan, PeerStatus
 from butler.engine.plan_run import PlanSteps
 from butler.engine.time_limit import within
 from butler.engine.transitions import (
@@ -27,7 +27,6 @@ from butler.engine.transitions import (
     Started,
 )
 from butler.engine.workspace import NoWorkspace, Workspace
-from butler.logs import TRACE_ID
 from butler.planner import Planner, Toolbox
 from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import (
@@ -42,10 +41,10 @@ from butler.skills.base import (
     to_result,
 )
 from butler.skills.catalog import Skill
-from butler.swarm.admission import Admitted
-from butler.swarm.decision import Delegate
+from butler.swarm.decision import Admitted, SwarmDecision
 from butler.swarm.ledger import BudgetLedger
-from butler.telemetry import Incoming, remote_parent
+from butler.telemetry.logs import TRACE_ID
+from butler.telemetry.traces import Incoming, remote_parent
 from internal.protocol.a2a.model import (
     Artifact,
     Budget,
@@ -66,13 +65,15 @@ _ZERO = Decimal(0)  # once: Decimal("0") parses its text at each call
 
 
 class Delegator(Protocol):
-    async def cheapest(self, capabilities: Sequence[str], chain: tuple[str, ...]) -> Decimal | None:
-        """The lowest price among peers that could take this, or None if none can."""
+    async def plan(self, capabilities: Sequence[str], chain: Sequence[str],
+                   peer: str | None = None, skill: str | None = None) -> DelegationPlan:
+        """Where a delegation of this would go: the one choice of peers."""
 
     async def delegate(
-        self, *, request: TaskRequest, chain: tuple[str, ...], budget: Decimal,
-        deadline: float, peer: str | None, parent_task_id: str = "", tree_id: str = "",
-    ) -> DelegationResult: ...
+        self, *, plan: DelegationPlan, request: TaskRequest, chain: tuple[str, ...],
+        budget: Decimal, deadline: float, parent_task_id: str = "", tree_id: str = "",
+    ) -> DelegationResult:
+        """Send ``request`` to ``plan``'s targets, without choosing again."""
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
 
@@ -83,22 +84,14 @@ class Delegator(Protocol):
 
 
 class RunEngine(Protocol):
-    """What a run needs from the engine that started it (``TaskEngine``)."""
+    """What a run needs from the engine that started it (``TaskEngine``): the live task,
+    and the one way to change it."""
 
     async def apply(self, task_id: str, event: Event) -> Task | None:
         """Apply ``event`` to the live task, persist and publish it; None if the task has
         ended already (the event is dropped)."""
 
     def live(self, task_id: str) -> Task | None: ...
-
-    async def route(self, caller: Identity, text: str, chain: tuple[str, ...]) -> Ranking:
-        """The intent router's ranking for ``text`` as ``caller`` sees the candidates."""
-
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: bool
-                    ) -> tuple[list[Skill], list[RouteCandidate]]:
-        """The planner's tools: the skills and peers ``caller`` may use (the router's
-        candidates), without the peers in ``chain``; no peers when ``peers`` is false
-        (the next hop would exceed the depth)."""
 
 
 def _no_audit(kind: str, **fields: Any) -> None:
@@ -136,13 +129,16 @@ class RunDeps:
 
 
 class TaskRun:
-    def __init__(self, engine: RunEngine, deps: RunDeps, task: Task, skill: Skill | None,
-                 admitted: Admitted, caller: Identity, timeout: float,
+    def __init__(self, engine: RunEngine, swarm: SwarmDecision, deps: RunDeps, task: Task,
+                 skill: Skill | None, admitted: Admitted, caller: Identity, timeout: float,
                  incoming: Incoming | None, delegator: Delegator | None,
-                 routed: Delegate | None = None) -> None:
-        """``routed``: the peer (and its skill) the intent router chose for this task."""
+                 delegation: DelegationPlan | None = None) -> None:
+        """``swarm``: what the task's skill may route to or plan with (``route``,
+        ``toolbox``); ``delegation``: where the task itself goes, when it is delegated
+        (the swarm decision chose it)."""
         self.engine = engine
-        self.routed = routed
+        self.swarm = swarm
+        self.delegation = delegation
         self.deps = deps
         self.delegator = delegator
         self.may_delegate = admitted.may_delegate
@@ -288,16 +284,10 @@ class TaskRun:
         return result
 
     async def _run_delegation(self) -> SkillResult:
+        assert self.delegation is not None
         request = self.task.request
-        routed = self.routed
-        if routed is not None and routed.peer is not None:
-            result = await self.delegate(capabilities=(), task=request.text,
-                                         input=dict(request.input), peer=routed.peer,
-                                         skill=routed.skill)
-        else:
-            result = await self.delegate(capabilities=request.capabilities_needed,
-                                         task=request.text, input=dict(request.input),
-                                         peer=None)
+        result = await self._send(self._delegator(), self.delegation, request.text,
+                                  dict(request.input))
         if result.state != TaskState.COMPLETED.value:
             raise SkillFailed(result.error_code or "peer_error",
                               f"{result.peer}: {result.error_message or result.state}")
@@ -324,12 +314,14 @@ class TaskRun:
         return self.ledger.left
 
     async def route(self, text: str) -> Ranking:
-        return await self.engine.route(self.caller, text, (*self.chain, self.deps.agent_id))
+        return await self.swarm.rank(self.caller, text, (*self.chain, self.deps.agent_id),
+                                     self.delegator)
 
     async def toolbox(self) -> Toolbox:
-        skills, peers = await self.engine.tools(
+        # No peers when the next hop would exceed the depth.
+        skills, peers = await self.swarm.tools(
             self.caller, (*self.chain, self.deps.agent_id),
-            self.may_delegate and self.delegator is not None)
+            self.delegator if self.may_delegate else None)
         # Not the skill that is planning: it would plan again.
         return Toolbox([s for s in skills if s is not self.skill], peers)
 
@@ -350,8 +342,15 @@ class TaskRun:
     async def delegate(self, *, capabilities: Sequence[str], task: str,
                        input: dict[str, Any] | None, peer: str | None,
                        skill: str | None = None) -> DelegationResult:
-        delegator = self.delegator
-        if delegator is None:
+        """A delegation a skill or a plan asks for: chosen here, then sent."""
+        delegator = self._delegator()
+        plan = await delegator.plan(capabilities, (*self.chain, self.deps.agent_id), peer,
+                                    skill)
+        return await self._send(delegator, plan, task, input)
+
+    def _delegator(self) -> Delegator:
+        """The delegator, if this task may delegate once more."""
+        if self.delegator is None:
             raise SkillFailed("no_capable_peer", "this instance has no peers configured")
         # Counted apart from the cost tree's children: a plan's model calls are children too.
         if self._delegations >= self.deps.max_children:
@@ -359,20 +358,24 @@ class TaskRun:
                               f"a task may delegate at most {self.deps.max_children} times")
         if not self.may_delegate:
             raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+        return self.delegator
+
+    async def _send(self, delegator: Delegator, plan: DelegationPlan, task: str,
+                    input: dict[str, Any] | None) -> DelegationResult:
         if not trace.get_current_span().get_span_context().is_valid:
             # Nothing records spans here, but the outbound call must still carry the
             # trace: it reads the parent from the current context.
             otel_context.attach(self._trace_parent())
         grant = self.ledger.reserve(self.ledger.left, "delegation")
         self._delegations += 1
-        child_request = TaskRequest(text=task, input=input or {}, skill=skill,
-                                    capabilities_needed=tuple(capabilities),
+        child_request = TaskRequest(text=task, input=input or {}, skill=plan.skill,
+                                    capabilities_needed=plan.capabilities,
                                     context_id=self.task.context_id)
         result: DelegationResult | None = None
         try:
             result = await delegator.delegate(
-                request=child_request, chain=(*self.chain, self.deps.agent_id), budget=grant,
-                deadline=self.deadline, peer=peer, parent_task_id=self.task_id,
+                plan=plan, request=child_request, chain=(*self.chain, self.deps.agent_id),
+                budget=grant, deadline=self.deadline, parent_task_id=self.task_id,
                 tree_id=self.tree_id)
         except ButlerError as err:
             raise DelegationError(err.code, err.message) from None

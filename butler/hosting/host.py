@@ -26,7 +26,6 @@ from butler.config.hosted import AGENT_ID, hosted_config, parse_hosted_json
 from butler.config.model import Config, HostedAgentConfig
 from butler.config.node import ConfigError
 from butler.hosting.store import HostedStore
-from butler.http_app import PUBLIC_PATHS
 from internal.http import IDENTITY, render_error
 from internal.protocol.a2a.model import RequestError, SetupError, StateConflict, Unavailable
 
@@ -55,10 +54,12 @@ class Hosted:
 
 class AgentHost:
     def __init__(self, config: Config, url: Callable[[], str],
-                 spawn: Callable[[Config], HostedDaemon]) -> None:
+                 spawn: Callable[[Config], HostedDaemon], public_paths: tuple[str, ...]) -> None:
         """``url``: the daemon's own URL (known once it listens); ``spawn``: a daemon
-        for a hosted agent's config, not yet started."""
+        for a hosted agent's config, not yet started; ``public_paths``: the paths an
+        agent's app answers without a token (its card)."""
         self.config = config
+        self.public_paths = public_paths
         self.url = url
         self.spawn = spawn
         self.store = HostedStore(config.data_dir)
@@ -93,7 +94,7 @@ class AgentHost:
         name, slash, tail = path[1:].partition("/")
         if not slash or name in self._reserved or AGENT_ID.fullmatch(name) is None:
             return False
-        return name in self.running or "/" + tail in PUBLIC_PATHS
+        return name in self.running or "/" + tail in self.public_paths
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["agent"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from butler.engine.clock import now_iso
+from butler.runtime.clock import now_iso
 from butler.storage import private_folder, replace_private
 from internal.protocol.a2a.codec.card_signature import KEY_PARAM, ROTATIONS_PARAM
 from internal.protocol.a2a.model import SetupError

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from butler.engine.clock import now_iso
+from butler.runtime.clock import now_iso
 from butler.storage import replace_private
 from internal.signing import BadSignature, PublicKey, public_key_from_jwk
 

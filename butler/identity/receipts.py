@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from butler.identity.key_file import AgentIdentity
-from butler.ids import IDS
+from butler.runtime.ids import IDS
 from internal.protocol.a2a.codec.butler_v2 import encode_artifact, encode_part
 from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
 from internal.protocol.a2a.model import Artifact, Part, Task

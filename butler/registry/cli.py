@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TextIO
 
 from butler.config.node import ConfigError
-from butler.data_folder import hold_data_folder
-from butler.heap import settle_heap
 from butler.registry.client import RegistryClient, RegistryError
 from butler.registry.clock import SystemClock
 from butler.registry.config import RegistryServiceConfig, load_registry_config
 from butler.registry.model import AgentEntry
 from butler.registry.service import start_registry
 from butler.registry.store_url import open_store, store_folder
+from butler.runtime.heap import settle_heap
+from butler.storage.data_folder import hold_data_folder
 from internal.protocol.a2a.model import SetupError
 
 URL_ENV = "BUTLER_REGISTRY_URL"

@@ -41,9 +41,9 @@ from butler.registry.model import (
 from butler.registry.store import AgentNotFound, Query, RegistryStore
 from internal.http import (
     INCIDENTS,
-    Admission,
     IncidentLog,
     ListenSettings,
+    LoadLimits,
     TokenBuckets,
     TokenVerifier,
     document_route,
@@ -88,7 +88,7 @@ def build_registry_app(
             error_middleware,
             gate_middleware(verifier=TokenVerifier(config.tokens),
                             public_paths={"/healthz", OPENAPI_PATH, *REGISTRY_PAGE.paths},
-                            admission=Admission(config.max_inflight)),
+                            load_limits=LoadLimits(config.max_inflight)),
         ],
     )
     per_minute = config.max_writes_per_minute

@@ -1,26 +1,29 @@
 """The swarm decision: one call, before any task runs or any peer is called.
 
-Admission (a forged caller, a loop, the depth, the budget the caller may spend), then the
-plan: a local skill, or a delegation by capability to the cheapest peer that can take it,
-or, for a task in plain words, what the intent router chose (``intent``); or no plan (the
-task is created and ends ``failed`` saying why). A refusal is raised as
-``Refusal`` or ``AuthError`` and nothing is created.
+Admission (a forged caller, a loop, the depth, the budget, the caller's grants: its
+token's ``limits.skills`` and ``limits.capabilities``), then the plan: a local skill, or
+a delegation by capability to the peers that can take it, or, for a task in plain words,
+what the intent router chose (``IntentRouter``: the candidates' words indexed once per
+caller tier and set of peer cards; never a peer already in the chain); or no plan (the
+task is created and ends ``failed`` saying why). A refusal is raised as ``Refusal`` or
+``AuthError`` and nothing is created. Last, the caller's spend caps reserve its share
+(``SpendBook.reserve``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Protocol
 
-from butler.config.model import CallerLimits
-from butler.routing import Ranking, RouteCandidate
+from butler.config.model import CallerLimits, SkillConfig
+from butler.delegation.peers import DelegationPlan
+from butler.routing import DEFAULT_THRESHOLD, Ranking, RouteCandidate, RouteIndex
+from butler.routing.words import words
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.swarm.admission import Admitted, SwarmPolicy, require_affordable
-from butler.swarm.grants import require_capabilities, require_skill, routable
-from butler.swarm.intent import IntentRouter, local_candidate
 from butler.swarm.spend import SpendBook
 from internal.protocol.a2a.model import (
     AuthError,
@@ -40,13 +43,199 @@ log = logging.getLogger("butler.swarm")
 DELEGATE_SKILL = "a2a.delegate"
 
 
-class PeerPrices(Protocol):
-    async def cheapest(self, capabilities: Sequence[str],
-                       chain: tuple[str, ...]) -> Decimal | None:
-        """The lowest price among peers that could take this, or None if none can."""
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The envelope after admission: the chain this task carries and its budget."""
+
+    chain: tuple[str, ...]
+    budget_usd: Decimal
+    may_delegate: bool  # the next hop (chain + us) is within max_depth
+    # The caller's delegation tree, or a new one when this task begins it (a random,
+    # unguessable id). The tree's workspace here is keyed by it and the caller.
+    tree_id: str = ""
+
+    @property
+    def depth(self) -> int:
+        return len(self.chain)
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmPolicy:
+    agent_id: str
+    max_depth: int
+    budget_cap_usd: Decimal
+    # The score a task in plain words must reach for the intent router to choose (0..1).
+    routing_threshold: float = DEFAULT_THRESHOLD
+
+    def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
+        chain = envelope.chain
+        if caller.bound:
+            if not chain:
+                # A bound peer is the caller even when it sent no chain.
+                chain = (caller.name,)
+            elif agent_key(chain[-1]) != agent_key(caller.name):
+                raise AuthError(
+                    "chain_mismatch",
+                    f"token belongs to {caller.name!r} but the chain names {chain[-1]!r} "
+                    "as the caller",
+                )
+        if agent_key(self.agent_id) in {agent_key(hop) for hop in chain}:
+            raise Refusal(
+                "loop_detected",
+                f"{self.agent_id} is already in the caller chain {' -> '.join(chain)}",
+                details={"caller_chain": list(chain)},
+            )
+        if len(chain) > self.max_depth:
+            raise Refusal(
+                "depth_exceeded",
+                f"chain depth {len(chain)} exceeds max_depth {self.max_depth}",
+                details={"depth": len(chain), "max_depth": self.max_depth},
+            )
+        claimed = envelope.budget_usd
+        budget = self.budget_cap_usd if claimed is None else min(claimed, self.budget_cap_usd)
+        return Admitted(chain=chain, budget_usd=budget, may_delegate=self.can_delegate(chain),
+                        tree_id=envelope.tree_id or secrets.token_hex(16))
+
+    def can_delegate(self, chain: tuple[str, ...]) -> bool:
+        """Whether the next hop (chain + us) is within depth: we never send a doomed hop."""
+        return len(chain) + 1 <= self.max_depth
+
+
+def require_affordable(cost: Decimal, budget: Decimal, what: str) -> None:
+    if cost > budget:
+        raise Refusal(
+            "budget_exhausted",
+            f"{what} costs {cost} USD but only {budget} USD is left",
+            details={"cost_usd": str(cost), "budget_left_usd": str(budget)},
+        )
+
+
+def require_capabilities(caller: str, limits: CallerLimits | None,
+                         asked: Sequence[str]) -> None:
+    if limits is None or limits.capabilities is None:
+        return
+    missing = [c for c in asked if c not in limits.capabilities]
+    if missing:
+        raise AuthError("forbidden", f"{caller} is not granted capability "
+                        f"{', '.join(missing)} (its token's limits.capabilities)",
+                        details={"not_granted": missing})
+
+
+def require_skill(caller: str, limits: CallerLimits | None, skill_id: str | None) -> None:
+    """``skill_id``: what would run (``a2a.delegate`` for a delegation), or the skill the
+    request names."""
+    if limits is None or limits.skills is None or skill_id is None:
+        return
+    if skill_id not in limits.skills:
+        raise AuthError("forbidden", f"{caller} is not granted skill {skill_id!r} "
+                        "(its token's limits.skills)", details={"not_granted": [skill_id]})
+
+
+def routable(limits: CallerLimits | None, delegate_skill: str
+             ) -> Callable[[RouteCandidate], bool] | None:
+    """Which of the intent router's candidates this caller's grants leave it (None: all),
+    so that words never reach what asking by name or capability could not: a local skill
+    in ``limits.skills`` with a capability in ``limits.capabilities``; a peer only with
+    ``delegate_skill`` granted, and with capabilities limited only a skill of its card
+    providing a granted one (a peer as a whole would choose for itself)."""
+    if limits is None or (limits.skills is None and limits.capabilities is None):
+        return None
+    skills = None if limits.skills is None else frozenset(limits.skills)
+    caps = None if limits.capabilities is None else frozenset(limits.capabilities)
+
+    def allowed(cand: RouteCandidate) -> bool:
+        runs = delegate_skill if cand.peer else cand.skill_id
+        if skills is not None and runs not in skills:
+            return False
+        if caps is not None:
+            return bool(cand.skill_id) and not caps.isdisjoint(cand.capabilities)
+        return True
+    return allowed
+
+
+class Peers(Protocol):
+    async def plan(self, capabilities: Sequence[str], chain: Sequence[str],
+                   peer: str | None = None, skill: str | None = None) -> DelegationPlan:
+        """Where a delegation of this would go (``PeerDelegator.plan``)."""
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]:
-        """The known peers and their cards' skills, for the intent router."""
+        """The known peers and their cards' skills, for the intent router (the same
+        tuple while nothing changed: its indexes are cached by the tuple's identity)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    ranking: Ranking
+    skill: Skill | None = None  # a local skill runs it
+    peer: RouteCandidate | None = None  # or it is delegated to this peer
+
+
+def local_candidate(cfg: SkillConfig) -> RouteCandidate:
+    return RouteCandidate(cfg.id, name=cfg.name, description=cfg.description, tags=cfg.tags,
+                          examples=cfg.examples, capabilities=cfg.capabilities,
+                          cost_usd=cfg.cost_usd)
+
+
+class IntentRouter:
+    def __init__(self, catalog: SkillCatalog, threshold: float = DEFAULT_THRESHOLD,
+                 agent_id: str = "") -> None:
+        self.catalog = catalog
+        self.threshold = threshold
+        # "ask my office about the budget", arriving at office: "office" is the address,
+        # not what is asked for, so the words of this agent's own id are not read.
+        self._own = frozenset(words(agent_id))
+        # Per tier: the peer routes and catalog generation an index was built from.
+        self._indexes: dict[str | None,
+                            tuple[tuple[RouteCandidate, ...], int, RouteIndex]] = {}
+
+    async def candidates(self, peers: Peers | None) -> tuple[RouteCandidate, ...]:
+        return await peers.route_candidates() if peers is not None else ()
+
+    def index(self, caller: Identity | None, peer_routes: tuple[RouteCandidate, ...]
+              ) -> RouteIndex:
+        """The index of what ``caller`` may see here plus ``peer_routes``; built once per
+        tier (visibility depends on it alone), set of peer cards and set of local skills
+        (an MCP server's tools come and go with it)."""
+        tier = None if caller is None else caller.tier
+        generation = self.catalog.generation
+        cached = self._indexes.get(tier)
+        if cached is not None and cached[0] is peer_routes and cached[1] == generation:
+            return cached[2]
+        local = [local_candidate(s.config) for s in self.catalog.visible(caller)]
+        index = RouteIndex([*local, *peer_routes])
+        self._indexes[tier] = (peer_routes, generation, index)
+        return index
+
+    async def rank(self, caller: Identity | None, text: str, chain: Sequence[str],
+                   peers: Peers | None,
+                   allow: Callable[[RouteCandidate], bool] | None = None) -> Ranking:
+        """``chain``: the agents the task has passed through, this one included;
+        ``allow``: the candidates the caller's grants leave it (``routable``)."""
+        index = self.index(caller, await self.candidates(peers))
+        passed = {agent_key(a) for a in chain}
+        return index.route(text, self.threshold, skip_peer=lambda p: agent_key(p) in passed,
+                           allow=allow, ignore=self._own)
+
+    async def choose(self, caller: Identity, text: str, chain: Sequence[str],
+                     peers: Peers | None,
+                     allow: Callable[[RouteCandidate], bool] | None = None) -> Intent:
+        visible = self.catalog.visible(caller)
+        if len(visible) == 1 and not await self.candidates(peers):
+            # Nothing to choose between (one skill, no peers): it does the task, as before
+            # the router, whatever a ranking would say; so none is made, as its answer is
+            # known.
+            return Intent(Ranking(text, self.threshold, ()), skill=visible[0])
+        ranking = await self.rank(caller, text, chain, peers, allow)
+        best = ranking.best
+        if best is not None and not best.candidate.peer:
+            return Intent(ranking, skill=self.catalog.find(best.candidate.skill_id))
+        if best is not None:
+            return Intent(ranking, peer=best.candidate)
+        if visible and not words(ranking.text):
+            # Nothing to route by (no text, only data parts, or only words like "hello"):
+            # the first skill the caller may see does it, as before the router.
+            return Intent(ranking, skill=visible[0])
+        return Intent(ranking)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +245,12 @@ class RunSkill:
 
 @dataclass(frozen=True, slots=True)
 class Delegate:
-    """No local skill fits; a peer provides ``capabilities`` within the budget. Or the
-    intent router chose ``peer`` (and, from its card, its skill ``skill``)."""
+    """No local skill fits; peers provide the task's capabilities within the budget, or
+    the intent router chose a peer (and, from its card, its skill). ``delegation`` is
+    carried to the run, which sends to its targets without choosing again."""
 
-    capabilities: tuple[str, ...]
+    delegation: DelegationPlan
     price_usd: Decimal
-    peer: str | None = None
-    skill: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +298,7 @@ class SwarmDecision:
                                         self.policy.agent_id))
 
     async def decide(self, caller: Identity, envelope: Envelope, request: TaskRequest,
-                     peers: PeerPrices | None, task_id: str) -> Decision:
+                     peers: Peers | None, task_id: str) -> Decision:
         """Admit, then plan, then the caller's own caps; raises ``Refusal`` or
         ``AuthError`` instead of a plan. The caps come last: once they reserved part of
         the caller's spending for ``task_id``, nothing refuses it any more."""
@@ -120,19 +308,19 @@ class SwarmDecision:
         plan = await self._plan(caller, limits, request, admitted, peers)
         needed = plan.skill.config.cost_usd if isinstance(plan, RunSkill) \
             else plan.price_usd if isinstance(plan, Delegate) else Decimal("0")
-        budget = await self.spend.admit(caller.name, task_id, admitted.budget_usd, needed)
+        budget = await self.spend.reserve(caller.name, task_id, admitted.budget_usd, needed)
         if budget is not admitted.budget_usd:  # a caller's caps clamped it (no copy else)
             admitted = replace(admitted, budget_usd=budget)
         return Decision(admitted, plan)
 
     async def rank(self, caller: Identity, text: str, chain: tuple[str, ...],
-                   peers: PeerPrices | None) -> Ranking:
+                   peers: Peers | None) -> Ranking:
         """What the intent router would choose for ``caller`` (``SkillContext.route``)."""
         limits = self.spend.limits.get(caller.name)
         return await self.intent.rank(caller, text, chain, peers,
                                       routable(limits, DELEGATE_SKILL))
 
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: PeerPrices | None
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: Peers | None
                     ) -> tuple[list[Skill], list[RouteCandidate]]:
         """What a plan for ``caller`` may call: the router's candidates (visibility and
         grants alike), less the planner skills themselves and the peers in ``chain``."""
@@ -150,7 +338,7 @@ class SwarmDecision:
         self.spend.settle(task)
 
     async def _plan(self, caller: Identity, limits: CallerLimits | None, request: TaskRequest,
-                    admitted: Admitted, peers: PeerPrices | None) -> Plan:
+                    admitted: Admitted, peers: Peers | None) -> Plan:
         if request.skill is None and not request.capabilities_needed:
             # In plain words: the intent router chooses among what the caller may see.
             chain = (*admitted.chain, self.policy.agent_id)
@@ -171,8 +359,11 @@ class SwarmDecision:
                 return _refused(intent.ranking)
             target = intent.peer
             require_skill(caller.name, limits, DELEGATE_SKILL)
-            return self._delegate((), target.cost_usd, admitted, f"delegating to {target.peer}",
-                                  target.peer, target.skill_id or None)
+            assert peers is not None  # the router chose a peer: there are peers
+            routed = await peers.plan((), (*admitted.chain, self.policy.agent_id),
+                                      target.peer, target.skill_id or None)
+            return self._delegate(routed, target.cost_usd, admitted,
+                                  f"delegating to {target.peer}")
         skill = self._choose_skill(caller, request)
         if skill is not None:
             return self._run(caller, limits, skill, request, admitted)
@@ -197,7 +388,7 @@ class SwarmDecision:
 
     async def _plan_delegation(self, caller: Identity, limits: CallerLimits | None,
                                request: TaskRequest, admitted: Admitted,
-                               peers: PeerPrices | None) -> Plan:
+                               peers: Peers | None) -> Plan:
         if request.skill is not None and not request.capabilities_needed:
             require_skill(caller.name, limits, request.skill)
             # Unexposed and reserved skills look the same as missing ones.
@@ -208,26 +399,27 @@ class SwarmDecision:
                           "no exposed skill here provides what this task needs")
         # Before asking any peer (or a registry) for prices.
         require_skill(caller.name, limits, DELEGATE_SKILL)
-        price = await peers.cheapest(caps, (*admitted.chain, self.policy.agent_id))
-        if price is None:
+        delegation = await peers.plan(caps, (*admitted.chain, self.policy.agent_id))
+        if delegation.price_usd is None:
             return NoPlan("no_capable_skill", await _nobody_provides(peers, caps))
-        return self._delegate(caps, price, admitted, f"delegating {', '.join(caps)}")
+        return self._delegate(delegation, delegation.price_usd, admitted,
+                              f"delegating {', '.join(caps)}")
 
-    def _delegate(self, caps: tuple[str, ...], price: Decimal, admitted: Admitted, what: str,
-                  peer: str | None = None, skill: str | None = None) -> Delegate:
+    def _delegate(self, delegation: DelegationPlan, price: Decimal, admitted: Admitted,
+                  what: str) -> Delegate:
         """Every delegation plan, by capability or routed, passes the same checks."""
         require_affordable(price, admitted.budget_usd, what)
         if not admitted.may_delegate:
             raise Refusal("depth_exceeded",
                           f"delegating would exceed max_depth {self.policy.max_depth}")
-        return Delegate(caps, price, peer, skill)
+        return Delegate(delegation, price)
 
 
-async def _nobody_provides(peers: PeerPrices, caps: Sequence[str]) -> str:
+async def _nobody_provides(peers: Peers, caps: Sequence[str]) -> str:
     """Why no peer can take it. Asked again only on this failing path: a peer that provides
     it but is in the chain is the usual case between two instances that call each other."""
     wanted = ", ".join(caps)
-    if await peers.cheapest(caps, ()) is not None:
+    if (await peers.plan(caps, ())).targets:
         return (f"no skill here provides {wanted}, and the only peers that do are already in "
                 "the caller chain: delegating to them would loop")
     return f"neither this agent nor any known peer provides {wanted}"

@@ -1,8 +1,8 @@
 """Per-caller spend caps: what one caller identity may spend and start across all its task
 trees, over rolling windows of an hour and a day, kept in ``spend.db`` across restarts.
 
-A task's budget bounds one tree; these bound the caller. At admission (the last step of
-the swarm decision, so nothing after it refuses) the task's budget is clamped to the room
+A task's budget bounds one tree; these bound the caller. At admission (its last step,
+in the swarm decision, so nothing after it refuses) the task's budget is clamped to the room
 the caller has left and that whole budget is reserved at once, in memory and then in
 ``spend.db``, before the task is committed: parallel trees cannot together spend past a
 cap. When the task ends, the reservation becomes what it spent. A task cut off (by a crash,
@@ -106,10 +106,10 @@ class SpendBook:
         now = self.clock()
         return now, int(now // SECONDS)
 
-    # -- admission -----------------------------------------------------------------
+    # -- reserving -----------------------------------------------------------------
 
-    async def admit(self, caller: str, task_id: str, budget: Decimal,
-                    needed: Decimal) -> Decimal:
+    async def reserve(self, caller: str, task_id: str, budget: Decimal,
+                      needed: Decimal) -> Decimal:
         """The budget the task gets: ``budget`` clamped to the caller's room, reserved.
         Refuses (402 ``spend_limit_reached``) when the caller may start no task now, has
         nothing left, or less than ``needed`` (what the plan costs)."""

@@ -1,6 +1,6 @@
 """HTTP plumbing shared by the daemon and the registry: the listener and its limits,
-the request gate (auth, rate limits, in-flight cap) and the admission it shares with
-the gRPC binding, JSON bodies and errors as JSON, the incident log, server-sent events,
+the request gate (auth, rate limits, in-flight cap) and the load limits it shares
+with the gRPC binding, JSON bodies and errors as JSON, the incident log, server-sent events,
 OpenAPI documents and static pages; on the way out, the one outbound guard and the one
 place outbound sessions are built.
 """
@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from internal.http._admission import Admission as Admission
     from internal.http._answers import AnswerTooLarge as AnswerTooLarge
     from internal.http._answers import Capped as Capped
     from internal.http._answers import SseEvent as SseEvent
@@ -85,6 +84,27 @@ if TYPE_CHECKING:
     from internal.http._listener import (
         listen as listen,
     )
+    from internal.http._load_limits import (
+        STREAM_SLOTS as STREAM_SLOTS,
+    )
+    from internal.http._load_limits import (
+        InflightSlot as InflightSlot,
+    )
+    from internal.http._load_limits import (
+        LoadLimits as LoadLimits,
+    )
+    from internal.http._load_limits import (
+        StreamCaps as StreamCaps,
+    )
+    from internal.http._load_limits import (
+        StreamSlots as StreamSlots,
+    )
+    from internal.http._load_limits import (
+        TokenBuckets as TokenBuckets,
+    )
+    from internal.http._load_limits import (
+        limited as limited,
+    )
     from internal.http._outbound import ConnectionCheck as ConnectionCheck
     from internal.http._outbound import outbound_session as outbound_session
     from internal.http._outbound_guard import (
@@ -106,12 +126,6 @@ if TYPE_CHECKING:
         ip_literal as ip_literal,
     )
     from internal.http._pages import StaticPage as StaticPage
-    from internal.http._rate_limits import (
-        TokenBuckets as TokenBuckets,
-    )
-    from internal.http._rate_limits import (
-        limited as limited,
-    )
     from internal.http._sse import (
         SseTiming as SseTiming,
     )
@@ -121,22 +135,9 @@ if TYPE_CHECKING:
     from internal.http._sse import (
         sse_stream as sse_stream,
     )
-    from internal.http._streams import (
-        STREAM_SLOTS as STREAM_SLOTS,
-    )
-    from internal.http._streams import (
-        InflightSlot as InflightSlot,
-    )
-    from internal.http._streams import (
-        StreamCaps as StreamCaps,
-    )
-    from internal.http._streams import (
-        StreamSlots as StreamSlots,
-    )
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
-    "_admission": ("Admission",),
     "_answers": (
         "AnswerTooLarge", "Capped", "SseEvent", "SseParser", "capped", "read_capped",
         "sse_events",
@@ -152,14 +153,16 @@ __all__, _getattr = lazy_exports(__name__, {
     ),
     "_listener": ("ListenSettings", "listen",),
     "_outbound": ("ConnectionCheck", "outbound_session",),
+    "_load_limits": (
+        "STREAM_SLOTS", "InflightSlot", "LoadLimits", "StreamCaps", "StreamSlots", "TokenBuckets",
+        "limited",
+    ),
     "_outbound_guard": (
         "CONFIGURED", "OutboundGuard", "OutboundRules", "ResolverFactory", "embedded_ipv4",
         "ip_literal",
     ),
     "_pages": ("StaticPage",),
-    "_rate_limits": ("TokenBuckets", "limited",),
     "_sse": ("SseTiming", "sse_frame", "sse_stream",),
-    "_streams": ("STREAM_SLOTS", "InflightSlot", "StreamCaps", "StreamSlots",),
 })
 if not TYPE_CHECKING:
     __getattr__ = _getattr

@@ -9,26 +9,24 @@ from typing import Any
 
 from aiohttp import web
 
-from internal.http._admission import Admission
 from internal.http._auth import TokenVerifier
 from internal.http._json_http import IDENTITY, Handler
-from internal.http._rate_limits import TokenBuckets, limited
-from internal.http._streams import INFLIGHT
+from internal.http._load_limits import INFLIGHT, LoadLimits, TokenBuckets, limited
 
 
 def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
-                    admission: Admission, per_caller: TokenBuckets | None = None,
+                    load_limits: LoadLimits, per_caller: TokenBuckets | None = None,
                     never_limited: Collection[str] = (),
                     inner_gate: Callable[[str], bool] | None = None) -> Any:
-    """In this order: ``admission`` (the per-address limit, before auth so floods of bad
+    """In this order: ``load_limits`` (the per-address limit, before auth so floods of bad
     tokens are limited too, then the in-flight cap: 503 with Retry-After instead of
     queueing; the daemon's gRPC binding shares it), the bearer token, then the caller's
     own bucket. ``never_limited`` paths (a health check) skip all of it. A request that
-    becomes an event stream leaves the in-flight count (``_streams``).
+    becomes an event stream leaves the in-flight count (``_load_limits``).
 
     Nested gates (the agents one daemon hosts, each an app of its own behind the daemon's):
     the outer gate limits per address and caps in-flight requests, and leaves the paths
-    ``inner_gate`` names to the inner one to authenticate; the inner gate (an admission
+    ``inner_gate`` names to the inner one to authenticate; the inner gate (load limits
     with no cap and no per-address buckets) authenticates and limits per caller only."""
     public = frozenset(public_paths)
     exempt = frozenset(never_limited)
@@ -37,8 +35,8 @@ def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in exempt:
             return await handler(request)
-        admission.address(request.remote or "?")
-        slot = admission.enter()
+        load_limits.address(request.remote or "?")
+        slot = load_limits.enter()
         if slot is None:
             authenticate(request)
             return await handler(request)

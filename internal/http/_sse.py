@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from internal.http._json_http import IDENTITY
-from internal.http._streams import INFLIGHT, STREAM_SLOTS
+from internal.http._load_limits import INFLIGHT, STREAM_SLOTS
 
 # Frames waiting for a slow client; past this the source is held back.
 FRAME_QUEUE_LIMIT = 64

@@ -13,10 +13,14 @@ from internal.protocol.a2a.server._butler_rest import (
     event_frame,
 )
 from internal.protocol.a2a.server._card_route import CardRoute
-from internal.protocol.a2a.server._jsonrpc import JsonRpcBinding, JsonRpcLimits
-from internal.protocol.a2a.server._jsonrpc_dispatch import Answer, JsonRpcDispatcher
-from internal.protocol.a2a.server._jsonrpc_v03 import V03Dialect
-from internal.protocol.a2a.server._jsonrpc_v1 import V1Dialect
+from internal.protocol.a2a.server._jsonrpc import (
+    Answer,
+    JsonRpcBinding,
+    JsonRpcDispatcher,
+    JsonRpcLimits,
+    V03Dialect,
+    V1Dialect,
+)
 from internal.protocol.a2a.server._operations import A2AOperations
 from internal.protocol.a2a.server._service import PushService, TaskService
 

@@ -5,8 +5,8 @@ gRPC's methods are JSON-RPC 1.0's, by the same names, and its messages are what 
 1.0 JSON wire is the proto3 JSON mapping of. So each call converts its request to proto3
 JSON (``codec.a2a_grpc``), runs the very ``V1Dialect`` method the JSON-RPC binding runs
 (same operations, same engine, same swarm envelope from metadata and headers), and
-converts the answer back. Each call is admitted as an HTTP request is, by the same
-``Admission`` (the peer address's bucket, then a place in the one in-flight count, which
+converts the answer back. Each call is limited as an HTTP request is, by the same
+``LoadLimits`` (the peer address's bucket, then a place in the one in-flight count, which
 a stream gives back for a stream slot) and the same per-caller buckets, so HTTP and gRPC
 together hold one share of the daemon. Metadata plays the part of HTTP headers:
 ``authorization`` goes to the one ``TokenVerifier``, ``a2a-version`` is checked as on
@@ -34,8 +34,8 @@ from google.protobuf.message import Message as ProtoMessage
 from multidict import CIMultiDict
 
 from internal.http import (
-    Admission,
     InflightSlot,
+    LoadLimits,
     StreamSlots,
     TokenBuckets,
     TokenVerifier,
@@ -43,7 +43,7 @@ from internal.http import (
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_extension
 from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
-from internal.protocol.a2a.server._jsonrpc_v1 import V1Dialect
+from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
 
 log = logging.getLogger("butler.a2a")
@@ -56,14 +56,14 @@ class GrpcLimits:
 
 
 class GrpcBinding:
-    def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, admission: Admission, *,
+    def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, load_limits: LoadLimits, *,
                  streams: StreamSlots | None = None,
                  per_caller: TokenBuckets | None = None) -> None:
-        """``admission``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
+        """``load_limits``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
         requests, streams and calls count once whichever binding carries them."""
         self.dialect = dialect
         self.verifier = verifier
-        self.admission = admission
+        self.load_limits = load_limits
         self.streams = streams
         self.per_caller = per_caller
 
@@ -83,9 +83,9 @@ class GrpcBinding:
         return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
 
     def _enter(self, context: grpc.aio.ServicerContext[Any, Any]) -> InflightSlot | None:
-        """The gate's admission: the peer address's bucket, then the in-flight count."""
-        self.admission.address(remote_address(context.peer()))
-        return self.admission.enter()
+        """The gate's load limits: the peer address's bucket, then the in-flight count."""
+        self.load_limits.address(remote_address(context.peer()))
+        return self.load_limits.enter()
 
     def _admit(self, context: grpc.aio.ServicerContext[Any, Any],
                ) -> tuple[Identity, CIMultiDict[str]]:
@@ -191,7 +191,7 @@ async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimit
     """A started server on ``host:port`` (0: any free port) and the port it bound.
     ``tls``: (certificate chain, private key), PEM."""
     server = grpc.aio.server(
-        # No maximum_concurrent_rpcs: the binding's admission is the daemon's one cap.
+        # No maximum_concurrent_rpcs: the binding's load limits are the daemon's one cap.
         handlers=[binding.handler()],
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),

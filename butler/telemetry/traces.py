@@ -20,7 +20,7 @@ from opentelemetry.trace import NonRecordingSpan, NoOpTracer, SpanContext, Trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from butler.config.model import TelemetryConfig
-from butler.ids import IDS
+from butler.runtime.ids import IDS
 from internal.protocol.a2a.model import Envelope
 
 log = logging.getLogger("butler.telemetry")
