@@ -94,7 +94,7 @@ def echo_task(i: int, n: int, now: int, rng: random.Random,
                  StatusEntry(state, stamp)),
         parts=(Part(text="hello"),), budget=Budget(Decimal("5.00")),
         cost=CostNode("bench", "echo", Decimal("0"), 0, state.value), chain=(owner,),
-        trace_id=f"{rng.getrandbits(128):032x}"), identity, "bench", "http://127.0.0.1:8081")
+        trace_id=f"{rng.getrandbits(128):032x}"), identity, "bench", "http://127.0.0.1:8081").task
 
 
 def _audit_entries(task: Task) -> list[tuple[Entry, str]]:

@@ -177,9 +177,10 @@ class TaskEngine:
             raise
         admitted, plan = decision.admitted, decision.plan
         skill = plan.skill if isinstance(plan, RunSkill) else None
+        receipt = ""
         if isinstance(plan, NoPlan):
             task = self._new_task(caller, request, admitted, trace_id, task_id)
-            task = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
+            task, receipt = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
@@ -190,7 +191,7 @@ class TaskEngine:
                         decision="accepted", trace_id=task.trace_id)
         if task.state.terminal:  # no plan: it ends here, failed, saying why
             await self._first_write(task)
-            self._audit_final(task)
+            self._audit_final(task, receipt=receipt)
             return task, None
         run = TaskRun(self, self.swarm, self.deps, task, skill, admitted, caller,
                       self._timeout(skill, request), incoming, self.delegator,
@@ -374,8 +375,10 @@ class TaskEngine:
 
     async def _commit(self, task: Task, before: Task, run: TaskRun | None) -> Task:
         """Persist a new state of the task, then record, publish and settle it."""
+        receipt = ""
         if task.state.terminal:
-            self._finalise(task := self.deps.seal(task))  # with its signed receipt
+            task, receipt = self.deps.seal(task)  # with its signed receipt
+            self._finalise(task)
         try:
             await self.store.put(task)
         except NotStorable as exc:
@@ -386,7 +389,7 @@ class TaskEngine:
         if task.state.terminal:
             # Only once the end is committed: a crash in between leaves the task open,
             # to be ended (and recorded once) at start-up, never recorded twice.
-            self._audit_final(task)
+            self._audit_final(task, receipt=receipt)
         self.hub.publish(TaskEvent(task, "status"))
         if task.state.terminal or task.state.interrupted:
             self._waiters.resolve(task)
@@ -421,11 +424,11 @@ class TaskEngine:
         if run is not None and (left := self._running.pop(run.caller.name) - 1) > 0:
             self._running[run.caller.name] = left
 
-    def _audit_final(self, task: Task, at: datetime | None = None) -> None:
+    def _audit_final(self, task: Task, at: datetime | None = None, receipt: str = "") -> None:
         """Every task that was created gets exactly one of these, however it ended; so its
-        caller's spending is settled here too."""
+        caller's spending is settled here too. ``receipt``: the id it was just sealed with."""
         self.swarm.settle(task)
-        self.deps.audit("task_finished", **final_record(task, at))
+        self.deps.audit("task_finished", **final_record(task, at, receipt))
 
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)

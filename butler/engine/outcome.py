@@ -11,18 +11,19 @@ from butler.identity.receipts import receipt_id
 from internal.protocol.a2a.model import Task
 
 
-def final_record(task: Task, at: datetime | None = None) -> dict[str, Any]:
+def final_record(task: Task, at: datetime | None = None, receipt: str = "") -> dict[str, Any]:
     """The fields of a task's ``task_finished`` record; ``at``: when it ended, for a
-    record written later (start-up recovery), else now."""
+    record written later (start-up recovery), else now; ``receipt``: the id of the
+    receipt it was just sealed with, if it was (else read from the receipt)."""
     budget = task.budget
     return {**({} if at is None else {"at": at}), "caller": task.owner, "task_id": task.id,
             "chain": task.chain, "budget_before": budget.start_usd if budget else None,
             "budget_after": budget.left_usd if budget else None,
             "decision": task.state.value, "code": task.error.code if task.error else None,
-            "trace_id": task.trace_id, "detail": final_detail(task)}
+            "trace_id": task.trace_id, "detail": final_detail(task, receipt)}
 
 
-def final_detail(task: Task) -> dict[str, str]:
+def final_detail(task: Task, receipt: str = "") -> dict[str, str]:
     # Strings only: the audit writer spells such a detail out without a JSON round trip.
     detail = {"seconds": f"{_seconds(task.created_at, task.updated_at):.6f}"}
     if task.skill:
@@ -33,7 +34,7 @@ def final_detail(task: Task) -> dict[str, str]:
         if peers:
             detail["peer"] = ",".join(peers)
     if task.receipts:  # the audit trail names the signed receipt stored with the task
-        detail["receipt"] = receipt_id(task.receipts[0])
+        detail["receipt"] = receipt or receipt_id(task.receipts[0])
     return detail
 
 

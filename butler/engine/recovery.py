@@ -17,6 +17,7 @@ from typing import Protocol
 
 from butler.engine.store import TaskStore
 from butler.engine.transitions import interrupted
+from butler.identity.receipts import Sealed
 from butler.runtime.clock import now_iso
 from internal.protocol.a2a.model import Task
 
@@ -38,12 +39,13 @@ class FinalRecords(Protocol):
         """Ids of the tasks with a final record stamped at or after ``since``."""
 
 
-AuditFinal = Callable[[Task, datetime | None], None]  # (task, when it ended; None: now)
+# (task, when it ended, None: now; the id of the receipt just sealed, "" if none was)
+AuditFinal = Callable[[Task, datetime | None, str], None]
 
 
 async def recover(store: TaskStore, audit_final: AuditFinal,
                   records: FinalRecords | None,
-                  seal: Callable[[Task], Task] = lambda task: task) -> int:
+                  seal: Callable[[Task], Sealed] = lambda task: Sealed(task, "")) -> int:
     """Repairs both; returns how many tasks were found cut off by the restart. ``seal``
     adds its signed receipt to a task it ends."""
     if records is not None:
@@ -51,9 +53,9 @@ async def recover(store: TaskStore, audit_final: AuditFinal,
     stale = await store.open_tasks()
     why = "the daemon restarted while this task was running"
     for task in stale:
-        ended = seal(interrupted(task, "interrupted_by_restart", why, now_iso()))
+        ended, receipt = seal(interrupted(task, "interrupted_by_restart", why, now_iso()))
         await store.put(ended)
-        audit_final(ended, None)
+        audit_final(ended, None, receipt)
     if stale:
         log.warning("marked %d interrupted task(s) failed after restart", len(stale))
     return len(stale)
@@ -70,7 +72,7 @@ async def _record_missing_finals(store: TaskStore, audit_final: AuditFinal,
     for task_id in missing:
         task = await store.get(task_id)
         if task is not None:
-            audit_final(task, datetime.fromisoformat(task.updated_at))
+            audit_final(task, datetime.fromisoformat(task.updated_at), "")
     if missing:
         log.warning("wrote %d final audit record(s) lost when the previous process died",
                     len(missing))

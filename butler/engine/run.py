@@ -27,6 +27,7 @@ from butler.engine.transitions import (
     Started,
 )
 from butler.engine.workspace import NoWorkspace, Workspace
+from butler.identity.receipts import Sealed
 from butler.planner import Planner, Toolbox
 from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import (
@@ -98,8 +99,8 @@ def _no_audit(kind: str, **fields: Any) -> None:
     return None
 
 
-def _unsealed(task: Task) -> Task:
-    return task
+def _unsealed(task: Task) -> Sealed:
+    return Sealed(task, "")
 
 
 async def _room_always() -> None:
@@ -119,7 +120,7 @@ class RunDeps:
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
     planner: Planner | None = None  # the config's ``planner:``
     # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
-    seal: Callable[[Task], Task] = _unsealed
+    seal: Callable[[Task], Sealed] = _unsealed
 
     @property
     def recording(self) -> bool:

@@ -162,7 +162,9 @@ class _Fields:
         for name, default, inexact, encode, _ in self.plan():
             field_value = getattr(value, name)
             # Equal is not always stored alike: ``Decimal("0.00") == Decimal("0")``.
-            if field_value == default and not (inexact and str(field_value) != str(default)):
+            if field_value is default or (
+                    type(field_value) is type(default) and field_value == default
+                    and not (inexact and str(field_value) != str(default))):
                 continue
             out[name] = field_value if encode is _same else encode(field_value)
         return out
@@ -194,7 +196,8 @@ def _codec(kind: Any) -> tuple[Convert, Convert]:
     if kind is float:
         return _same, float
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        return _enum_value, kind
+        # A text enum (a task's state) is already its JSON text.
+        return _same if issubclass(kind, str) else _enum_value, kind
     return _same, _same  # str, int, bool, JSON data (a part's, a skill's input)
 
 

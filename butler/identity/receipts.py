@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -91,7 +91,15 @@ def direct_children(receipts: Iterable[str]) -> list[str]:
     return [str(c["receipt_id"]) for c in claims if c.get("receipt_id") not in below]
 
 
-def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
+class Sealed(NamedTuple):
+    """A task with its own receipt first, and that receipt's id (its final audit record
+    names it)."""
+
+    task: Task
+    receipt_id: str
+
+
+def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Sealed:
     """``task`` (terminal, its descendants' receipts in ``receipts``) with its own first."""
     cost, budget = task.cost, task.budget
     rid = "r-" + IDS.hex128()
@@ -111,7 +119,7 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
         "at": task.updated_at,
     }
     own = sign_protected(identity.key, canonical(claims), _protected(identity.key))
-    return task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
+    return Sealed(task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1])), rid)
 
 
 @functools.lru_cache(maxsize=64)  # per identity key: each hosted agent's, and rotations
