@@ -318,7 +318,7 @@ class PeerDelegator:
         task = await client.run(request, chain=chain, budget=grant, headers=headers,
                                 deadline=deadline, card=card)
         spent = cand.cost_usd if task.state is TaskState.COMPLETED else _ZERO
-        return task.with_changes(budget=Budget(grant, min(spent, grant)))
+        return replace(task, budget=Budget(grant, min(spent, grant)))
 
     async def _follow(self, client: PeerClient, task: Task, deadline: float) -> Task:
         """A blocking answer is normally final; if not, poll until it is or time runs out."""

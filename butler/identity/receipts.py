@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from butler.identity.key_file import AgentIdentity
@@ -129,7 +129,7 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Task:
         "at": task.updated_at,
     }
     own = sign_protected(identity.key, canonical(claims), _protected(identity.key))
-    done = task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
+    done = replace(task, receipts=(own, *task.receipts[:MAX_RECEIPTS - 1]))
     if len(_SEALED) >= _SEALED_MAX:  # a seal whose record never came: the oldest
         del _SEALED[next(iter(_SEALED))]
     _SEALED[own] = Sealed(done, rid, agent_id, url, own.rpartition(".")[2])
