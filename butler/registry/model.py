@@ -128,9 +128,6 @@ class AgentEntry:
     expires_at: float
     ttl_seconds: int
 
-    def is_live(self, now: float) -> bool:
-        return self.expires_at > now
-
     def matches(self, *, capability: str | None, skill: str | None, tag: str | None,
                 words: tuple[str, ...]) -> bool:
         return ((capability is None or capability in self.capabilities)

@@ -42,25 +42,3 @@ class TokenBuckets:
 def limited(what: str, wait: float) -> Unavailable:
     return Unavailable("rate_limited", f"too many requests ({what}); retry later",
                        retry_after=max(1, math.ceil(wait)))
-
-
-class InflightCounter:
-    """Caps concurrently running work per key."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._counts: dict[str, int] = {}
-
-    def acquire(self, key: str) -> bool:
-        count = self._counts.get(key, 0)
-        if count >= self.limit:
-            return False
-        self._counts[key] = count + 1
-        return True
-
-    def release(self, key: str) -> None:
-        count = self._counts.get(key, 0) - 1
-        if count <= 0:
-            self._counts.pop(key, None)
-        else:
-            self._counts[key] = count
