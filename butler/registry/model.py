@@ -191,11 +191,8 @@ class AgentEntry:
 
 
 def _iso(t: float) -> str:
-    """``datetime.isoformat(timespec="milliseconds")`` with ``Z``, a third cheaper: two
-    per agent in every page of a query."""
-    d = datetime.fromtimestamp(t, UTC)
-    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031 -- the fastest form here
-        d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond // 1000)
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
 
 
 def _epoch(text: Any) -> float:
