@@ -20,7 +20,11 @@ async def test_past_its_limit_a_waiting_skill_is_cancelled_and_the_task_fails(
     assert status == 200 and task["state"] == "failed", task
     assert task["error"] == {"code": "task_timeout",
                              "message": "task did not finish within 1s"}, task["error"]
-    await finished_run(task["id"])  # the skill ran its ``finally``: it was cancelled
+    # The skill was cancelled where it waited (its ``finally`` reported it) before the end.
+    assert [(h["state"], h["message"]) for h in task["history"]][-3:] == [
+        ("working", "waiting"), ("working", "cancelled"),
+        ("failed", "task did not finish within 1s")]
+    await finished_run(task["id"])
     # The daemon goes on serving, and a run that never waits is not limited by anything.
     status, echoed = await post_task(home, {"task": "alive?", "skill": "echo",
                                             "timeout_seconds": 1})
