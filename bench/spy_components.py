@@ -31,7 +31,7 @@ COMPONENTS: list[tuple[str, list[str]]] = [
     ("answer's JSON (task_json)", [r"task_json", r"encode_task", r"json/encoder"]),
     ("request decode", [r"read_json", r"_body \(", r"decode_"]),
     ("state changes and copies",
-     [r"transitions\.py", r"with_changes", r"replace \(dataclasses", r"__create_fn__"]),
+     [r"transitions\.py", r"replace \(dataclasses", r"__create_fn__"]),
     ("events, waiters, outcome",
      [r"butler/[a-z/_]*events", r"_outcome \(", r"outcome\.py"]),
     ("engine otherwise", [r"butler/engine/"]),

@@ -311,7 +311,7 @@ class Daemon:
         admin = AgentsAdmin(agents, cfg.limits.max_json_depth, cfg.limits.body_timeout_seconds)
         app = self._app = build_app(cfg, self.engine, catalog, self.metrics, lambda: self.url,
                                     self.push, lambda: self.grpc_url, self.identity,
-                                    hosting=agents, admin_routes=admin.routes())
+                                    inner_gate=agents.inner_gate, admin_routes=admin.routes())
         self._incident_log(stack, app)
         await mount_mcp(app, stack, cfg, self.engine, catalog)  # before the app is frozen
         agents.mount(app)  # last: the daemon's own routes come first

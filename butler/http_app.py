@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from aiohttp import web
 
@@ -46,12 +45,6 @@ PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAE
 A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 
 
-class Hosting(Protocol):
-    """The hosted agents, as the daemon's own app sees them (``butler.hosting``)."""
-
-    def inner_gate(self, path: str) -> bool: ...
-
-
 def token_verifier(cfg: Config) -> TokenVerifier:
     anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
         name="anonymous", tier=cfg.a2a.anonymous_tier)
@@ -62,20 +55,22 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
               metrics: ButlerMetrics, public_url: Callable[[], str] | None = None,
               push: PushService | None = None,
               grpc_url: Callable[[], str | None] | None = None,
-              agent: AgentIdentity | None = None, *, hosting: Hosting | None = None,
+              agent: AgentIdentity | None = None, *,
+              inner_gate: Callable[[str], bool] | None = None,
               admin_routes: Sequence[web.RouteDef] = (), hosted: bool = False,
               ) -> web.Application:
     """The middleware stack, outermost first: count, map errors to JSON, limit per
     address, cap in-flight requests, authenticate, limit per caller. ``hosted``: a hosted
-    agent's app, which only maps errors, authenticates and limits per caller; ``hosting``:
-    the daemon's agents, whose paths the daemon's gate leaves to their own."""
+    agent's app, which only maps errors, authenticates and limits per caller; ``inner_gate``:
+    whether a path goes to a hosted agent, which the daemon's gate leaves to its own
+    (``AgentHost.inner_gate``)."""
     ops = a2a_operations(cfg, engine, catalog, public_url or (lambda: cfg.public_url), push,
                          grpc_url or (lambda: None), agent, cfg.agent.id if hosted else "")
     front = a2a_front(cfg, ops, hosted=hosted)
     gate = gate_middleware(
         verifier=front.verifier, public_paths=PUBLIC_PATHS, load_limits=front.load_limits,
         per_caller=front.per_caller, never_limited=("/healthz",),
-        inner_gate=hosting.inner_gate if hosting is not None else None)
+        inner_gate=inner_gate)
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[error_middleware, gate] if hosted

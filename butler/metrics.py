@@ -206,8 +206,6 @@ class ButlerMetrics:
         self.planner_tokens = r.counter("butler_planner_tokens_total",
                                         "Tokens the planner's endpoint reported, by direction",
                                         ("direction",))
-        self.rate_limited = r.counter("butler_rate_limited_total",
-                                      "Requests answered 429, by limit", ("limit",))
         # Per caller identity: bounded, as identities are the configured tokens.
         self.caller_spent = r.counter("butler_caller_spent_usd_total",
                                       "USD spent by finished tasks, by caller", ("caller",))

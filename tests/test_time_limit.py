@@ -1,108 +1,44 @@
-"""``within``: a run's time limit, armed only once the run waits, acts as
-``asyncio.timeout`` does: results, errors, cancellation and the limit itself."""
+"""A run's time limit (``asyncio.timeout`` in ``TaskRun._outcome``): past it, the skill is
+cancelled where it waits and the task fails with ``task_timeout``; a cancel from outside
+stays a cancel."""
 
 from __future__ import annotations
 
-import asyncio
-
-import pytest
-
-from butler.engine.time_limit import within
+from tests.support import ECHO, Instance, Swarm, call, plugin_skill, post_task, wait_task
+from tests.test_tasks_lifecycle import finished_run
 
 
-async def test_a_coroutine_that_never_waits_gets_its_result_and_no_timer() -> None:
-    async def at_once() -> str:
-        return "done"
-
-    loop = asyncio.get_running_loop()
-    timers = len(loop._scheduled)  # type: ignore[attr-defined]
-    assert await within(at_once(), 5) == "done"
-    assert len(loop._scheduled) == timers  # type: ignore[attr-defined]
+async def start(swarm: Swarm) -> Instance:
+    return await swarm.start("home", skills=[ECHO,
+                                             plugin_skill("hang", "tests.plugins.sample:hang")])
 
 
-async def test_waits_are_resumed_with_what_they_waited_for() -> None:
-    loop = asyncio.get_running_loop()
-
-    async def twice() -> int:
-        first: asyncio.Future[int] = loop.create_future()
-        loop.call_soon(first.set_result, 1)
-        await asyncio.sleep(0)  # a bare yield, then a future
-        return await first + 1
-
-    assert await within(twice(), 5) == 2
-
-
-async def test_errors_come_out_as_they_went_in() -> None:
-    async def at_once() -> None:
-        raise KeyError("first step")
-
-    async def later() -> None:
-        await asyncio.sleep(0)
-        raise ValueError("after waiting")
-
-    async def own_timeout() -> None:
-        raise TimeoutError("the skill's own")
-
-    with pytest.raises(KeyError):
-        await within(at_once(), 5)
-    with pytest.raises(ValueError, match="after waiting"):
-        await within(later(), 5)
-    with pytest.raises(TimeoutError, match="the skill's own"):
-        await within(own_timeout(), 5)
+async def test_past_its_limit_a_waiting_skill_is_cancelled_and_the_task_fails(
+        swarm: Swarm) -> None:
+    home = await start(swarm)
+    status, task = await post_task(home, {"task": "x", "skill": "hang", "timeout_seconds": 1})
+    assert status == 200 and task["state"] == "failed", task
+    assert task["error"] == {"code": "task_timeout",
+                             "message": "task did not finish within 1s"}, task["error"]
+    # The skill was cancelled where it waited (its ``finally`` reported it) before the end.
+    assert [(h["state"], h["message"]) for h in task["history"]][-3:] == [
+        ("working", "waiting"), ("working", "cancelled"),
+        ("failed", "task did not finish within 1s")]
+    await finished_run(task["id"])
+    # The daemon goes on serving, and a run that never waits is not limited by anything.
+    status, echoed = await post_task(home, {"task": "alive?", "skill": "echo",
+                                            "timeout_seconds": 1})
+    assert status == 200 and echoed["output"] == "alive?"
 
 
-async def test_past_the_limit_the_waiting_coroutine_is_cancelled_and_it_is_a_timeout() -> None:
-    cancelled = asyncio.Event()
-    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    async def stuck() -> None:
-        try:
-            await asyncio.sleep(0)
-            await never
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    with pytest.raises(TimeoutError):
-        await within(stuck(), 0.01)
-    assert cancelled.is_set()
-    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
-
-
-async def test_a_cancel_from_outside_is_a_cancel_not_a_timeout() -> None:
-    started, cleaned = asyncio.Event(), asyncio.Event()
-    never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    async def waits() -> None:
-        started.set()
-        try:
-            await never
-        finally:
-            cleaned.set()
-
-    run = asyncio.create_task(within(waits(), 60))
-    await started.wait()
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    assert cleaned.is_set() and never.cancelled()
-
-
-async def test_a_coroutine_may_catch_the_cancel_and_go_on_waiting() -> None:
-    loop = asyncio.get_running_loop()
-    started = asyncio.Event()
-    second: asyncio.Future[str] = loop.create_future()
-
-    async def stubborn() -> str:
-        started.set()
-        try:
-            await loop.create_future()
-        except asyncio.CancelledError:
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-        return await second
-
-    run = asyncio.create_task(within(stubborn(), 60))
-    await started.wait()
-    run.cancel()
-    second.set_result("went on")
-    assert await run == "went on"
+async def test_a_cancel_before_the_limit_is_a_cancel_not_a_timeout(swarm: Swarm) -> None:
+    home = await start(swarm)
+    status, task = await post_task(home, {"task": "x", "skill": "hang", "mode": "async",
+                                          "timeout_seconds": 60})
+    assert status == 202
+    await wait_task(home, task["id"], {"working"}, message="waiting")
+    status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+    assert status == 200 and canceled["state"] == "canceled"
+    await finished_run(task["id"])
+    final = await wait_task(home, task["id"])
+    assert final["state"] == "canceled" and final.get("error") is None, final

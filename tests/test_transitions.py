@@ -7,7 +7,6 @@ import ast
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -160,23 +159,6 @@ def test_a_run_does_not_import_the_engine() -> None:
 
 
 
-@given(st.lists(st.sampled_from(sorted(EVENTS)), max_size=6))
-def test_with_changes_is_dataclasses_replace(names: list[str]) -> None:
-    """Tasks are copied by ``Task.with_changes``: the same task ``replace`` would make."""
-    task = task_in(S.SUBMITTED)
-    for name in names:
-        try:
-            task = apply(task, EVENTS[name], T1)
-        except StateConflict:
-            break
-    changes: dict[str, Any] = {"updated_at": T0, "skill": "echo", "receipts": ("r",),
-                               "chain": ("a", "b")}
-    assert task.with_changes(**changes) == replace(task, **changes)
-    assert task.with_changes() == task
-    with pytest.raises(TypeError, match="no field"):
-        task.with_changes(stat=S.FAILED)
-
-
 def test_a_task_created_running_is_the_submitted_one_started() -> None:
     """``created(running=True)`` spares the engine a copy, not a transition."""
     fields = {"id": "t1", "context_id": "c1", "owner": "alice", "skill": "echo",
@@ -185,13 +167,3 @@ def test_a_task_created_running_is_the_submitted_one_started() -> None:
     submitted = created(T0, running=False, **fields)
     assert submitted.state is S.SUBMITTED and submitted.history == (StatusEntry(S.SUBMITTED, T0),)
     assert created(T0, running=True, **fields) == apply(submitted, Started(), T0)
-
-
-def test_message_with_changes_is_dataclasses_replace() -> None:
-    """A caller's message is copied into its task the same way (``_copier``)."""
-    message = Message("m1", "user", (Part(text="hi"),), metadata={"k": 1}, extensions=("x",))
-    changes: dict[str, Any] = {"task_id": "t1", "context_id": "c1", "at": T1}
-    assert message.with_changes(**changes) == replace(message, **changes)
-    assert message.with_changes() == message
-    with pytest.raises(TypeError, match="no field"):
-        message.with_changes(text="hi")

@@ -11,6 +11,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from itertools import islice
 from pathlib import Path
@@ -267,7 +268,7 @@ class PeerDelegator:
                     # A standard A2A agent reports no spend: a completed task is charged
                     # the ``cost_usd`` its peer entry says it costs.
                     spent = cand.cost_usd if task.state is TaskState.COMPLETED else _ZERO
-                    return task.with_changes(budget=Budget(grant, min(spent, grant)))
+                    return replace(task, budget=Budget(grant, min(spent, grant)))
 
                 try:
                     if self.identities is None:

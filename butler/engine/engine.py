@@ -256,7 +256,7 @@ class TaskEngine:
             context_id=context_id,
             skill=skill or "",
             messages=() if message is None else (
-                message.with_changes(task_id=task_id, context_id=context_id, at=now),),
+                replace(message, task_id=task_id, context_id=context_id, at=now),),
             owner=caller.name,
             request=request,
             budget=Budget(admitted.budget_usd),

@@ -18,7 +18,6 @@ from opentelemetry.trace import NoOpTracer, Tracer
 
 from butler.delegation.peers import DelegationPlan, PeerStatus
 from butler.engine.plan_run import PlanSteps
-from butler.engine.time_limit import within
 from butler.engine.transitions import (
     ArtifactAdded,
     Event,
@@ -214,8 +213,8 @@ class TaskRun:
     async def _outcome(self, started: float) -> Finished:
         # No ``Started`` to apply: the task was created working (``TaskEngine._create``).
         try:
-            result = await within(self._run_skill() if self.skill else self._run_delegation(),
-                                  self.timeout)
+            async with asyncio.timeout(self.timeout):
+                result = await (self._run_skill() if self.skill else self._run_delegation())
         except asyncio.CancelledError:
             return self._ended(started, TaskState.CANCELED)
         except TimeoutError:

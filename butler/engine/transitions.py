@@ -127,16 +127,16 @@ def apply(task: Task, event: Event, at: str) -> Task:
                                     f"{task.state.value}, not waiting for input")
             changes = {} if message is None else {"messages": (
                 *task.messages,
-                message.with_changes(task_id=task.id, context_id=task.context_id, at=at))}
+                replace(message, task_id=task.id, context_id=task.context_id, at=at))}
             return _move(task, TaskState.WORKING, "input received", at, **changes)
         case ArtifactAdded(artifact=artifact, append=True) if any(
                 a.artifact_id == artifact.artifact_id for a in task.artifacts):
             grown = tuple(replace(a, parts=a.parts + artifact.parts)
                           if a.artifact_id == artifact.artifact_id else a
                           for a in task.artifacts)
-            return task.with_changes(artifacts=grown, updated_at=at)
+            return replace(task, artifacts=grown, updated_at=at)
         case ArtifactAdded(artifact=artifact):
-            return task.with_changes(artifacts=(*task.artifacts, artifact), updated_at=at)
+            return replace(task, artifacts=(*task.artifacts, artifact), updated_at=at)
         case Canceled(by=by):
             return _move(task, TaskState.CANCELED, f"canceled by {by}", at)
         case Finished():
@@ -166,11 +166,11 @@ def _move(task: Task, state: TaskState, message: str | None, at: str, **changes:
         changes["history"] = (*task.history, StatusEntry(state, at, message or ""))
         # A new state without a message clears the old one, as its history entry does.
         changes["status_message"] = message or ""
-    return task.with_changes(updated_at=at, state=state, **changes)
+    return replace(task, updated_at=at, state=state, **changes)
 
 
 def interrupted(task: Task, code: str, message: str, at: str) -> Task:
     """A task cut off before its run could end it (a restart, a failed first write):
     failed, with a budget even if it never had one."""
-    return apply(task, failed(code, message), at).with_changes(
-        budget=task.budget or Budget(Decimal("0")))
+    return replace(apply(task, failed(code, message), at),
+                   budget=task.budget or Budget(Decimal("0")))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import orjson
@@ -119,7 +120,7 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Sealed
         "at": task.updated_at,
     }
     own = sign_protected(identity.key, canonical(claims), _protected(identity.key))
-    return Sealed(task.with_changes(receipts=(own, *task.receipts[:MAX_RECEIPTS - 1])), rid)
+    return Sealed(replace(task, receipts=(own, *task.receipts[:MAX_RECEIPTS - 1])), rid)
 
 
 @functools.lru_cache(maxsize=64)  # per identity key: each hosted agent's, and rotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opentelemetry import trace
@@ -122,7 +121,3 @@ def remote_parent(trace_id: str) -> Context:
 
 def inject_headers(headers: dict[str, str], ctx: Context | None = None) -> None:
     _PROPAGATOR.inject(headers, context=ctx)
-
-
-def trace_headers(carrier: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")}

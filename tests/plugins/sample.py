@@ -54,3 +54,13 @@ async def stubborn(ctx: SkillContext) -> SkillOutput:
         await ctx.emit_artifact("too late")
         return SkillResult(parts=(Part(text="late result"),))
     return "finished"
+
+
+async def hang(ctx: SkillContext) -> SkillOutput:
+    """Waits until cancelled, and says so in its progress: what a run's time limit ends."""
+    await ctx.progress("waiting")
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await ctx.progress("cancelled")
+    return "never"

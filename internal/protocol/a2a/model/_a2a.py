@@ -11,7 +11,6 @@ A Butler task maps onto an A2A task like this (docs/protocol.md):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -181,7 +180,6 @@ def requested_version(headers: Mapping[str, str]) -> str:
     return headers.get(VERSION_HEADER, "").strip() or LEGACY_VERSION
 
 
-@functools.lru_cache(maxsize=64)  # every JSON-RPC request asks, with one of a few values
 def version_matches(requested: str, supported: str) -> bool:
     """Major and minor must match; a patch level ("1.0.1") does not matter."""
     try:

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import operator
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, TypeVar
-
-_Frozen = TypeVar("_Frozen")
+from typing import Any
 
 
 class TaskState(enum.StrEnum):
@@ -149,10 +145,6 @@ class Message:
     reference_task_ids: tuple[str, ...] = ()
     at: str = ""
 
-    def with_changes(self, **changes: Any) -> Message:
-        """``dataclasses.replace(self, **changes)``, cheaper (``_copier``)."""
-        return _copy_message(self, changes)
-
 
 @dataclass(frozen=True, slots=True)
 class TaskRequest:
@@ -209,47 +201,6 @@ class Task:
         """The id its caller knows it by: ``id`` without a scope (``scoped_task_id``)."""
         return wire_task_id(self.id)
 
-    def with_changes(self, **changes: Any) -> Task:
-        """``dataclasses.replace(self, **changes)`` without its walk over the fields
-        (``_copier``): a task is copied several times on its way (each state change, its
-        receipt)."""
-        return _copy_task(self, changes)
-
-
-def _copier(kind: type[_Frozen]) -> Callable[[_Frozen, dict[str, Any]], _Frozen]:
-    """``dataclasses.replace`` for one frozen slotted dataclass without ``__post_init__``:
-    ``replace`` walks the fields' metadata and calls the frozen ``__init__``, which sets
-    each field through ``object.__setattr__`` by name; this sets each slot through its
-    own descriptor (``__set__`` ignores ``frozen``), as ``object.__setattr__`` does once
-    it has looked the slot up."""
-    names = tuple(f.name for f in fields(kind))  # type: ignore[arg-type]
-    if not (len(names) > 1 and getattr(kind, "__slots__", None) is not None
-            and not hasattr(kind, "__post_init__")
-            and all(f.init for f in fields(kind))):  # type: ignore[arg-type]
-        raise TypeError(f"{kind.__name__} cannot be copied slot by slot")
-    index = {name: i for i, name in enumerate(names)}
-    values_of = operator.attrgetter(*names)
-    setters = tuple(vars(kind)[name].__set__ for name in names)
-    new = object.__new__
-
-    def copy(value: _Frozen, changes: dict[str, Any]) -> _Frozen:
-        values = list(values_of(value))
-        try:
-            for name, change in changes.items():
-                values[index[name]] = change
-        except KeyError:
-            raise TypeError(f"{kind.__name__} has no field "
-                            f"{sorted(changes.keys() - index.keys())}") from None
-        copied: _Frozen = new(kind)
-        for set_slot, field_value in zip(setters, values, strict=True):
-            set_slot(copied, field_value)
-        return copied
-
-    return copy
-
-
-_copy_task = _copier(Task)
-_copy_message = _copier(Message)
 
 SCOPE_MARK = "~"  # never in an id a caller may choose
 
