@@ -11,7 +11,7 @@ from butler.identity.key_file import AgentIdentity
 from butler.runtime.clock import now_iso
 from butler.skills.catalog import SkillCatalog, is_reserved
 from internal.protocol.a2a.codec.card_signature import card_signer
-from internal.protocol.a2a.codec.swarm_extension import extension_info
+from internal.protocol.a2a.codec.swarm_envelope import extension_info
 from internal.protocol.a2a.model import CardInfo, Identity, SkillInfo
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from internal.protocol.a2a.codec import butler_v2, envelope
+from internal.protocol.a2a.codec import butler_v2, swarm_envelope
 from internal.protocol.a2a.model import (
     Artifact,
     CostNode,
@@ -59,10 +59,10 @@ def headers_strategy() -> st.SearchStrategy[dict[str, str]]:
     depthish = st.integers(0, 70).map(str) | st.sampled_from(
         ["\u00b2", "\u0661", " 2 ", "-1", "0" * 40, "0" * 5000])
     return st.fixed_dictionaries({}, optional={
-        envelope.CHAIN_HEADER: chainish | header_text,
-        envelope.DEPTH_HEADER: depthish | header_text,
-        envelope.TRACE_HEADER: st.from_regex(r"[0-9a-f]{32}", fullmatch=True) | header_text,
-        envelope.BUDGET_HEADER: amount_like | header_text,
+        swarm_envelope.CHAIN_HEADER: chainish | header_text,
+        swarm_envelope.DEPTH_HEADER: depthish | header_text,
+        swarm_envelope.TRACE_HEADER: st.from_regex(r"[0-9a-f]{32}", fullmatch=True) | header_text,
+        swarm_envelope.BUDGET_HEADER: amount_like | header_text,
         "traceparent": header_text, "tracestate": header_text,
     })
 
@@ -78,16 +78,16 @@ def body_strategy() -> st.SearchStrategy[dict[str, Any]]:
 @given(body_strategy(), headers_strategy())
 def test_envelope_keeps_the_swarm_rules(body: dict[str, Any], headers: dict[str, str]) -> None:
     try:
-        decoded = envelope.decode_envelope(body, headers)
+        decoded = swarm_envelope.decode_v2_envelope(body, headers)
     except RequestError as err:
         assert err.code in ("invalid_envelope", "invalid_request")
         return
-    assert len(decoded.chain) <= envelope.MAX_CHAIN
+    assert len(decoded.chain) <= swarm_envelope.MAX_CHAIN
     assert all(butler_v2.AGENT_ID.fullmatch(a) for a in decoded.chain)
-    if envelope.DEPTH_HEADER in headers:
-        assert int(headers[envelope.DEPTH_HEADER]) == len(decoded.chain)
+    if swarm_envelope.DEPTH_HEADER in headers:
+        assert int(headers[swarm_envelope.DEPTH_HEADER]) == len(decoded.chain)
     claims = [butler_v2.decode_money(v, "claim") for v in
-              (body.get("budget"), headers.get(envelope.BUDGET_HEADER)) if v is not None]
+              (body.get("budget"), headers.get(swarm_envelope.BUDGET_HEADER)) if v is not None]
     if decoded.budget_usd is None:
         assert not claims
     else:
@@ -96,14 +96,15 @@ def test_envelope_keeps_the_swarm_rules(body: dict[str, Any], headers: dict[str,
         assert len(decoded.trace_id) == 32
 
 
-@given(st.lists(ids, max_size=envelope.MAX_CHAIN),
+@given(st.lists(ids, max_size=swarm_envelope.MAX_CHAIN),
        st.none() | st.decimals(min_value=0, max_value=1000, places=4))
 def test_envelope_headers_as_the_client_sends_them_round_trip(
     chain: list[str], budget: Decimal | None
 ) -> None:
-    headers = {envelope.CHAIN_HEADER: ",".join(chain), envelope.DEPTH_HEADER: str(len(chain))}
+    headers = {swarm_envelope.CHAIN_HEADER: ",".join(chain),
+               swarm_envelope.DEPTH_HEADER: str(len(chain))}
     body = butler_v2.encode_request(TaskRequest(text="x"), chain=tuple(chain), budget=budget)
-    decoded = envelope.decode_envelope(body, headers if chain else {})
+    decoded = swarm_envelope.decode_v2_envelope(body, headers if chain else {})
     assert decoded.chain == tuple(chain)
     assert decoded.budget_usd == budget
 

@@ -16,7 +16,7 @@ import pytest
 from butler.identity.receipt_check import verify_receipts
 from butler.identity.receipts import receipt_claims
 from internal.protocol.a2a.client import A2AClient
-from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
+from internal.protocol.a2a.codec.swarm_envelope import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from internal.signing import BadSignature, b64url
 from tests.a2a_support import JSONRPC, WAIT, rpc

@@ -37,7 +37,7 @@ from butler.skills.base import DelegationResult
 from butler.telemetry.traces import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
 from internal.protocol.a2a.client import A2AClient, GrpcChannels
-from internal.protocol.a2a.codec import envelope
+from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.model import (
     Budget,
     ButlerError,
@@ -254,9 +254,9 @@ class PeerDelegator:
             headers: dict[str, str] = {}
             inject_headers(headers)
             trace_id = format(span.get_span_context().trace_id, "032x")
-            headers[envelope.TRACE_HEADER] = trace_id
+            headers[swarm_envelope.TRACE_HEADER] = trace_id
             if tree_id:
-                headers[envelope.TREE_HEADER] = tree_id
+                headers[swarm_envelope.TREE_HEADER] = tree_id
             self._audit("delegation_sent", **audit, budget_before=grant, budget_after=None,
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:

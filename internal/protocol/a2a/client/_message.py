@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from internal.protocol.a2a.codec import a2a_v03, a2a_v1, swarm_extension
-from internal.protocol.a2a.codec.envelope import TRACE_HEADER, TREE_HEADER
+from internal.protocol.a2a.codec import a2a_v03, a2a_v1, swarm_envelope
 from internal.protocol.a2a.codec.peer_answers import decode_task, message_task
+from internal.protocol.a2a.codec.swarm_envelope import TRACE_HEADER, TREE_HEADER
 from internal.protocol.a2a.model import (
     PROTOCOL_VERSION,
     VERSION_HEADER,
@@ -34,7 +34,7 @@ class Outgoing:
 
 def a2a_headers(message: Outgoing, version: str) -> dict[str, str]:
     return {VERSION_HEADER: version,
-            **swarm_extension.envelope_headers(message.chain, message.budget),
+            **swarm_envelope.envelope_headers(message.chain, message.budget),
             **message.headers}
 
 
@@ -47,10 +47,10 @@ def a2a_params(message: Outgoing, version: str) -> dict[str, Any]:
     if request.input:
         parts.append(Part(data=dict(request.input)))
     parts.extend(request.parts)
-    envelope = swarm_extension.encode_envelope(message.chain, message.budget,
+    envelope = swarm_envelope.encode_envelope(message.chain, message.budget,
                                                message.headers.get(TRACE_HEADER),
                                                message.headers.get(TREE_HEADER))
-    metadata = {swarm_extension.SWARM_EXTENSION_URI: envelope}
+    metadata = {swarm_envelope.SWARM_EXTENSION_URI: envelope}
     message_id = uuid.uuid4().hex
     if version == PROTOCOL_VERSION:
         sent = {"messageId": message_id, "role": "ROLE_USER",

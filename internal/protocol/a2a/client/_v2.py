@@ -31,7 +31,7 @@ from internal.protocol.a2a.client._exchange import (
     mapped_errors,
     quoted,
 )
-from internal.protocol.a2a.codec import butler_v2, envelope
+from internal.protocol.a2a.codec import butler_v2, swarm_envelope
 from internal.protocol.a2a.model import DelegationFailed, Task, TaskRequest
 
 if TYPE_CHECKING:
@@ -106,8 +106,8 @@ class V2Transport:
         body = butler_v2.encode_request(request, chain=chain, budget=budget)
         extra = dict(headers or {})
         if chain:
-            extra[envelope.CHAIN_HEADER] = ",".join(chain)
-            extra[envelope.DEPTH_HEADER] = str(len(chain))
+            extra[swarm_envelope.CHAIN_HEADER] = ",".join(chain)
+            extra[swarm_envelope.DEPTH_HEADER] = str(len(chain))
         data = await self.request("POST", "/v2/tasks", body=body, headers=extra, timeout=timeout)
         return self._x.task(data)
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from internal.protocol.a2a.codec import butler_v2, exact_json, proto3
-from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
+from internal.protocol.a2a.codec.swarm_envelope import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,

@@ -1,4 +1,4 @@
-"""Butler /v2 REST wire format: decode requests, encode tasks (the envelope: ``envelope``).
+"""Butler /v2 REST wire format: decode requests, encode tasks (the envelope: ``swarm_envelope``).
 
 Amounts travel as decimal strings; numbers are accepted on input (parsed as Decimal).
 """

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
-from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
+from internal.protocol.a2a.codec.swarm_envelope import SWARM_EXTENSION_URI
 from internal.signing import (
     BadSignature,
     IdentityKey,

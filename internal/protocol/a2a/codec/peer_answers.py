@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from internal.protocol.a2a.codec.swarm_extension import SWARM_EXTENSION_URI
+from internal.protocol.a2a.codec.swarm_envelope import SWARM_EXTENSION_URI
 from internal.protocol.a2a.model import (
     BUTLER_DOMAIN,
     ERROR_TABLE,

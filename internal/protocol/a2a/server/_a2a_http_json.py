@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from internal.http import SseTiming, error_headers, identity_of, read_json, sse_frame, sse_stream
-from internal.protocol.a2a.codec import a2a_v1, exact_json, proto3, swarm_extension
+from internal.protocol.a2a.codec import a2a_v1, exact_json, proto3, swarm_envelope
 from internal.protocol.a2a.codec.card import encode_card
 from internal.protocol.a2a.model import (
     PROTOCOL_VERSION,
@@ -92,7 +92,7 @@ class A2ARestBinding:
         reply = reply_message(task)
         body = {"message": a2a_v1.encode_message(reply)} if reply is not None else {
             "task": a2a_v1.encode_task(task, history_length=params.history_length)}
-        return answer(body, headers=swarm_extension.activated(request.headers))
+        return answer(body, headers=swarm_envelope.activated(request.headers))
 
     async def send_stream(self, request: web.Request) -> web.StreamResponse:
         params = a2a_v1.decode_send_params(await self._body(request))
@@ -124,7 +124,7 @@ class A2ARestBinding:
 
         return await sse_stream(request, sse_frame(exact_json.dumps(a2a_v1.encode_event(first))),
                                 frames(), self.timing, {VERSION_HEADER: PROTOCOL_VERSION,
-                                                        **swarm_extension.activated(request.headers)})
+                                                        **swarm_envelope.activated(request.headers)})
 
     async def get(self, request: web.Request) -> web.Response:
         self._check_version(request)

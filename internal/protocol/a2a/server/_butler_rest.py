@@ -17,7 +17,7 @@ from internal.http import (
     read_json,
     sse_stream,
 )
-from internal.protocol.a2a.codec import butler_v2, envelope, exact_json
+from internal.protocol.a2a.codec import butler_v2, exact_json, swarm_envelope
 from internal.protocol.a2a.model import RequestError, TaskEvent, TaskState
 from internal.protocol.a2a.server._service import TaskService
 
@@ -65,11 +65,11 @@ class RestBinding:
     async def submit(self, request: web.Request) -> web.Response:
         body = await self._body(request)
         task_request = butler_v2.decode_task_request(body)
-        incoming = envelope.decode_envelope(body, request.headers)
+        incoming = swarm_envelope.decode_v2_envelope(body, request.headers)
         task = await self.service.submit(identity_of(request), task_request, incoming)
         status = 200 if task_request.blocking else 202
         return json_bytes_response(butler_v2.task_json(task), status=status,
-                                   headers={envelope.TRACE_HEADER: task.trace_id})
+                                   headers={swarm_envelope.TRACE_HEADER: task.trace_id})
 
     async def get(self, request: web.Request) -> web.Response:
         task = await self.service.get(identity_of(request), request.match_info["id"])

@@ -32,7 +32,7 @@ from internal.http import (
     sse_frame,
     sse_stream,
 )
-from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, proto3, swarm_extension
+from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, proto3, swarm_envelope
 from internal.protocol.a2a.codec.card import encode_card, encode_card_v03
 from internal.protocol.a2a.model import (
     JSONRPC_PATH,
@@ -381,7 +381,7 @@ class JsonRpcBinding:
         else:
             answer = await self.dispatcher.answer(raw, identity_of(request), request.headers)
         headers = {VERSION_HEADER: answer.dialect.version,
-                   **swarm_extension.activated(request.headers)}
+                   **swarm_envelope.activated(request.headers)}
         if answer.rest is None:
             return json_response(answer.body, headers=headers)
         return await sse_stream(request, _frame(answer.body), _frames(answer.rest),

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from internal.protocol.a2a.codec import swarm_extension
+from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.codec.proto3 import bad
 from internal.protocol.a2a.model import (
     PROTOCOL_VERSION,
@@ -111,9 +111,9 @@ async def encoded_events(encode: Callable[[TaskEvent], dict[str, Any]],
 def envelope_of(params: SendParams, headers: Mapping[str, str]) -> Envelope:
     """The swarm envelope from the message's (or the request's) metadata and headers."""
     metadata = params.message.metadata
-    if not (metadata and swarm_extension.SWARM_EXTENSION_URI in metadata):
+    if not (metadata and swarm_envelope.SWARM_EXTENSION_URI in metadata):
         metadata = params.metadata
-    return swarm_extension.decode_envelope(metadata, headers)
+    return swarm_envelope.decode_a2a_envelope(metadata, headers)
 
 
 class A2AOperations:

@@ -41,7 +41,7 @@ from internal.http import (
     TokenVerifier,
     limited,
 )
-from internal.protocol.a2a.codec import a2a_grpc, swarm_extension
+from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
 from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
 from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
@@ -164,7 +164,7 @@ def remote_address(peer: str) -> str:
 
 async def _activated(context: grpc.aio.ServicerContext[Any, Any],
                      headers: CIMultiDict[str]) -> None:
-    echo = swarm_extension.activated(headers)
+    echo = swarm_envelope.activated(headers)
     if echo:
         await context.send_initial_metadata(
             tuple((k.lower(), v) for k, v in echo.items()))
