@@ -2,18 +2,20 @@
 an agent card and a task's receipt, and what checks them. Bearer tokens stay the only
 authentication; these say who answered and what it cost."""
 
-from internal.signing._jws import (
+from internal.signing._eddsa import (
     BadSignature,
+    IdentityKey,
+    PublicKey,
     b64url,
     jws_claims,
     jws_payload,
     protected_header,
+    public_key_from_jwk,
     sign_jws,
     sign_protected,
     unb64url,
     verify_jws,
 )
-from internal.signing._keys import IdentityKey, PublicKey, public_key_from_jwk
 from internal.signing._rotation import rotated_to, rotation_statement
 
 __all__ = [

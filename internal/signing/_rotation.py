@@ -7,8 +7,15 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from internal.signing._jws import BadSignature, jws_claims, sign_jws, verify_jws
-from internal.signing._keys import IdentityKey, PublicKey, public_key_from_jwk
+from internal.signing._eddsa import (
+    BadSignature,
+    IdentityKey,
+    PublicKey,
+    jws_claims,
+    public_key_from_jwk,
+    sign_jws,
+    verify_jws,
+)
 
 ROTATION_TYPE = "butler-key-rotation+jws"
 
