@@ -47,11 +47,10 @@ from butler.audit.log import AuditLog, append_entries  # noqa: E402
 from butler.audit.record import Entry  # noqa: E402
 from butler.engine.outcome import final_detail  # noqa: E402
 from butler.engine.store import SqliteTaskStore  # noqa: E402
-from butler.engine.task_document import task_row  # noqa: E402
+from butler.engine.task_document import micros_stamp, task_row  # noqa: E402
 from butler.engine.task_schema import UPSERT, create_schema  # noqa: E402
 from butler.identity.key_file import AgentIdentity  # noqa: E402
 from butler.identity.receipts import seal  # noqa: E402
-from butler.storage import micros_stamp  # noqa: E402
 from internal.protocol.a2a.model import (  # noqa: E402
     Budget,
     CostNode,

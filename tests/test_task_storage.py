@@ -438,13 +438,13 @@ async def test_listings_merged_across_states_page_in_order(tmp_path: Path) -> No
 
 @given(micros=st.integers(0, 253402300799999999))
 def test_a_canonical_stamp_and_its_microseconds_give_each_other_back(micros: int) -> None:
-    from butler.storage import micros_stamp, stamp_micros
+    from butler.engine.task_document import micros_stamp, stamp_micros
 
     assert stamp_micros(micros_stamp(micros)) == micros
 
 
 def test_only_the_canonical_form_orders_by_microseconds() -> None:
-    from butler.storage import stamp_micros
+    from butler.engine.task_document import stamp_micros
 
     assert stamp_micros("2026-11-24T01:00:07.000500Z") == 1795482007000500
     for other in ("2026-11-24T01:00:07.000500+00:00", "2026-11-24T01:00:07Z", "yesterday",

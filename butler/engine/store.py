@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from butler.engine.task_document import task_from_row, task_row
+from butler.engine.task_document import micros_stamp, stamp_micros, task_from_row, task_row
 from butler.engine.task_schema import (
     OPEN_STATES,
     TERMINAL_STATES,
@@ -24,7 +24,7 @@ from butler.engine.task_schema import (
     VERSION,
     create_schema,
 )
-from butler.storage import BatchWriter, CheckpointPolicy, Database, micros_stamp, stamp_micros
+from butler.storage import BatchWriter, CheckpointPolicy, Database
 from internal.protocol.a2a.model import RequestError, Task, TaskPage, TaskState
 
 # Small, so a purge never holds the write lock long: the loop's commits wait for it.

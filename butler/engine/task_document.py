@@ -1,7 +1,8 @@
 """A task as its row keeps it (docs/tasks.md#storage): named columns and a keyed document.
 
 The columns are what queries filter and sort on: ``id``, ``owner``, ``context_id``,
-``state`` (its A2A name) and ``updated`` (microseconds since the epoch, for ordering;
+``state`` (its A2A name) and ``updated`` (microseconds since the epoch, for ordering:
+``stamp_micros`` of the canonical stamp ``2026-11-24T01:52:18.123456Z`` Butler writes;
 the time itself is in the document). The document is the JSON object of every other
 field of ``Task``, by its field name, and so on down (a request, a part, a cost node):
 a field left at its default is absent, a ``Decimal`` is its text, a tuple a list, an
@@ -22,15 +23,16 @@ import enum
 import functools
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
-from butler.storage import stamp_micros
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import RequestError, Task, TaskRequest
 
@@ -42,6 +44,10 @@ NOT_CANONICAL = 0
 # The columns, in the order ``task_row`` gives them.
 COLUMNS = ("id", "owner", "context_id", "state", "updated", "document")
 _IN_COLUMNS = frozenset(COLUMNS[:4])
+
+_EPOCH = datetime(1970, 1, 1)  # naive UTC: the canonical form has no offset to parse
+_MICROSECOND = timedelta(microseconds=1)
+_CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", re.ASCII)
 
 
 class NotStorable(RequestError):
@@ -72,6 +78,22 @@ def task_from_row(task_id: str, owner: str, context_id: str, state: str,
     data.update(id=task_id, owner=owner, context_id=context_id, state=state)
     task: Task = _TASK.decode(data)
     return task
+
+
+def stamp_micros(stamp: str) -> int | None:
+    """Microseconds since the epoch of a canonical stamp; None for any other text."""
+    if _CANONICAL.fullmatch(stamp) is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp[:26])
+    except ValueError:  # no such day or time
+        return None
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def micros_stamp(micros: int) -> str:
+    """The canonical stamp of microseconds since the epoch."""
+    return (_EPOCH + micros * _MICROSECOND).isoformat(timespec="microseconds") + "Z"
 
 
 def _dumps(document: dict[str, Any]) -> str:

@@ -18,8 +18,8 @@ from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
+from butler.engine.task_document import micros_stamp, stamp_micros
 from butler.identity.receipts import parts_digest
-from butler.storage import micros_stamp, stamp_micros
 from internal.protocol.a2a.codec import butler_v2, exact_json
 from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import (

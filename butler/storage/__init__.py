@@ -15,7 +15,6 @@ from butler.storage._files import (
     write_private,
 )
 from butler.storage._schema import schema_version
-from butler.storage._stamps import micros_stamp, stamp_micros
 
 __all__ = [
     "FILE_MODE",
@@ -29,11 +28,9 @@ __all__ = [
     "Row",
     "catch_up",
     "checkpoint",
-    "micros_stamp",
     "private_file",
     "private_folder",
     "replace_private",
     "schema_version",
-    "stamp_micros",
     "write_private",
 ]
