@@ -19,8 +19,8 @@ from yarl import URL
 
 from butler.a2a_wiring import serve_grpc
 from butler.audit import AuditLog
+from butler.audit.log import AuditWriter
 from butler.audit.retention import ARCHIVE, retention_loop
-from butler.audit.writer import AuditWriter
 from butler.card import build_card
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url

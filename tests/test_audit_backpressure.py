@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from butler.audit import AuditLog
-from butler.audit.writer import AuditWriter
+from butler.audit.log import AuditWriter
 from butler.config.model import SkillConfig
 from butler.engine.engine import TaskEngine
 from butler.engine.run import RunDeps

@@ -2,8 +2,8 @@
 
 Two things can be left half done: tasks still open in the store (they ran when the
 process died: they end ``interrupted_by_restart``), and tasks that ended but whose final
-audit record was still in the audit writer's batch window (``butler.audit.writer``) when
-the process died. A final record is submitted only after the task's terminal state is
+audit record was still in the audit writer's batch window (``butler.audit.log.AuditWriter``)
+when the process died. A final record is submitted only after the task's terminal state is
 committed, so such a task is always terminal in the store; its record is written now,
 stamped with the time it ended. Every created task thus gets exactly one final record.
 """
