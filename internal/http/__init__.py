@@ -17,25 +17,17 @@ if TYPE_CHECKING:
     from internal.http._answers import capped as capped
     from internal.http._answers import read_capped as read_capped
     from internal.http._answers import sse_events as sse_events
-    from internal.http._auth import (
-        TokenEntry as TokenEntry,
-    )
-    from internal.http._auth import (
-        TokenVerifier as TokenVerifier,
-    )
-    from internal.http._auth import (
-        hash_token as hash_token,
-    )
-    from internal.http._auth import (
-        new_token as new_token,
-    )
     from internal.http._documents import (
         document_route as document_route,
     )
     from internal.http._documents import (
         load as load,
     )
+    from internal.http._gate import TokenEntry as TokenEntry
+    from internal.http._gate import TokenVerifier as TokenVerifier
     from internal.http._gate import gate_middleware as gate_middleware
+    from internal.http._gate import hash_token as hash_token
+    from internal.http._gate import new_token as new_token
     from internal.http._incidents import (
         INCIDENTS as INCIDENTS,
     )
@@ -142,9 +134,8 @@ __all__, _getattr = lazy_exports(__name__, {
         "AnswerTooLarge", "Capped", "SseEvent", "SseParser", "capped", "read_capped",
         "sse_events",
     ),
-    "_auth": ("TokenEntry", "TokenVerifier", "hash_token", "new_token",),
     "_documents": ("document_route", "load",),
-    "_gate": ("gate_middleware",),
+    "_gate": ("TokenEntry", "TokenVerifier", "gate_middleware", "hash_token", "new_token",),
     "_incidents": ("INCIDENTS", "IncidentLog",),
     "_json_http": (
         "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
