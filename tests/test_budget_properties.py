@@ -21,7 +21,7 @@ from butler.skills.base import DelegationResult
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.plugin import load_plugin
 from butler.swarm.decision import SwarmPolicy
-from butler.swarm.ledger import BudgetLedger
+from butler.swarm.spend import BudgetLedger
 from internal.protocol.a2a.model import (
     AuthError,
     CostNode,

@@ -22,7 +22,7 @@ from butler.planner.tools import DelegateTool, LocalTool
 from butler.planner.wire import bad
 from butler.skills.base import DelegationResult, SkillContext, SkillFailed, SkillResult
 from butler.skills.catalog import Skill
-from butler.swarm.ledger import BudgetLedger
+from butler.swarm.spend import BudgetLedger
 from internal.protocol.a2a.model import (
     Artifact,
     ButlerError,

@@ -42,7 +42,7 @@ from butler.skills.base import (
 )
 from butler.skills.catalog import Skill
 from butler.swarm.decision import Admitted, SwarmDecision
-from butler.swarm.ledger import BudgetLedger
+from butler.swarm.spend import BudgetLedger
 from butler.telemetry.logs import TRACE_ID
 from butler.telemetry.traces import Incoming, remote_parent
 from internal.protocol.a2a.model import (

@@ -1,12 +1,17 @@
-"""Per-caller spend caps: what one caller identity may spend and start across all its task
-trees, over rolling windows of an hour and a day, kept in ``spend.db`` across restarts.
+"""Spending, reserved first and then settled to what was spent, at two scopes.
 
-A task's budget bounds one tree; these bound the caller. At admission (its last step,
-in the swarm decision, so nothing after it refuses) the task's budget is clamped to the room
-the caller has left and that whole budget is reserved at once, in memory and then in
-``spend.db``, before the task is committed: parallel trees cannot together spend past a
-cap. When the task ends, the reservation becomes what it spent. A task cut off (by a crash,
-a shutdown, a failed write) keeps its whole reservation: what it spent is not known.
+A task's budget (``BudgetLedger``) bounds one tree: what it started with, what is reserved,
+what was spent. Invariant: spent + left == start, and a child never receives more than is
+left.
+
+A caller's spend caps (``SpendBook``) bound the caller: what one caller identity may spend
+and start across all its task trees, over rolling windows of an hour and a day, kept in
+``spend.db`` across restarts. At admission (its last step, in the swarm decision, so
+nothing after it refuses) the task's budget is clamped to the room the caller has left and
+that whole budget is reserved at once, in memory and then in ``spend.db``, before the task
+is committed: parallel trees cannot together spend past a cap. When the task ends, the
+reservation becomes what it spent. A task cut off (by a crash, a shutdown, a failed write)
+keeps its whole reservation: what it spent is not known.
 """
 
 from __future__ import annotations
@@ -27,6 +32,41 @@ from internal.protocol.a2a.model import Refusal, Task, Unavailable
 # Tasks that ended without a known spend: their reservation stands.
 CUT_OFF = frozenset({"interrupted_by_restart", "interrupted_by_shutdown", "store_unavailable"})
 SPANS = (("hour", HOUR), ("day", DAY))
+_ZERO = Decimal(0)  # once: Decimal("0") parses its text at each call, and this is per task
+
+
+class BudgetLedger:
+    def __init__(self, start: Decimal) -> None:
+        self.start = start
+        self._spent = _ZERO
+        self._reserved = _ZERO
+
+    @property
+    def spent(self) -> Decimal:
+        return self._spent
+
+    @property
+    def left(self) -> Decimal:
+        """What may still be committed: start minus spent minus reservations."""
+        return self.start - self._spent - self._reserved
+
+    def reserve(self, amount: Decimal, what: str) -> Decimal:
+        if amount < 0:
+            raise ValueError("negative reservation")
+        if amount > self.left:
+            raise Refusal(
+                "budget_exhausted",
+                f"{what} needs {amount} USD but only {self.left} USD is left",
+                details={"cost_usd": str(amount), "budget_left_usd": str(self.left)},
+            )
+        self._reserved += amount
+        return amount
+
+    def settle(self, reserved: Decimal, actual: Decimal) -> None:
+        """Turn a reservation into spending; ``actual`` is clamped to what was reserved."""
+        actual = max(_ZERO, min(actual, reserved))
+        self._reserved -= reserved
+        self._spent += actual
 
 
 @dataclass(frozen=True, slots=True)
