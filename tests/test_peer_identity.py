@@ -13,9 +13,9 @@ import pytest
 
 from butler.config import load_config
 from butler.daemon import Daemon
+from butler.delegation.peer_identity import PINS_FILE
 from butler.delegation.wiring import make_delegator
 from butler.identity.key_file import KEY_FILE, load_identity
-from butler.identity.pins import PINS_FILE
 from internal.protocol.a2a.model import WELL_KNOWN_CARD_PATH, TaskRequest, TaskState
 from internal.protocol.a2a.server._card_route import CardRoute
 from tests.delegation_support import Mesh, free_port, skill

@@ -5,6 +5,8 @@ one the pinned key signed over to.
 The first signed card seen pins its key (trust on first use), unless the registry entry
 the peer was found in named one already. A peer whose card is unsigned is not pinned;
 once pinned, an unsigned card or another key is refused with ``peer_identity_changed``.
+The pins are ``peer_keys.json`` in the data folder (``PinStore``), 0600, one entry per
+peer name (its JWK and when it was pinned).
 
 The card is checked before a call opens a new connection to the peer, not before every
 call (``guarded``, and ``connection_check``, the check each transport that sends the
@@ -26,10 +28,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from butler.delegation.peers import Candidate
-from butler.identity.pins import PINS_FILE, PinStore
+from butler.runtime.clock import now_iso
+from butler.storage import replace_private
 from internal.http import ConnectionCheck
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.protocol.a2a.model import DelegationFailed, agent_key
@@ -42,9 +46,47 @@ from internal.signing import (
 )
 
 log = logging.getLogger("butler.delegation")
+PINS_FILE = "peer_keys.json"
 CardReader = Callable[[], Awaitable[dict[str, Any]]]
 T = TypeVar("T")
 MAX_CHECKED = 1024
+
+
+class PinStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._pins: dict[str, dict[str, Any]] = self._read()
+        self._keys: dict[str, PublicKey | None] = {}  # each entry's key, read once
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            raw = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            # Not fatal: every peer is pinned afresh; the file is rewritten on the next pin.
+            log.error("cannot read %s (%s): peers' keys are pinned afresh", self.path, exc)
+            return {}
+        return {k: v for k, v in raw.items() if isinstance(v, dict)} \
+            if isinstance(raw, dict) else {}
+
+    def get(self, peer: str) -> PublicKey | None:
+        if peer in self._keys:
+            return self._keys[peer]
+        entry = self._pins.get(peer)
+        if entry is None:
+            return None
+        try:
+            key: PublicKey | None = public_key_from_jwk(entry.get("jwk"))
+        except BadSignature:
+            key = None
+        self._keys[peer] = key
+        return key
+
+    def pin(self, peer: str, key: PublicKey) -> None:
+        self._pins[peer] = {"jwk": key.jwk, "kid": key.kid, "pinned_at": now_iso()}
+        self._keys[peer] = key
+        replace_private(self.path, json.dumps(self._pins, indent=2, sort_keys=True).encode())
 
 
 def changed(cand: Candidate, why: str, *, token_sent: bool = False) -> DelegationFailed:

@@ -8,9 +8,8 @@ from opentelemetry.trace import Tracer
 
 from butler.config.model import Config
 from butler.delegation.delegator import PeerDelegator
-from butler.delegation.peer_identity import PeerIdentities
+from butler.delegation.peer_identity import PINS_FILE, PeerIdentities, PinStore
 from butler.delegation.peers import Discovery, from_config
-from butler.identity.pins import PINS_FILE, PinStore
 from internal.http import ResolverFactory
 
 
