@@ -39,10 +39,10 @@ from butler.identity.receipts import seal
 from butler.memory import MemoryStore
 from butler.metrics import (
     ButlerMetrics,
+    log_audit,
     observe_audit,
     serve_metrics,
 )
-from butler.oplog import log_audit
 from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.skills.catalog import SkillCatalog, build_skills
