@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from internal.protocol.a2a.codec.jcs import Encoded, NotCanonical, canonical
+from internal.signing import Encoded, NotCanonical, canonical
 
 PINNED: list[tuple[Any, str]] = [
     ({}, "{}"),

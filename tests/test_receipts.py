@@ -191,8 +191,7 @@ async def test_hostile_claims_signed_by_a_real_key_are_refused_not_crashes(mesh:
     that is not parts. Each is a BadSignature naming it, never a traceback."""
     from butler.identity.key_file import load_identity
     from butler.identity.receipts import RECEIPT_TYPE
-    from internal.protocol.a2a.codec.jcs import canonical
-    from internal.signing import sign_jws
+    from internal.signing import canonical, sign_jws
 
     raw, agents = await three_hops(mesh)
     card_of = card_reader(mesh.session)

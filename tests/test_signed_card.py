@@ -17,8 +17,7 @@ from jwt.api_jwk import PyJWK
 
 from butler.identity.key_file import KEY_FILE, load_identity, rotate_identity
 from internal.protocol.a2a.codec.card_signature import claimed_key, verify_card
-from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
-from internal.signing import BadSignature, jws_payload, rotated_to
+from internal.signing import BadSignature, NotCanonical, canonical, jws_payload, rotated_to
 from tests.support import ECHO, Swarm, run_cli
 
 WELL_KNOWN = "/.well-known/agent-card.json"
@@ -76,7 +75,7 @@ def test_canonical_json_matches_rfc_8785_examples() -> None:
 def test_numbers_are_written_as_rfc_8785_appendix_b_says(bits: int, text: str) -> None:
     import struct
 
-    from internal.protocol.a2a.codec.jcs import number
+    from internal.signing._canonical import number
 
     assert number(struct.unpack(">d", bits.to_bytes(8, "big"))[0]) == text
 
@@ -155,7 +154,7 @@ async def test_key_rotate_on_a_stopped_daemon(swarm: Swarm, http: aiohttp.Client
 
 
 def test_the_fast_path_writes_the_same_bytes_as_the_careful_one() -> None:
-    from internal.protocol.a2a.codec.jcs import _write
+    from internal.signing._canonical import _write
 
     def careful(value: Any) -> bytes:
         out: list[str] = []

@@ -48,7 +48,7 @@ from butler.audit.schema import COLUMNS as _COLUMNS
 from butler.audit.schema import GENESIS_HASH, INSERT, SEGMENT_RECORDS, seal_full
 from butler.runtime.clock import now_utc_iso
 from butler.storage import Database
-from internal.protocol.a2a.codec.jcs import NotCanonical
+from internal.signing import NotCanonical
 
 __all__ = ["GENESIS_HASH", "AuditError", "AuditLog", "AuditRecord", "AuditWriter", "VerifyResult"]
 

@@ -38,7 +38,7 @@ from butler.audit.schema import (
     create_tables,
 )
 from butler.storage import schema_version
-from internal.protocol.a2a.codec.jcs import canonical
+from internal.signing import canonical
 
 PROGRESS_EVERY: Final = 100_000  # records between two lines of progress on stderr
 _CHUNK: Final = 5_000

@@ -1,6 +1,6 @@
 """One audit record: its fields, how they are checked, and its hash.
 
-The hash is SHA-256 of the record's RFC 8785 form (``internal.protocol.a2a.codec.jcs``:
+The hash is SHA-256 of the record's RFC 8785 form (``internal.signing.canonical``:
 sorted keys, no spaces, non-ASCII as is), previous hash included
 (docs/audit.md#how-the-chain-works).
 A stored record's detail is hashed as the text it is stored as, which is the text it was
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from internal.protocol.a2a.codec.jcs import Encoded, canonical
+from internal.signing import Encoded, canonical
 
 
 @dataclass(frozen=True, slots=True)

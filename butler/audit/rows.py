@@ -10,8 +10,8 @@ from typing import Any
 
 from butler.audit.record import AuditRecord
 from butler.audit.schema import COLUMNS, GENESIS_HASH
-from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import SetupError
+from internal.signing import canonical
 
 
 class AuditError(SetupError):

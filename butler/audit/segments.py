@@ -33,7 +33,7 @@ from butler.audit.log import AuditLog, VerifyResult, failed
 from butler.audit.rows import hash_before, live_base, record_from_row
 from butler.audit.schema import COLUMNS, GENESIS_HASH, seal
 from butler.storage import write_private
-from internal.protocol.a2a.codec.jcs import Encoded, canonical
+from internal.signing import Encoded, canonical
 
 FORMAT: Final = "butler-audit-segment/1"
 _PAGE: Final = 2048

@@ -21,7 +21,6 @@ from typing import Any
 from butler.engine.task_document import micros_stamp, stamp_micros
 from butler.identity.receipts import parts_digest
 from internal.protocol.a2a.codec import butler_v2, exact_json
-from internal.protocol.a2a.codec.jcs import canonical
 from internal.protocol.a2a.model import (
     Artifact,
     Budget,
@@ -35,7 +34,7 @@ from internal.protocol.a2a.model import (
     TaskState,
     wire_task_id,
 )
-from internal.signing import b64url
+from internal.signing import b64url, canonical
 
 # The states as schemas 1-5 numbered them.
 STATE_CODES: dict[int, TaskState] = {

@@ -25,12 +25,13 @@ import orjson
 from butler.identity.key_file import AgentIdentity
 from butler.runtime.ids import IDS
 from internal.protocol.a2a.codec.butler_v2 import encode_artifact, encode_part
-from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
 from internal.protocol.a2a.model import Artifact, Part, Task
 from internal.signing import (
     BadSignature,
     IdentityKey,
+    NotCanonical,
     b64url,
+    canonical,
     jws_claims,
     protected_header,
     sign_protected,

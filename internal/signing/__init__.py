@@ -2,6 +2,7 @@
 an agent card and a task's receipt, and what checks them. Bearer tokens stay the only
 authentication; these say who answered and what it cost."""
 
+from internal.signing._canonical import Encoded, NotCanonical, canonical
 from internal.signing._eddsa import (
     BadSignature,
     IdentityKey,
@@ -20,9 +21,12 @@ from internal.signing._rotation import rotated_to, rotation_statement
 
 __all__ = [
     "BadSignature",
+    "Encoded",
     "IdentityKey",
+    "NotCanonical",
     "PublicKey",
     "b64url",
+    "canonical",
     "jws_claims",
     "jws_payload",
     "protected_header",

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from internal.protocol.a2a.model import RequestError
+from internal.signing._canonical import canonical
 
 ALG = "EdDSA"
 
@@ -68,8 +69,7 @@ class PublicKey:
     @functools.cached_property
     def kid(self) -> str:
         """RFC 7638 thumbprint: SHA-256 of the required members, sorted, no whitespace."""
-        members = json.dumps(self.jwk, sort_keys=True, separators=(",", ":")).encode()
-        return b64url(hashlib.sha256(members).digest())
+        return b64url(hashlib.sha256(canonical(self.jwk)).digest())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PublicKey) and other.jwk == self.jwk
@@ -142,8 +142,7 @@ def sign_jws(key: IdentityKey, payload: bytes, header: dict[str, Any]) -> str:
 def protected_header(key: IdentityKey, header: dict[str, Any]) -> str:
     """The first part of a JWS by ``key`` with ``header``: made once by a signer that
     signs many payloads under the same header (``sign_protected``)."""
-    return b64url(json.dumps({**header, "alg": ALG, "kid": key.kid},
-                             separators=(",", ":"), sort_keys=True).encode())
+    return b64url(canonical({**header, "alg": ALG, "kid": key.kid}))
 
 
 def sign_protected(key: IdentityKey, payload: bytes, protected: str) -> str:

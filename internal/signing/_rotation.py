@@ -3,10 +3,10 @@ can follow the chain to the new one, and nobody without the old key can start a 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
+from internal.signing._canonical import canonical
 from internal.signing._eddsa import (
     BadSignature,
     IdentityKey,
@@ -22,8 +22,7 @@ ROTATION_TYPE = "butler-key-rotation+jws"
 
 def rotation_statement(old: IdentityKey, new: PublicKey, at: str) -> str:
     payload = {"old_kid": old.kid, "new_kid": new.kid, "new_key": new.jwk, "at": at}
-    return sign_jws(old, json.dumps(payload, sort_keys=True, separators=(",", ":")).encode(),
-                    {"typ": ROTATION_TYPE})
+    return sign_jws(old, canonical(payload), {"typ": ROTATION_TYPE})
 
 
 def _statement(jws: str) -> dict[str, Any]:

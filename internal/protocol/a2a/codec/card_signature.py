@@ -14,12 +14,13 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from internal.protocol.a2a.codec.jcs import NotCanonical, canonical
 from internal.protocol.a2a.codec.swarm_envelope import SWARM_EXTENSION_URI
 from internal.signing import (
     BadSignature,
     IdentityKey,
+    NotCanonical,
     PublicKey,
+    canonical,
     jws_payload,
     public_key_from_jwk,
     sign_jws,
