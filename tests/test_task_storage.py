@@ -95,8 +95,11 @@ def test_every_field_survives_the_keyed_row() -> None:
                        cost=CostNode("", "x", Decimal("0"), 0, "working"))
     plain = replace(echo(8), history=(), trace_id="", chain=(), request=TaskRequest(
         text="hello", skill="other"), parts=(Part(text="hello", metadata={"m": 1}),))
-    for task in (rich, odd_times, no_times, plain, echo(7)):
+    for task in (odd_times, no_times, plain, echo(7)):
         assert _round_trip(task) == task
+    # A request's A2A message is not stored twice: the task's messages hold it.
+    assert rich.request.message == rich.messages[0]
+    assert _round_trip(rich) == replace(rich, request=replace(rich.request, message=None))
 
 
 def test_a_row_names_its_fields_and_leaves_defaults_out() -> None:

@@ -8,7 +8,8 @@ field of ``Task``, by its field name, and so on down (a request, a part, a cost 
 a field left at its default is absent, a ``Decimal`` is its text, a tuple a list, an
 enum its value. Encoding and decoding follow the dataclasses' own fields and type hints,
 so a field added to ``Task`` (or any type it holds) is stored and read back with no edit
-here. Receipts are kept as the JWS text they were signed as.
+here (a request's A2A message is not: the task's messages hold it). Receipts are kept
+as the JWS text they were signed as.
 
 A float NaN or infinity is kept as ``null``, as every answer gives it. A task whose
 document cannot be stored (a lone surrogate, a value JSON has no form for, nesting past
@@ -171,6 +172,8 @@ class _Fields:
             hints = typing.get_type_hints(self.kind)
             plan = []
             for f in dataclasses.fields(self.kind):
+                if (self.kind, f.name) in _NOT_STORED:
+                    continue
                 default = f.default if f.default_factory is dataclasses.MISSING \
                     else f.default_factory()
                 encode, decode = _codec(hints[f.name])
@@ -231,4 +234,7 @@ def _enum_value(value: enum.Enum) -> Any:
 # gave it, with ordinary numbers (``exact_json.loads`` reads fractions as Decimal).
 _READ_AS: dict[tuple[type, str], Convert] = {
     (TaskRequest, "input"): exact_json.plain_numbers}
+# What a row does not keep: a request's A2A message is the task's first message
+# (``Task.messages`` holds it); read back, the request has none.
+_NOT_STORED = {(TaskRequest, "message")}
 _TASK = _Fields(Task)
