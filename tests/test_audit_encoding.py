@@ -148,8 +148,16 @@ def test_a_detail_of_ascii_strings_is_stored_as_its_json_round_trip(
     assert entry.detail_text == canonical(entry.detail)
 
 
-def test_a_detail_no_canonical_form_holds_is_refused() -> None:
-    """An integer past 2**53 has no RFC 8785 form: the record is refused, not rounded."""
-    with pytest.raises(ValueError, match="past what a double holds"):
+def test_a_number_no_canonical_form_holds_is_recorded_as_text_not_lost() -> None:
+    """An integer past 2**53 has no RFC 8785 form: the record keeps its exact digits as
+    text, rather than be lost or rounded."""
+    entry = Entry(kind="k", caller="c", task_id=None, chain=(), budget_before=None,
+                  budget_after=None, decision="d",
+                  detail={"n": 2**60, "tokens": [1, -(2**70)], "ok": 2**53 - 1})
+    assert entry.detail == {"n": "1152921504606846976",
+                            "tokens": [1, "-1180591620717411303424"],
+                            "ok": 2**53 - 1}
+    assert entry.detail_text == canonical(entry.detail)
+    with pytest.raises(ValueError):  # no JSON reading makes a NaN: still refused
         Entry(kind="k", caller="c", task_id=None, chain=(), budget_before=None,
-              budget_after=None, decision="d", detail={"n": 2**60})
+              budget_after=None, decision="d", detail={"r": float("nan")})

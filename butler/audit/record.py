@@ -122,11 +122,24 @@ def _dec_text(value: Decimal | None) -> str | None:
 
 def _normalize_detail(detail: Mapping[str, Any]) -> dict[str, Any]:
     # Store what JSON round-trips to, so the record returned now equals the one read back.
-    encoded = json.dumps(dict(detail), ensure_ascii=False, allow_nan=False,
-                         default=_detail_default)
+    encoded = json.dumps(_hashable_numbers(dict(detail)), ensure_ascii=False,
+                         allow_nan=False, default=_detail_default)
     loaded = json.loads(_clean(encoded))
     assert isinstance(loaded, dict)
     return loaded
+
+
+def _hashable_numbers(value: Any) -> Any:
+    """``value`` with each integer past 2**53, which RFC 8785 has no exact form for,
+    written as its digits: a peer's or a model's big count is recorded, never the reason
+    a record is lost. (NaN is refused as before: no JSON reading makes one.)"""
+    if type(value) is int and abs(value) >= 2**53:
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _hashable_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_hashable_numbers(v) for v in value]
+    return value
 
 
 def _plain(detail: Mapping[str, Any]) -> bool:
@@ -182,7 +195,6 @@ class Entry:
         self.trace_id = _opt_text("trace_id", trace_id)
         self.detail = dict(detail) if detail and _plain(detail) else \
             _normalize_detail(detail) if detail else {}
-        # A value no canonical form holds (an integer past 2**53) is refused here.
         self.detail_text = canonical(self.detail).decode()
 
     def row(self, seq: int, at: str, prev_hash: str) -> Row:
