@@ -103,11 +103,11 @@ def _dumps(document: dict[str, Any]) -> str:
     infinity as ``null``, as every answer Butler sends does. Else the standard library,
     which writes big integers, and must then give UTF-8 text within ``MAX_DEPTH``."""
     try:
-        return orjson.dumps(document, default=_json_default).decode()
+        return orjson.dumps(document, default=exact_json.json_default).decode()
     except (orjson.JSONEncodeError, TypeError):
         pass
     try:
-        text = json.dumps(_finite(document), default=_json_default, ensure_ascii=False,
+        text = json.dumps(_finite(document), default=exact_json.json_default, ensure_ascii=False,
                           separators=(",", ":"))
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -131,14 +131,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, tuple | frozenset | set):
-        return list(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 # -- the codec of each type, made once from its type hints -----------------------------

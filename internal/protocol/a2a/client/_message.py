@@ -40,13 +40,7 @@ def a2a_headers(message: Outgoing, version: str) -> dict[str, str]:
 
 def a2a_params(message: Outgoing, version: str) -> dict[str, Any]:
     """``SendMessage``'s params (``message/send``'s in 0.3), the envelope in the metadata."""
-    request = message.request
-    parts: list[Part] = []
-    if request.text:
-        parts.append(Part(text=request.text))
-    if request.input:
-        parts.append(Part(data=dict(request.input)))
-    parts.extend(request.parts)
+    parts = message.request.as_parts
     envelope = swarm_envelope.encode_envelope(message.chain, message.budget,
                                                message.headers.get(TRACE_HEADER),
                                                message.headers.get(TREE_HEADER))
@@ -54,11 +48,11 @@ def a2a_params(message: Outgoing, version: str) -> dict[str, Any]:
     message_id = uuid.uuid4().hex
     if version == PROTOCOL_VERSION:
         sent = {"messageId": message_id, "role": "ROLE_USER",
-                "parts": [a2a_v1.encode_part(p) for p in parts or [Part(text="")]],
+                "parts": [a2a_v1.encode_part(p) for p in parts or (Part(text=""),)],
                 "metadata": metadata}
         return {"message": sent, "configuration": {"returnImmediately": False}}
     sent = {"kind": "message", "messageId": message_id, "role": "user",
-            "parts": [a2a_v03.encode_part(p) for p in parts or [Part(text="")]],
+            "parts": [a2a_v03.encode_part(p) for p in parts or (Part(text=""),)],
             "metadata": metadata}
     return {"message": sent, "configuration": {"blocking": True}}
 

@@ -21,7 +21,9 @@ from internal.protocol.a2a.model import RequestError
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """What JSON writes for a value of ours it has no form for: a Decimal as its text, a
+    tuple or set as a list."""
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, tuple | frozenset | set):
@@ -47,13 +49,13 @@ def _orjson_dumps(data: Any) -> bytes:
     try:
         # Keys are nearly always strings, and orjson skips its check for other keys unless
         # asked: it refuses a document with another key, which then goes again, asking.
-        return orjson.dumps(data, default=_default)
+        return orjson.dumps(data, default=json_default)
     except orjson.JSONEncodeError:
-        return orjson.dumps(data, default=_default, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(data, default=json_default, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _std_dumps(data: Any) -> str:
-    return json.dumps(data, default=_default, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(data, default=json_default, ensure_ascii=False, separators=(",", ":"))
 
 
 def _no_constant(name: str) -> Any:

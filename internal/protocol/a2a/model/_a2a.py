@@ -122,16 +122,10 @@ def caller_messages(task: Task) -> tuple[Message, ...]:
     """The caller's messages; for a task submitted over /v2, one made from its request."""
     if task.messages:
         return task.messages
-    request = task.request
-    parts: list[Part] = []
-    if request.text:
-        parts.append(Part(text=request.text))
-    if request.input:
-        parts.append(Part(data=dict(request.input)))
-    parts.extend(request.parts)
+    parts = task.request.as_parts
     if not parts:
         return ()
-    return (Message(message_id=f"{task.id}-m0", role="user", parts=tuple(parts),
+    return (Message(message_id=f"{task.id}-m0", role="user", parts=parts,
                     context_id=task.context_id, task_id=task.id, at=task.created_at),)
 
 

@@ -159,6 +159,13 @@ class TaskRequest:
     timeout_seconds: float | None = None
     message: Message | None = None  # the A2A message this request came from, if any
 
+    @property
+    def as_parts(self) -> tuple[Part, ...]:
+        """The request as one message's parts: its text, its input as data, its parts."""
+        text = (Part(text=self.text),) if self.text else ()
+        data = (Part(data=dict(self.input)),) if self.input else ()
+        return (*text, *data, *self.parts)
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
