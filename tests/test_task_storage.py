@@ -33,6 +33,7 @@ from internal.protocol.a2a.model import (
     TaskState,
     scoped_task_id,
 )
+from tests.plugins.garbage import NotJson, nested
 
 T0 = "2026-11-24T01:00:00.000000Z"
 
@@ -194,22 +195,11 @@ def test_any_task_comes_back_from_its_row(task: Task) -> None:
     assert _round_trip(task) == task
 
 
-def _nested(depth: int) -> Any:
-    value: Any = "bottom"
-    for _ in range(depth):
-        value = [value]
-    return value
-
-
-class _NotJson:
-    pass
-
-
 @pytest.mark.parametrize(("data", "why"), [
     ({"text": "cut at an emoji \ud83d"}, "lone UTF-16 surrogate"),
-    ({"x": _NotJson()}, "no form for"),
-    ({"deep": _nested(MAX_DEPTH)}, "nested deeper"),
-    ({"deeper": _nested(5 * MAX_DEPTH)}, "nested deeper"),
+    ({"x": NotJson()}, "no form for"),
+    ({"deep": nested(MAX_DEPTH)}, "nested deeper"),
+    ({"deeper": nested(5 * MAX_DEPTH)}, "nested deeper"),
 ])
 def test_a_task_whose_output_has_no_json_form_is_not_storable(data: Any, why: str) -> None:
     with pytest.raises(NotStorable, match=why):
@@ -228,7 +218,7 @@ def test_nan_and_infinities_are_kept_as_null_as_answers_give_them() -> None:
 def test_what_strict_json_can_keep_is_stored_exactly() -> None:
     """Integers past 64 bits, text of any plane, and nesting within the bound."""
     for data in ({"big": 2**80, "neg": -(2**70)}, {"t": "emoji \U0001f600 \u2028 \x00"},
-                 {"deep": _nested(MAX_DEPTH - 8)}):
+                 {"deep": nested(MAX_DEPTH - 8)}):
         task = replace(echo(1), parts=(Part(data=data),))
         assert _round_trip(task) == task
 

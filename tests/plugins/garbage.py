@@ -8,7 +8,8 @@ from butler.skills.base import SkillContext, SkillOutput, SkillResult
 from internal.protocol.a2a.model import Artifact, Part
 
 
-def _nested(depth: int) -> Any:
+def nested(depth: int) -> Any:
+    """A value nested ``depth`` lists deep."""
     value: Any = "bottom"
     for _ in range(depth):
         value = [value]
@@ -16,7 +17,7 @@ def _nested(depth: int) -> Any:
 
 
 class NotJson:
-    pass
+    """A value JSON has no form for."""
 
 
 async def garbage(ctx: SkillContext) -> SkillOutput:
@@ -24,7 +25,7 @@ async def garbage(ctx: SkillContext) -> SkillOutput:
     if kind == "surrogate":  # text cut by UTF-16 units at an emoji
         return {"text": "\U0001f600"[:1] + "cut at \ud83d"}
     if kind == "deep":
-        return {"deep": _nested(10_000)}
+        return {"deep": nested(10_000)}
     if kind == "object":
         return {"x": NotJson()}
     if kind == "nan":
