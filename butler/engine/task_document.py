@@ -199,6 +199,8 @@ def _codec(kind: Any) -> tuple[Convert, Convert]:
     if origin is typing.Union or origin is types.UnionType:
         (inner,) = [k for k in typing.get_args(kind) if k is not type(None)]
         encode, decode = _codec(inner)
+        if encode is _same and decode is _same:  # text, numbers, JSON data: None as it is
+            return _same, _same
         return (lambda v: None if v is None else encode(v),
                 lambda v: None if v is None else decode(v))
     if origin is tuple:
