@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
@@ -25,6 +26,7 @@ from a2a.types import (
     AgentSkill,
     Message,
     Part,
+    TaskState,
 )
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -40,10 +42,13 @@ class Seen:
 
     headers: list[dict[str, str]] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    cancels: list[str] = field(default_factory=list)  # the task id of each cancel
+    working: list[str] = field(default_factory=list)  # tasks begun by a "wait" agent
 
 
 class Shout(AgentExecutor):
-    """Answers with the text in upper case: as a task with an artifact, or a message."""
+    """Answers with the text in upper case: as a task with an artifact, or a message; or
+    (``wait``) works until canceled, and honours the cancel."""
 
     def __init__(self, seen: Seen, reply: str) -> None:
         self.seen = seen
@@ -60,6 +65,9 @@ class Shout(AgentExecutor):
         await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         await updater.start_work()
+        if self.reply == "wait":
+            self.seen.working.append(task.id)
+            await asyncio.Event().wait()  # until the cancel stops it
         await asyncio.sleep(0.05)  # the agent's work time, not a synchronisation
         if self.reply == "fail":
             await updater.failed(new_text_message("cannot shout that"))
@@ -68,7 +76,9 @@ class Shout(AgentExecutor):
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        return None
+        assert context.task_id is not None
+        self.seen.cancels.append(context.task_id)
+        await TaskUpdater(event_queue, context.task_id, context.context_id or "").cancel()
 
 
 def _bearer(token: str, seen: Seen) -> Callable[..., Awaitable[Response]]:
@@ -87,6 +97,13 @@ def _bearer(token: str, seen: Seen) -> Callable[..., Awaitable[Response]]:
 class SdkAgent:
     url: str
     seen: Seen
+    store: InMemoryTaskStore
+
+    async def state(self, task_id: str) -> str:
+        """The state of one of its tasks, as its own store holds it."""
+        task = await self.store.get(task_id, ServerCallContext())
+        assert task is not None, task_id
+        return TaskState.Name(task.status.state)
 
 
 @contextlib.asynccontextmanager
@@ -110,8 +127,9 @@ async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0
         capabilities=AgentCapabilities(streaming=streaming),
         default_input_modes=["text/plain"], default_output_modes=["text/plain"],
         skills=[AgentSkill(id="shout", name="Shout", description="upper-cases", tags=["x"])])
+    store = InMemoryTaskStore()
     handler = DefaultRequestHandler(agent_executor=Shout(seen, reply),
-                                    task_store=InMemoryTaskStore(), agent_card=card)
+                                    task_store=store, agent_card=card)
     routes: list[Any] = create_agent_card_routes(card)
     routes += create_jsonrpc_routes(handler, "/a2a/jsonrpc", enable_v0_3_compat=True)
     routes += create_rest_routes(handler)
@@ -126,7 +144,7 @@ async def sdk_agent(token: str, *, binding: str = "JSONRPC", version: str = "1.0
         await start_sdk_grpc_server(grpc_server, handler)
     try:
         await wait_until(lambda: server.started, what="uvicorn serving")
-        yield SdkAgent(url, seen)
+        yield SdkAgent(url, seen, store)
     finally:
         server.should_exit = True
         await serving

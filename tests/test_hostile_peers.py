@@ -233,9 +233,12 @@ def delegator(home: Instance) -> PeerDelegator:
 
 
 async def assert_nothing_left(home: Instance, peer: HostilePeer) -> None:
-    """No run, no live task, no pooled connection in use, no connection held at the peer."""
+    """No run, no live task, no cancel of the peer's task on its way (one whose peer
+    stopped answering is sent one), no pooled connection in use, no connection held at
+    the peer."""
     engine = home.daemon.engine
-    await wait_until(lambda: not (peer.active or engine._runs or engine._live), 5)
+    await wait_until(lambda: not (peer.active or engine._runs or engine._live
+                                  or len(delegator(home).cancels)), 10)
     for _, session in delegator(home)._sessions.values():
         connector: Any = session.connector
         assert not connector._acquired, "every peer connection went back to the pool or closed"

@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.util.types import Attributes
 
+from butler.delegation.peer_cancel import PeerCancels
 from butler.delegation.peer_cards import PeerCards, from_card
 from butler.delegation.peer_identity import PeerIdentities
 from butler.delegation.peers import (
@@ -36,7 +37,7 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry.traces import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
-from internal.protocol.a2a.client import A2AClient, GrpcChannels
+from internal.protocol.a2a.client import A2AClient, GrpcChannels, PeerTask
 from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.model import (
     Budget,
@@ -88,6 +89,8 @@ class PeerDelegator:
                             tuple[RouteCandidate, ...]] = ((), (), ())
         # A client per peer, reused call after call: it holds nothing of any one call.
         self._clients: dict[Candidate, A2AClient] = {}
+        # Peers' tasks that delegations stopped following, being canceled (peer_cancel.py).
+        self.cancels = PeerCancels(audit)
 
     def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
         if rules not in self._sessions:
@@ -108,6 +111,7 @@ class PeerDelegator:
         return self._tls[ca_file]
 
     async def aclose(self) -> None:
+        await self.cancels.aclose()  # the cancels of the tasks a stop ended go out first
         await self._grpc.aclose()
         for _, session in self._sessions.values():
             await session.close()
@@ -261,8 +265,12 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 async def call(card: dict[str, Any] | None) -> Task:
-                    task = await client.run(request, chain=chain, budget=grant,
-                                            headers=headers, deadline=deadline, card=card)
+                    peer_task = PeerTask()  # ended early while it runs: it is canceled
+                    with self.cancels.following(client, peer_task, seconds=cand.timeout,
+                                                record={**audit, "trace_id": trace_id}):
+                        task = await client.run(request, chain=chain, budget=grant,
+                                                headers=headers, deadline=deadline,
+                                                card=card, peer_task=peer_task)
                     if cand.protocol != "a2a":
                         return task
                     # A standard A2A agent reports no spend: a completed task is charged

@@ -2,7 +2,8 @@
 (``V2Transport``), A2A JSON-RPC and HTTP+JSON (``_http_bindings``) and gRPC (``_grpc``,
 channels kept by ``GrpcChannels``), over sessions from ``internal.http.outbound_session``;
 for one-shot commands, the /v2 exchange over a blocking standard-library transport
-(``BlockingV2Transport``).
+(``BlockingV2Transport``). ``PeerTask``: the peer's task of a call, as soon as the peer
+names it (what ``A2AClient.cancel`` needs).
 """
 
 from typing import TYPE_CHECKING
@@ -15,6 +16,9 @@ if TYPE_CHECKING:
     )
     from internal.protocol.a2a.client._a2a import (
         Interface as Interface,
+    )
+    from internal.protocol.a2a.client._a2a import (
+        PeerTask as PeerTask,
     )
     from internal.protocol.a2a.client._a2a import (
         choose_interface as choose_interface,
@@ -31,7 +35,8 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
-    "_a2a": ("A2AClient", "Interface", "choose_interface", "offered_interfaces",),
+    "_a2a": ("A2AClient", "Interface", "PeerTask", "choose_interface",
+             "offered_interfaces",),
     "_blocking": ("BlockingV2Transport",),
     "_grpc_channels": ("GrpcChannels",),
     "_v2": ("V2Transport", "transport_errors"),

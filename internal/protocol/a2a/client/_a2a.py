@@ -8,6 +8,10 @@ task goes with the swarm envelope and is followed the same way until it ends or 
 its caller: over a stream when the agent offers one, else by polling. Transport problems
 become ``DelegationFailed`` (the delegator tries another peer); a Butler's refusal keeps
 its class (never retried).
+
+The peer's task is reported (``PeerTask``) as soon as the peer names it, so a caller that
+stops following it can cancel it (``cancel``) on the binding it runs on: a Butler is sent
+the task under an id the client chose, known before anything is sent.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import importlib.util
 import logging
 import ssl
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -46,11 +51,13 @@ from internal.protocol.a2a.model import (
     DelegationFailed,
     Task,
     TaskRequest,
+    TaskState,
     interrupted_or_terminal,
     version_matches,
 )
 
 log = logging.getLogger("butler.delegation")
+BUTLER_V2 = "BUTLER"  # an ``Interface.binding``: a Butler's own /v2 binding
 _PREFERENCE = (("JSONRPC", PROTOCOL_VERSION), ("HTTP+JSON", PROTOCOL_VERSION),
                ("GRPC", PROTOCOL_VERSION), ("JSONRPC", LEGACY_VERSION))
 
@@ -60,6 +67,32 @@ class Interface:
     binding: str
     version: str
     url: str
+
+
+@dataclass(eq=False)
+class PeerTask:
+    """The task a peer runs for one call, filled in as the peer reports it: where it runs
+    and its id (what a cancel needs), its context and the last state seen."""
+
+    task_id: str = ""
+    context_id: str = ""
+    state: TaskState | None = None
+    where: Interface | None = None
+    message: Outgoing | None = None  # what was sent: a cancel carries the same headers
+
+    @property
+    def running(self) -> bool:
+        """Reported by the peer and not ended (waiting on its caller counts as running)."""
+        return bool(self.task_id) and self.state is not None and not self.state.terminal
+
+    @property
+    def maybe_running(self) -> bool:
+        """Running, or sent under a known id and not yet answered for (a Butler's)."""
+        return bool(self.task_id) and (self.state is None or not self.state.terminal)
+
+    def seen(self, task: Task) -> None:
+        self.task_id, self.state = task.id or self.task_id, task.state
+        self.context_id = task.context_id or self.context_id
 
 
 def offered_interfaces(card: Mapping[str, Any]) -> list[Interface]:
@@ -110,6 +143,8 @@ class Transport(Protocol):
     async def send(self, message: Outgoing, deadline: float) -> Task: ...
 
     async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task: ...
+
+    async def cancel(self, task_id: str, message: Outgoing, deadline: float) -> Task: ...
 
 
 @runtime_checkable
@@ -183,22 +218,49 @@ class A2AClient:
 
     async def run(self, request: TaskRequest, *, chain: tuple[str, ...],
                   budget: Decimal | None, headers: Mapping[str, str] | None = None,
-                  deadline: float, card: dict[str, Any] | None = None) -> Task:
+                  deadline: float, card: dict[str, Any] | None = None,
+                  peer_task: PeerTask | None = None) -> Task:
         """Send ``request``; the task once it ended or waits on its caller. ``card``: the
         peer's A2A card as the caller already read (and checked) it, else it is read here
-        (a Butler's /v2 binding needs none)."""
-        message = Outgoing(request, chain, budget, dict(headers or {}))
+        (a Butler's /v2 binding needs none). ``peer_task``: filled in as soon as the peer
+        names its task, and kept up to date while it is followed."""
+        seen = PeerTask() if peer_task is None else peer_task
         if self._v2 is not None:
-            return await self._follow(self._v2, message, deadline, streaming=False)
+            # A Butler keeps the caller's id: the task is known before it is sent.
+            request = replace(request, id=request.id or uuid.uuid4().hex)
+        seen.message = message = Outgoing(request, chain, budget, dict(headers or {}))
+        if self._v2 is not None:
+            seen.where = Interface(BUTLER_V2, "", self.base_url)
+            seen.task_id = request.id or ""  # its state: once the peer answers
+            return await self._follow(self._v2, message, deadline, streaming=False, seen=seen)
         if card is None:
             card = await self.card(deadline)
-        iface = choose_interface(card, self.name)
+        seen.where = iface = choose_interface(card, self.name)
         streaming = _dict(card.get("capabilities")).get("streaming") is True
+        async with self._transport(iface, deadline) as transport:
+            return await self._follow(transport, message, deadline, streaming=streaming,
+                                      seen=seen)
+
+    async def cancel(self, peer_task: PeerTask, deadline: float) -> Task:
+        """Cancel the peer's task on the binding it runs on (``CancelTask``, ``tasks/cancel``,
+        ``:cancel`` or /v2's cancel): the task as the peer answers."""
+        if peer_task.where is None or peer_task.message is None or not peer_task.task_id:
+            raise DelegationFailed("peer_error", f"{self.name} named no task to cancel")
+        async with self._transport(peer_task.where, deadline) as transport:
+            return await transport.cancel(peer_task.task_id, peer_task.message,
+                                          self._call_deadline(deadline))
+
+    @contextlib.asynccontextmanager
+    async def _transport(self, iface: Interface, deadline: float) -> AsyncIterator[Transport]:
+        """The transport of ``iface`` (a gRPC one over the peer's kept channel)."""
+        if iface.binding == BUTLER_V2:
+            assert self._v2 is not None
+            yield self._v2
+            return
         if iface.binding != "GRPC":
-            transport: JsonRpcTransport | HttpJsonTransport = (
-                JsonRpcTransport if iface.binding == "JSONRPC" else HttpJsonTransport)(
-                    iface.url, iface.version, self._http)
-            return await self._follow(transport, message, deadline, streaming=streaming)
+            yield (JsonRpcTransport if iface.binding == "JSONRPC" else HttpJsonTransport)(
+                iface.url, iface.version, self._http)
+            return
         channels = GrpcChannels(size=1) if self._grpc is None else self._grpc
         try:
             with self._http.mapped(self._http.left(deadline)):
@@ -207,8 +269,7 @@ class A2AClient:
                         guard=self._guard, ca_file=self._ca_file,
                         max_response_bytes=self._max, connect_timeout=self._connect_timeout,
                         check=self._check) as grpc_transport:
-                    return await self._follow(grpc_transport, message, deadline,
-                                              streaming=streaming)
+                    yield grpc_transport
         finally:
             if self._grpc is None:  # a one-off client: its channel goes with the call
                 await channels.aclose()
@@ -218,22 +279,24 @@ class A2AClient:
         return time.monotonic() + self._http.left(deadline)
 
     async def _follow(self, transport: Transport, message: Outgoing, deadline: float, *,
-                      streaming: bool) -> Task:
+                      streaming: bool, seen: PeerTask) -> Task:
         """Stream when the agent offers it, else (or when the stream is of no use) send;
         then poll until the task ends or waits on its caller."""
         task = None
         if streaming and isinstance(transport, StreamingTransport):
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
-                task = await self._fold(transport, transport.stream(message, deadline))
+                task = await self._fold(transport, transport.stream(message, deadline), seen)
         if task is None:
             task = await transport.send(message, self._call_deadline(deadline))
+            seen.seen(task)
         while not interrupted_or_terminal(task.state):
             await asyncio.sleep(min(self._poll, self._http.left(deadline)))
             task = await transport.task(task.id, message, self._call_deadline(deadline))
+            seen.seen(task)
         return task
 
-    async def _fold(self, transport: StreamingTransport,
-                    results: AsyncIterator[Any]) -> Task | None:
+    async def _fold(self, transport: StreamingTransport, results: AsyncIterator[Any],
+                    seen: PeerTask) -> Task | None:
         """A stream's results into the task, until it ends or waits on its caller; None
         when the stream does not begin with anything usable (the caller sends instead)."""
         task: Task | None = None
@@ -249,6 +312,7 @@ class A2AClient:
                     log.info("%s: a stream that does not begin with anything usable; "
                              "sending the message without streaming", self.name)
                     return None
+                seen.seen(task)
                 if interrupted_or_terminal(task.state):
                     break
         return task

@@ -198,6 +198,17 @@ class GrpcTransport:
             raise self._failed(err) from None
         return task_of(a2a_grpc.to_json(reply), self.version, self.name)
 
+    async def cancel(self, task_id: str, message: Outgoing, deadline: float) -> Task:
+        """``CancelTask``."""
+        await self._channel.ready(self.name, self._check)
+        try:
+            reply = await self._stub.CancelTask(a2a_pb2.CancelTaskRequest(id=task_id),
+                                                metadata=self._metadata(message),
+                                                timeout=_left(deadline))
+        except grpc.aio.AioRpcError as err:
+            raise self._failed(err) from None
+        return task_of(a2a_grpc.to_json(reply), self.version, self.name)
+
     async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
         """``SendStreamingMessage``: each ``StreamResponse`` as proto3 JSON."""
         request = a2a_grpc.from_json(a2a_params(message, self.version),

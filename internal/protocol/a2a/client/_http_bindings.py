@@ -36,7 +36,8 @@ from internal.protocol.a2a.model import PROTOCOL_VERSION, ButlerError, Delegatio
 _CHUNK = 65536
 _RPC_METHODS = {"send": ("SendMessage", "message/send"),
                 "stream": ("SendStreamingMessage", "message/stream"),
-                "get": ("GetTask", "tasks/get")}
+                "get": ("GetTask", "tasks/get"),
+                "cancel": ("CancelTask", "tasks/cancel")}
 
 
 class HttpRequests:
@@ -154,6 +155,9 @@ class _HttpTransport:
     async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
         return await self._task("get", {"id": task_id}, message, deadline)
 
+    async def cancel(self, task_id: str, message: Outgoing, deadline: float) -> Task:
+        return await self._task("cancel", {"id": task_id}, message, deadline)
+
     async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
         _, url, body = self._request("stream", a2a_params(message, self.version))
         events = self._http.events(url, body, a2a_headers(message, self.version), deadline)
@@ -192,6 +196,8 @@ class HttpJsonTransport(_HttpTransport):
     def _request(self, op: str, params: dict[str, Any]) -> tuple[str, str, Any]:
         if op == "get":
             return "GET", f"{self.url}/tasks/{quote(params['id'], safe='')}", None
+        if op == "cancel":
+            return "POST", f"{self.url}/tasks/{quote(params['id'], safe='')}:cancel", {}
         return "POST", f"{self.url}/message:{op}", params
 
     def _result(self, status: int, data: Any) -> Any:

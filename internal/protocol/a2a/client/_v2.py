@@ -124,8 +124,14 @@ class V2Transport:
         path = f"/v2/tasks/{quoted(task_id)}"
         return self._x.task(await self.request("GET", path, timeout=timeout))
 
-    async def cancel(self, task_id: str) -> Task:
-        return self._x.task(await self.request("POST", f"/v2/tasks/{quoted(task_id)}/cancel"))
+    async def cancel(self, task_id: str, message: Outgoing | None = None,
+                     deadline: float | None = None) -> Task:
+        """``message``: the call whose task this is (its trace headers go with the cancel);
+        ``deadline``: the monotonic time the cancel must be answered by."""
+        timeout = None if deadline is None else deadline - time.monotonic()
+        return self._x.task(await self.request(
+            "POST", f"/v2/tasks/{quoted(task_id)}/cancel", timeout=timeout,
+            headers=None if message is None else message.headers))
 
     async def answer(self, task_id: str, text: str, *, input: dict[str, Any] | None = None,
                      blocking: bool = True) -> Task:

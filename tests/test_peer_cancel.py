@@ -1,0 +1,205 @@
+"""A cancel goes down the chain (docs/delegation.md#cancel): a task that delegated and
+ends early sends each peer task it was following the peer's own cancel, on the binding
+the task runs on, and the local cancel never waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from butler.audit import AuditLog
+from butler.daemon import Daemon
+from butler.delegation.delegator import PeerDelegator
+from internal.protocol.a2a.model import Task, TaskState
+from tests.a2a_support import WAIT
+from tests.delegation_support import Mesh, butler_with_peer
+from tests.sdk_agent import sdk_agent
+from tests.support import Instance, Swarm, call, new_pair, post_task, wait_until
+
+NEEDS_GRPC = pytest.mark.skipif(importlib.util.find_spec("grpc") is None,
+                                reason="gRPC needs the grpc extra (pip install 'butler-a2a[grpc]')")
+
+
+def live_tasks(inst: Instance) -> list[Task]:
+    """The tasks its engine runs now (what a peer runs for its callers)."""
+    return list(inst.daemon.engine._live.values())
+
+
+def following(inst: Instance) -> list[str]:
+    """The ids of the peers' tasks its delegations follow now."""
+    delegator = inst.daemon.engine.delegator
+    assert isinstance(delegator, PeerDelegator)
+    return [t.task_id for t in delegator.cancels.followed if t.running]
+
+
+async def stored(inst: Instance, task_id: str) -> Task:
+    task = await inst.daemon.engine.store.get(task_id)
+    assert task is not None, task_id
+    return task
+
+
+async def audit_records(daemon: Daemon, kind: str) -> list[Any]:
+    """The records of ``kind`` in a stopped daemon's audit trail."""
+    def read() -> list[Any]:
+        with AuditLog(daemon.config.data_dir / "audit.db") as log:
+            return [r for r in log.iter_all() if r.kind == kind]
+
+    return await asyncio.to_thread(read)
+
+
+async def three_hops(mesh: Mesh, **home: Any) -> dict[str, Instance]:
+    """home -> office -> lab, where lab's ``wait`` runs until it is canceled."""
+    mesh.agent("home", skills=[], **home)
+    mesh.agent("office", skills=[])
+    mesh.agent("lab", skills=[WAIT])
+    mesh.link("home", "office", ["wait"])
+    mesh.link("office", "lab", ["wait"])
+    return dict(await mesh.start())
+
+
+async def test_a_cancel_at_home_cancels_office_and_lab(mesh: Mesh) -> None:
+    agents = await three_hops(mesh)
+    home, office, lab = agents["home"], agents["office"], agents["lab"]
+    _, task = await post_task(home, {"task": "x", "capabilities_needed": ["wait"],
+                                     "mode": "async"})
+    waiting = await wait_until(lambda: [t for t in live_tasks(lab)
+                                        if t.status_message == "waiting"], what="lab works")
+    (at_office,) = live_tasks(office)
+    status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+    assert status == 200 and canceled["state"] == "canceled", canceled
+
+    async def ended(inst: Instance, task_id: str) -> bool:
+        return (await stored(inst, task_id)).state is TaskState.CANCELED
+
+    await wait_until(lambda: ended(office, at_office.id), what="office's task canceled")
+    await wait_until(lambda: ended(lab, waiting[0].id), what="lab's task canceled")
+    await mesh.close()
+    for agent, peer, peer_task in (("home", "office", at_office), ("office", "lab", waiting[0])):
+        (record,) = await audit_records(agents[agent].daemon, "delegation_canceled")
+        assert record.decision == "canceled" and record.code is None, record
+        assert record.detail["peer"] == peer and record.detail["binding"] == "BUTLER"
+        assert record.detail["peer_task_id"] == peer_task.wire_id
+
+
+async def test_a_time_limit_cancels_the_peers_task(mesh: Mesh) -> None:
+    agents = await three_hops(mesh)
+    _, task = await post_task(agents["home"], {"task": "x", "capabilities_needed": ["wait"],
+                                               "timeout_seconds": 1})
+    assert task["state"] == "failed" and task["error"]["code"] == "task_timeout", task
+    lab = agents["lab"]
+
+    async def lab_canceled() -> bool:
+        tasks = (await lab.daemon.engine.store.list_tasks(
+            owner=None, state=None, context_id=None, cursor=None, limit=5)).tasks
+        return bool(tasks) and all(t.state is TaskState.CANCELED for t in tasks)
+
+    await wait_until(lab_canceled, what="lab's task canceled")
+
+
+async def test_a_stop_cancels_the_peers_task_and_waits_for_the_answer(mesh: Mesh) -> None:
+    # Almost no grace: the running task is ended by the stop.
+    agents = await three_hops(mesh, extra={"server": {"shutdown_grace_seconds": 0.01}})
+    home, office = agents["home"], agents["office"]
+    await post_task(home, {"task": "x", "capabilities_needed": ["wait"], "mode": "async"})
+    await wait_until(lambda: [t for t in live_tasks(agents["lab"])
+                              if t.status_message == "waiting"], what="lab works")
+    (at_office,) = live_tasks(office)
+    await home.daemon.stop()  # the stop sends the cancel, and waits for its answer
+    assert (await stored(office, at_office.id)).state is TaskState.CANCELED
+    (record,) = await audit_records(home.daemon, "delegation_canceled")
+    assert record.decision == "canceled"
+
+
+@contextlib.asynccontextmanager
+async def stuck_agent(cancel: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """An A2A 1.0 agent whose stream says ``working`` and never ends; it answers
+    ``CancelTask`` with garbage (``cancel`` "garbage") or never ("never"). Yields its URL
+    and the JSON-RPC methods it was called with."""
+    methods: list[str] = []
+    release = asyncio.Event()  # set at the end: a stuck handler must not hold the cleanup
+
+    async def card(request: web.Request) -> web.Response:
+        base = f"http://127.0.0.1:{request.url.port}"
+        return web.json_response({
+            "name": "stuck", "description": "stuck", "version": "1",
+            "supportedInterfaces": [{"url": base + "/rpc", "protocolBinding": "JSONRPC",
+                                     "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"], "skills": []})
+
+    async def rpc(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        methods.append(body["method"])
+        if body["method"] == "SendStreamingMessage":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b'data: {"jsonrpc": "2.0", "id": 1, "result": {"task": {'
+                             b'"id": "t1", "contextId": "c1", '
+                             b'"status": {"state": "TASK_STATE_WORKING"}}}}\n\n')
+        if cancel == "never" or body["method"] == "SendStreamingMessage":
+            await release.wait()
+        return web.Response(text="<html>no</html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    app.router.add_post("/rpc", rpc)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", methods
+    finally:
+        release.set()
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(("cancel", "code"), [("garbage", "peer_error"),
+                                              ("never", "peer_timeout")])
+async def test_a_peer_that_answers_a_cancel_badly_does_not_hold_the_task(
+        swarm: Swarm, cancel: str, code: str) -> None:
+    token, _ = new_pair()
+    async with stuck_agent(cancel) as (url, methods):
+        home = await butler_with_peer(swarm, url, token, timeout_seconds=1)
+        _, task = await post_task(home, {"task": "x", "capabilities_needed": ["shout"],
+                                         "mode": "async"})
+        await wait_until(lambda: following(home), what="home knows the agent's task")
+        status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+        assert status == 200 and canceled["state"] == "canceled", canceled
+        await wait_until(lambda: "CancelTask" in methods, what="the cancel sent")
+        await swarm.stop(home)  # waits for the cancel's end, within its bound
+    (record,) = await audit_records(home.daemon, "delegation_canceled")
+    assert record.decision == "error" and record.code == code, record
+    assert record.detail["peer_task_id"] == "t1" and record.detail["binding"] == "JSONRPC"
+
+
+@pytest.mark.parametrize(("binding", "version"), [
+    ("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3"),
+    pytest.param("GRPC", "1.0", marks=NEEDS_GRPC),
+])
+async def test_a_cancel_reaches_an_sdk_agent(swarm: Swarm, binding: str, version: str) -> None:
+    token, _ = new_pair()
+    async with sdk_agent(token, binding=binding, version=version, reply="wait") as agent:
+        home = await butler_with_peer(swarm, agent.url, token)
+        _, task = await post_task(home, {"task": "x", "capabilities_needed": ["shout"],
+                                         "mode": "async"})
+        (peer_task,) = await wait_until(lambda: agent.seen.working, what="the agent works")
+        await wait_until(lambda: following(home), what="home knows the agent's task")
+        status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+        assert status == 200 and canceled["state"] == "canceled", canceled
+        await wait_until(lambda: agent.seen.cancels, what="the agent's cancel")
+        assert agent.seen.cancels == [peer_task]
+
+        async def peer_canceled() -> bool:
+            return await agent.state(peer_task) == "TASK_STATE_CANCELED"
+
+        await wait_until(peer_canceled, what="the agent's task canceled")
+        await swarm.stop(home)
+    (record,) = await audit_records(home.daemon, "delegation_canceled")
+    assert record.decision == "canceled" and record.detail["binding"] == binding, record
