@@ -269,7 +269,7 @@ async def test_a_peer_that_never_answers_times_out(peer: RawPeer, transport: str
     peer.scripts.append(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{"))
     async with client_for(transport, peer.url, timeout=0.5) as client:
         err = await fails(client.request("GET", "/"))
-    assert err.code == "peer_timeout" and "within 0.5s" in err.message
+    assert err.code == "peer_timeout" and "did not answer within " in err.message
 
 
 
@@ -297,4 +297,4 @@ async def test_a_peer_that_drips_its_answer_times_out(peer: RawPeer, transport: 
     peer.scripts.append(drip(head, byte))
     async with client_for(transport, peer.url, timeout=0.5) as client:
         err = await fails(client.request("GET", "/"))
-    assert err.code == "peer_timeout" and "within 0.5s" in err.message
+    assert err.code == "peer_timeout" and "did not answer within " in err.message

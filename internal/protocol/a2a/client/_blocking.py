@@ -30,6 +30,7 @@ from internal.protocol.a2a.client._exchange import (
     MAX_RESPONSE_BYTES,
     PeerExchange,
     Prepared,
+    connect_failure,
     describe,
     mapped_errors,
     quoted,
@@ -134,21 +135,21 @@ class BlockingV2Transport:
         try:
             addresses = [literal] if literal is not None else self._resolve(host, port)
         except OSError as exc:
-            raise DelegationFailed("peer_unreachable",
-                                   f"cannot connect to {self.name}: {exc}") from None
+            raise connect_failure(self.name, exc, 0.0) from None
         self._guard.check_addresses(host, addresses)
         tls = self._context() if url.scheme == "https" else None
         conn = _PinnedConnection(host, port, addresses, tls)
         conn.timeout = min(self._connect_timeout, _left(deadline) or self._connect_timeout)
+        started = time.monotonic()
         try:
             conn.connect()
-        except ssl.SSLCertVerificationError:
-            raise
+        except TimeoutError:
+            raise DelegationFailed("peer_unreachable", f"cannot connect to {self.name}: no "
+                                   "answer to the connection within "
+                                   f"{time.monotonic() - started:.1f} s (the machine is off, "
+                                   "unreachable or filtered)") from None
         except OSError as exc:
-            if isinstance(exc, TimeoutError):
-                raise
-            raise DelegationFailed("peer_unreachable",
-                                   f"cannot connect to {self.name}: {exc}") from None
+            raise connect_failure(self.name, exc, time.monotonic() - started) from None
         return conn
 
     def _context(self) -> ssl.SSLContext:
@@ -269,11 +270,10 @@ def _check_framing(resp: http.client.HTTPResponse) -> None:
         raise http.client.HTTPException("malformed header")
 
 
-def _stdlib_failure(name: str, exc: Exception) -> DelegationFailed | None:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return DelegationFailed("peer_tls_error",
-                                f"{name}: certificate not trusted: {exc.verify_message}")
+def _stdlib_failure(name: str, exc: Exception, took: float) -> DelegationFailed | None:
+    if isinstance(exc, ssl.SSLError):  # also a ValueError, when a certificate is refused
+        return None
     # http.client's chunk reader raises ValueError for a chunk size that is not hex.
-    if isinstance(exc, http.client.HTTPException | ssl.SSLError | ValueError):
+    if isinstance(exc, http.client.HTTPException | ValueError):
         return DelegationFailed("peer_error", f"{name}: {describe(exc)}")
-    return None
+    return None  # sockets, TLS and time: ``mapped_errors`` says what happened

@@ -12,6 +12,10 @@ and read events with ``internal.http``'s one size cap and one SSE reader.
 from __future__ import annotations
 
 import contextlib
+import errno
+import socket
+import ssl
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,9 +36,9 @@ if TYPE_CHECKING:
 
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
-# A transport's own failures, as the error its caller can act on (None: not a transport
-# failure, let it through).
-Translate = Callable[[str, Exception], DelegationFailed | None]
+# A transport's own failures (with the seconds the exchange took), as the error its caller
+# can act on (None: not one of its own, ``mapped_errors`` judges it).
+Translate = Callable[[str, Exception, float], DelegationFailed | None]
 
 
 @dataclass(frozen=True)
@@ -121,10 +125,13 @@ class PeerExchange:
 
 @contextlib.contextmanager
 def mapped_errors(name: str, timeout: float, translate: Translate) -> Iterator[None]:
-    """Every failure talking to a peer, as one ``DelegationFailed`` code: the guard's
-    refusal, an answer over the size cap, the time running out, then what ``translate``
-    makes of the transport's own exceptions; any other ``OSError`` or undecodable text is
-    a peer error."""
+    """Every failure talking to a peer, as one ``DelegationFailed`` code whose message says
+    what happened, with the time it took: the guard's refusal, an answer over the size
+    cap, then what ``translate`` makes of the transport's own exceptions, the time running
+    out (said as the time it took, whatever ``timeout`` was meant), a socket's failure (refused, no
+    route, DNS, TLS: ``connect_failure``); any other ``OSError`` or undecodable text is a
+    peer error."""
+    started = time.monotonic()
     try:
         yield
     except OutboundRefused as exc:
@@ -133,16 +140,51 @@ def mapped_errors(name: str, timeout: float, translate: Translate) -> Iterator[N
         raise DelegationFailed("peer_error", f"{name}: {exc.message}") from None
     except ButlerError:
         raise
-    except TimeoutError:
-        raise DelegationFailed("peer_timeout",
-                               f"{name} did not answer within {timeout:g}s") from None
     except Exception as exc:
-        mapped = translate(name, exc)
+        took = time.monotonic() - started
+        mapped = translate(name, exc, took)
         if mapped is not None:
             raise mapped from None
-        if isinstance(exc, OSError | UnicodeDecodeError):
+        if isinstance(exc, TimeoutError):
+            raise DelegationFailed("peer_timeout",
+                                   f"{name} did not answer within {took:.1f} s") from None
+        if isinstance(exc, OSError):
+            raise connect_failure(name, exc, took) from None
+        if isinstance(exc, UnicodeDecodeError):
             raise DelegationFailed("peer_error", f"{name}: {describe(exc)}") from None
         raise
+
+
+# What a socket's errno means to whoever must fix it.
+_ERRNO = {
+    errno.ECONNREFUSED: "connection refused (nothing listens at that address and port)",
+    errno.EHOSTUNREACH: "no route to host (the machine is off or not on this network)",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ETIMEDOUT: "the connection timed out (the machine does not answer)",
+    errno.ECONNRESET: "the connection was reset",
+    errno.EPIPE: "the connection was closed while sending",
+    errno.ECONNABORTED: "the connection was aborted",
+}
+
+
+def connect_failure(name: str, exc: BaseException, took: float) -> DelegationFailed:
+    """A socket's own failure as what happened: TLS is ``peer_tls_error``, a connection
+    that never came about (refused, no route, DNS) ``peer_unreachable``, one that broke
+    after it was made ``peer_error``."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return DelegationFailed("peer_tls_error",
+                                f"{name}: certificate not trusted: {exc.verify_message}")
+    if isinstance(exc, ssl.SSLError):
+        return DelegationFailed("peer_tls_error", f"{name}: TLS failed: {exc.reason or exc}")
+    if isinstance(exc, socket.gaierror):
+        return DelegationFailed("peer_unreachable", f"cannot connect to {name}: its host name "
+                                                    f"does not resolve ({exc.strerror})")
+    code = getattr(exc, "errno", None)
+    what = _ERRNO.get(code) if isinstance(code, int) else None
+    if code in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
+        return DelegationFailed("peer_unreachable",
+                                f"cannot connect to {name}: {what} after {took:.1f} s")
+    return DelegationFailed("peer_error", f"{name}: {what or describe(exc)}")
 
 
 def without_credentials(url: str) -> str:

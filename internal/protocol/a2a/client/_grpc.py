@@ -127,12 +127,16 @@ class PeerChannel:
                 return
             if check is not None:
                 await check()
+            started = time.monotonic()
             try:
                 await asyncio.wait_for(self.channel.channel_ready(), self._connect_timeout)
             except TimeoutError:
+                state = self.channel.get_state(try_to_connect=False)
+                why = "every attempt failed (refused or unreachable)" if \
+                    state == grpc.ChannelConnectivity.TRANSIENT_FAILURE else "no answer"
                 raise DelegationFailed("peer_unreachable",
-                                       f"cannot connect to {name} over gRPC within "
-                                       f"{self._connect_timeout:g}s") from None
+                                       f"cannot connect to {name} over gRPC: {why} within "
+                                       f"{time.monotonic() - started:.1f} s") from None
             self._checked = True
             self._watch = asyncio.create_task(self._until_lost(), name="grpc-channel-watch")
 
@@ -166,13 +170,15 @@ class GrpcTransport:
         return auth + [(key.lower(), value)
                        for key, value in a2a_headers(message, self.version).items()]
 
-    def _failed(self, err: grpc.aio.AioRpcError) -> ButlerError:
+    def _failed(self, err: grpc.aio.AioRpcError, started: float) -> ButlerError:
         code = err.code()
+        took = time.monotonic() - started
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return DelegationFailed("peer_timeout", f"{self.name} did not answer in time")
+            return DelegationFailed("peer_timeout",
+                                    f"{self.name} did not answer within {took:.1f} s")
         infos = a2a_grpc.error_infos(err.trailing_metadata())
         if code == grpc.StatusCode.UNAVAILABLE and not infos:
-            return DelegationFailed("peer_unreachable", f"{self.name}: gRPC unavailable")
+            return unavailable(self.name, err.details() or "", took)
         return peer_error(self.name, {"code": code.name, "message": err.details() or "",
                                       "details": infos})
 
@@ -181,32 +187,35 @@ class GrpcTransport:
         request = a2a_grpc.from_json(a2a_params(message, self.version),
                                      a2a_pb2.SendMessageRequest())
         await self._channel.ready(self.name, self._check)
+        started = time.monotonic()
         try:
             reply = await self._stub.SendMessage(request, metadata=self._metadata(message),
                                                  timeout=_left(deadline))
         except grpc.aio.AioRpcError as err:
-            raise self._failed(err) from None
+            raise self._failed(err, started) from None
         return task_of(a2a_grpc.to_json(reply), self.version, self.name)
 
     async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
         await self._channel.ready(self.name, self._check)
+        started = time.monotonic()
         try:
             reply = await self._stub.GetTask(a2a_pb2.GetTaskRequest(id=task_id),
                                              metadata=self._metadata(message),
                                              timeout=_left(deadline))
         except grpc.aio.AioRpcError as err:
-            raise self._failed(err) from None
+            raise self._failed(err, started) from None
         return task_of(a2a_grpc.to_json(reply), self.version, self.name)
 
     async def cancel(self, task_id: str, message: Outgoing, deadline: float) -> Task:
         """``CancelTask``."""
         await self._channel.ready(self.name, self._check)
+        started = time.monotonic()
         try:
             reply = await self._stub.CancelTask(a2a_pb2.CancelTaskRequest(id=task_id),
                                                 metadata=self._metadata(message),
                                                 timeout=_left(deadline))
         except grpc.aio.AioRpcError as err:
-            raise self._failed(err) from None
+            raise self._failed(err, started) from None
         return task_of(a2a_grpc.to_json(reply), self.version, self.name)
 
     async def stream(self, message: Outgoing, deadline: float) -> AsyncIterator[Any]:
@@ -214,15 +223,39 @@ class GrpcTransport:
         request = a2a_grpc.from_json(a2a_params(message, self.version),
                                      a2a_pb2.SendMessageRequest())
         await self._channel.ready(self.name, self._check)
+        started = time.monotonic()
         call = self._stub.SendStreamingMessage(request, metadata=self._metadata(message),
                                                timeout=_left(deadline))
         try:
             async for reply in call:
                 yield a2a_grpc.to_json(reply)
         except grpc.aio.AioRpcError as err:
-            raise self._failed(err) from None
+            raise self._failed(err, started) from None
         finally:
             call.cancel()  # a reader that stops early ends the call
+
+
+# What gRPC's "unavailable" details say, as the same words the HTTP transports use.
+_UNAVAILABLE = (("connection refused", "connection refused (nothing listens at that address "
+                                       "and port)"),
+                ("no route to host", "no route to host (the machine is off or not on this "
+                                     "network)"),
+                ("network is unreachable", "network unreachable"),
+                ("dns resolution failed", "its host name does not resolve"),
+                ("handshake", "the TLS handshake failed"),
+                ("ssl", "the TLS handshake failed"))
+
+
+def unavailable(name: str, details: str, took: float) -> DelegationFailed:
+    """A call gRPC could not make: what its details say happened."""
+    low = details.lower()
+    what = next((said for found, said in _UNAVAILABLE if found in low), None)
+    if what is not None and "TLS" in what:
+        return DelegationFailed("peer_tls_error", f"{name}: {what}")
+    if what is not None:
+        return DelegationFailed("peer_unreachable",
+                                f"cannot connect to {name}: {what} after {took:.1f} s")
+    return DelegationFailed("peer_unreachable", f"{name}: gRPC unavailable after {took:.1f} s")
 
 
 def _left(deadline: float) -> float:

@@ -27,6 +27,7 @@ from internal.http import ConnectionCheck, OutboundGuard, read_capped, sse_event
 from internal.protocol.a2a.client._exchange import (
     MAX_RESPONSE_BYTES,
     PeerExchange,
+    connect_failure,
     describe,
     mapped_errors,
     quoted,
@@ -168,14 +169,32 @@ def transport_errors(name: str, timeout: float) -> contextlib.AbstractContextMan
     return mapped_errors(name, timeout, _aiohttp_failure)
 
 
-def _aiohttp_failure(name: str, exc: Exception) -> DelegationFailed | None:
+def _aiohttp_failure(name: str, exc: Exception, took: float) -> DelegationFailed | None:
+    """aiohttp's own exceptions; the socket errors and TLS failures they wrap are said the
+    way any transport's are (``connect_failure``)."""
     if isinstance(exc, aiohttp.NonHttpUrlClientError):
         return DelegationFailed("peer_address_refused", f"{name}: the URL is not http or https")
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return DelegationFailed("peer_tls_error",
                                 f"{name}: certificate not trusted: {exc.certificate_error}")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # no answer to connecting at all
+        return DelegationFailed("peer_unreachable",
+                                f"cannot connect to {name}: no answer to the connection within "
+                                f"{took:.1f} s (the machine is off, unreachable or filtered)")
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return DelegationFailed("peer_unreachable", f"cannot connect to {name}: its host name "
+                                                    f"does not resolve ({exc.os_error})")
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return DelegationFailed("peer_unreachable", f"cannot connect to {name}: {exc.os_error}")
+        return connect_failure(name, exc.os_error, took)
+    if isinstance(exc, aiohttp.ServerTimeoutError):
+        return DelegationFailed("peer_timeout", f"{name} stopped sending for {took:.1f} s")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return DelegationFailed("peer_error", f"{name} closed the connection without "
+                                              "answering")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return DelegationFailed("peer_error", f"{name}: its answer broke off ({describe(exc)})")
+    if isinstance(exc, aiohttp.ClientOSError):
+        return connect_failure(name, exc, took)
     if isinstance(exc, aiohttp.ClientError):
         return DelegationFailed("peer_error", f"{name}: {describe(exc)}")
     return None

@@ -94,8 +94,9 @@ def decode_task(raw: Any, version: str, peer: str) -> Task:
         parts = decode_parts(message.get("parts"))
     error = None
     if state in (TaskState.FAILED, TaskState.REJECTED):
+        # The peer's own words: whoever reports the failure names the peer, once.
         error = TaskError("peer_error" if state is TaskState.FAILED else "rejected",
-                          f"{peer}: {note or state.value}")
+                          note or state.value)
     return Task(
         id=data["id"], context_id=str(data.get("contextId", "")), owner="", state=state,
         request=TaskRequest(), created_at="", updated_at=str(status.get("timestamp", "")),
@@ -160,7 +161,7 @@ def apply_event(task: Task | None, result: Any, version: str, peer: str) -> Task
         error = None
         if state in (TaskState.FAILED, TaskState.REJECTED):
             error = TaskError("peer_error" if state is TaskState.FAILED else "rejected",
-                              f"{peer}: {note or state.value}")
+                              note or state.value)
         parts = task.parts
         if not parts and state is TaskState.COMPLETED:
             parts = decode_parts(_dict(status.get("message")).get("parts"))
