@@ -86,7 +86,8 @@ def build_a2a_card(config: Config, catalog: SkillCatalog, identity: Identity | N
         base_url=url,
         skills=tuple(skills),
         push_notifications=config.a2a.push_notifications.enabled,
-        extensions=(extension_info(agent.card_params() if agent is not None else None),),
+        extensions=(extension_info(agent.card_params(config.agent.id)
+                                   if agent is not None else None),),
         legacy_v03=config.a2a.legacy_v03_card,
         grpc_url=grpc_url,
         sign=card_signer(agent.key) if agent is not None else None,

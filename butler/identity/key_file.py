@@ -15,7 +15,7 @@ from typing import Any
 
 from butler.runtime.clock import now_iso
 from butler.storage import private_folder, replace_private
-from internal.protocol.a2a.codec.card_signature import KEY_PARAM, ROTATIONS_PARAM
+from internal.protocol.a2a.codec.card_signature import AGENT_PARAM, KEY_PARAM, ROTATIONS_PARAM
 from internal.protocol.a2a.model import SetupError
 from internal.signing import IdentityKey, rotation_statement
 
@@ -38,9 +38,10 @@ class AgentIdentity:
             fields["key_rotations"] = list(self.rotations)
         return fields
 
-    def card_params(self) -> dict[str, Any]:
-        """What the swarm extension's params on the card say about the key."""
-        params: dict[str, Any] = {KEY_PARAM: self.key.public.jwk}
+    def card_params(self, agent_id: str) -> dict[str, Any]:
+        """What the swarm extension's params on the card say about the key, and the agent
+        id its receipts name (a receipt's signer is the agent whose card names its key)."""
+        params: dict[str, Any] = {KEY_PARAM: self.key.public.jwk, AGENT_PARAM: agent_id}
         if self.rotations:
             params[ROTATIONS_PARAM] = list(self.rotations)
         return params

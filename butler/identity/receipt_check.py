@@ -1,6 +1,8 @@
 """Checking a task's receipts as one tree: each signed by the key its signer's card names
-(or one that key's rotations lead from), the root's digest the task's very result, every
-child listed present, none left over, one trace, and costs that add up."""
+(or one that key's rotations lead from), and naming that card's agent and URL; the root's
+digest the task's very result, every child listed present, none left over, one trace,
+each child delegated by its parent (its recorded path is its parent's and then its
+parent), and costs that add up."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from butler.identity.receipts import receipt_claims, result_digest
-from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
+from internal.protocol.a2a.client import offered_interfaces
+from internal.protocol.a2a.codec.card_signature import claimed_agent, key_rotations, verify_card
+from internal.protocol.a2a.model import agent_key
 from internal.signing import (
     BadSignature,
     PublicKey,
@@ -70,7 +74,35 @@ async def _signer(jws: str, claims: Mapping[str, Any], card_of: CardFetcher,
         verify_jws(jws, key)
     except BadSignature as exc:
         raise BadSignature(f"receipt {rid}: {exc}") from None
+    _names_its_card(rid, claims, url, card)
     return key
+
+
+def _names_its_card(rid: Any, claims: Mapping[str, Any], url: str,
+                    card: Mapping[str, Any]) -> None:
+    """A signer can sign any claim: the receipt's ``agent`` must be the agent the signing
+    card names, and its ``url`` where that card says the agent is."""
+    agent, named = claims.get("agent"), claimed_agent(card)
+    if named is None:
+        raise BadSignature(f"the card at {url} names no agent id, so receipt {rid} cannot "
+                           "be held to one")
+    if not isinstance(agent, str) or agent_key(agent) != agent_key(named):
+        raise BadSignature(f"receipt {rid} claims to be agent {agent!r}, but the card whose "
+                           f"key signed it (at {url}) is agent {named!r}'s")
+    base = url.rstrip("/")
+    if not any(i.url == base or i.url.startswith(base + "/")
+               for i in offered_interfaces(card)):
+        raise BadSignature(f"receipt {rid} names {url}, which the card read there does not "
+                           "name as its agent's")
+
+
+def _path(claims: Mapping[str, Any]) -> list[str]:
+    """The delegation path a receipt records: its task's caller chain, as names compare."""
+    chain = claims.get("chain")
+    if not isinstance(chain, list) or not all(isinstance(a, str) for a in chain):
+        raise BadSignature(f"receipt {claims.get('receipt_id')} records no delegation path "
+                           "(chain)")
+    return [agent_key(a) for a in chain]
 
 
 async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Receipt:
@@ -105,6 +137,11 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
                                    f"{child_id}, which is {'repeated' if child else 'missing'}")
             if child.claims.get("trace_id") != root.claims.get("trace_id"):
                 raise BadSignature(f"receipt {child_id} is of another trace")
+            if _path(child.claims) != [*_path(node.claims), agent_key(node.claims["agent"])]:
+                raise BadSignature(
+                    f"receipt {child_id} ({child.claims['agent']}) was not delegated by "
+                    f"{node.claims['agent']}: its path is {child.claims['chain']}, "
+                    f"{node.claims['agent']}'s is {node.claims['chain']}")
             seen.add(child_id)
             node.children.append(child)
             pending.append(child)
@@ -119,6 +156,11 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
 
 def _check_root(claims: Mapping[str, Any], task: Mapping[str, Any]) -> None:
     rid = claims.get("receipt_id")
+    swarm = task.get("swarm")
+    chain = swarm.get("caller_chain") if isinstance(swarm, dict) else None
+    if isinstance(chain, list) and _path(claims) != [agent_key(str(a)) for a in chain]:
+        raise BadSignature(f"receipt {rid} records the path {claims.get('chain')}, the task "
+                           f"{chain}")
     if claims.get("task_id") != task.get("id"):
         raise BadSignature(f"receipt {rid} is of task {claims.get('task_id')}, not "
                            f"{task.get('id')}")

@@ -3,10 +3,11 @@
 A receipt is a compact JWS (EdDSA, by the identity key) over the RFC 8785 form of::
 
     {"receipt_id", "agent", "url", "task_id", "state", "digest", "cost_usd", "total_usd",
-     "spent_usd", "budget_left_usd", "trace_id", "children", "at"}
+     "spent_usd", "budget_left_usd", "trace_id", "chain", "children", "at"}
 
 ``digest`` is the SHA-256 of the canonical result (its parts and artifacts as Butler /v2
-writes them); ``children`` are the receipt ids of the tasks it delegated. A task carries
+writes them); ``chain`` is the caller chain the task came with (the delegation path to
+it); ``children`` are the receipt ids of the tasks it delegated. A task carries
 its own receipt first, then its descendants', so the caller at the root holds the whole
 tree and ``butler receipt verify`` checks it against each signer's card
 (``receipt_check``). docs/receipts.md.
@@ -117,6 +118,7 @@ def seal(task: Task, identity: AgentIdentity, agent_id: str, url: str) -> Sealed
         "spent_usd": str(budget.spent_usd) if budget is not None else "0",
         "budget_left_usd": str(budget.left_usd) if budget is not None else "0",
         "trace_id": task.trace_id,
+        "chain": list(task.chain),
         "children": direct_children(task.receipts),
         "at": task.updated_at,
     }

@@ -37,6 +37,7 @@ SCHEME_WRAPPERS = frozenset({
     "openIdConnectSecurityScheme", "mtlsSecurityScheme"})
 KEY_PARAM = "identityKey"  # the public key, in the swarm extension's params
 ROTATIONS_PARAM = "keyRotations"  # each old key's signature over its successor
+AGENT_PARAM = "agentId"  # the agent id its receipts name (``agent``), signed with the card
 
 
 def _without_empty(value: Any) -> Any:
@@ -93,6 +94,12 @@ def claimed_key(card: Mapping[str, Any]) -> PublicKey | None:
     """The identity key the card names in the swarm extension's params, if any."""
     params = _swarm_params(card)
     return public_key_from_jwk(params[KEY_PARAM]) if KEY_PARAM in params else None
+
+
+def claimed_agent(card: Mapping[str, Any]) -> str | None:
+    """The agent id the card names in the swarm extension's params, if any."""
+    found = _swarm_params(card).get(AGENT_PARAM)
+    return found if isinstance(found, str) else None
 
 
 def key_rotations(card: Mapping[str, Any]) -> tuple[str, ...]:
