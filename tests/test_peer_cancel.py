@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import importlib.util
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from butler.delegation.delegator import PeerDelegator
 from internal.protocol.a2a.model import Task, TaskState
 from tests.a2a_support import WAIT
 from tests.delegation_support import Mesh, butler_with_peer
+from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
 from tests.support import Instance, Swarm, call, new_pair, post_task, wait_until
 
@@ -203,3 +205,33 @@ async def test_a_cancel_reaches_an_sdk_agent(swarm: Swarm, binding: str, version
         await swarm.stop(home)
     (record,) = await audit_records(home.daemon, "delegation_canceled")
     assert record.decision == "canceled" and record.detail["binding"] == binding, record
+
+
+async def test_a_cancel_reaches_an_a2a_sdk_0_3_agent(swarm: Swarm, sdk03: Path) -> None:
+    """The official 0.3 SDK's server (its own interpreter): ``tasks/cancel`` on JSON-RPC."""
+    token, _ = new_pair()
+    headers = {"Authorization": f"Bearer {token}"}
+    async with sdk03_agent(sdk03, token, mode="wait") as url:
+
+        async def canceled_there() -> dict[str, list[str]] | None:
+            """What the agent saw, once it saw a cancel."""
+            async with swarm.session.get(url + "/test/seen", headers=headers) as resp:
+                found: dict[str, list[str]] = await resp.json()
+            return found if found["cancels"] else None
+
+        home = await butler_with_peer(swarm, url, token)
+        _, task = await post_task(home, {"task": "x", "capabilities_needed": ["shout"],
+                                         "mode": "async"})
+        await wait_until(lambda: following(home), what="home knows the agent's task")
+        status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+        assert status == 200 and canceled["state"] == "canceled", canceled
+        agent = await wait_until(canceled_there, what="the agent's cancel")
+        assert agent["cancels"] == agent["working"] and len(agent["cancels"]) == 1
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+                "params": {"id": agent["working"][0]}}
+        async with swarm.session.post(url, json=body, headers=headers) as resp:
+            peer_task = (await resp.json())["result"]
+        assert peer_task["status"]["state"] == "canceled", peer_task
+        await swarm.stop(home)
+    (record,) = await audit_records(home.daemon, "delegation_canceled")
+    assert record.decision == "canceled" and record.detail["binding"] == "JSONRPC", record

@@ -2,11 +2,14 @@
 suite: an agent built the way the 0.3 SDK's samples build one. ``python agent.py TOKEN
 MODE CARD`` listens on 127.0.0.1 port 0 and prints ``{"port": N}``; it answers in upper
 case. MODE ``updater``: only the TaskUpdater pattern, so a stream begins with a
-``status-update``; ``task``: the task first. CARD ``new``: /.well-known/agent-card.json;
+``status-update``; ``task``: the task first; ``wait``: the task first, then it works until
+canceled, and honours the cancel (``GET /test/seen`` lists the tasks begun and the
+cancels received). CARD ``new``: /.well-known/agent-card.json;
 ``old``: only /.well-known/agent.json (0.2-era agents)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -24,12 +27,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 TOKEN, MODE, CARD = sys.argv[1:4]
+SEEN: dict[str, list[str]] = {"working": [], "cancels": []}
 
 
 class Shout(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         loud = context.get_user_input().upper()
-        if MODE == "task" and context.current_task is None and context.message is not None:
+        if MODE in ("task", "wait") and context.current_task is None and \
+                context.message is not None:
             task = new_task(context.message)
             await event_queue.enqueue_event(task)
             task_id, context_id = task.id, task.context_id
@@ -37,11 +42,17 @@ class Shout(AgentExecutor):
             task_id, context_id = context.task_id or "", context.context_id or ""
         updater = TaskUpdater(event_queue, task_id, context_id)
         await updater.start_work()
+        if MODE == "wait":
+            SEEN["working"].append(task_id)
+            await asyncio.Event().wait()  # until the cancel stops it
         await updater.add_artifact([Part(root=TextPart(text=loud))], name="shout")
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        raise NotImplementedError
+        if MODE != "wait":
+            raise NotImplementedError
+        SEEN["cancels"].append(context.task_id or "")
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
 class Bearer(BaseHTTPMiddleware):
@@ -52,6 +63,10 @@ class Bearer(BaseHTTPMiddleware):
         if request.headers.get("authorization") != f"Bearer {TOKEN}":
             return JSONResponse({"error": "unauthenticated"}, status_code=401)
         return await call_next(request)
+
+
+async def seen(request: Request) -> Response:
+    return JSONResponse(SEEN)
 
 
 def main() -> None:
@@ -69,6 +84,7 @@ def main() -> None:
     app = A2AStarletteApplication(agent_card=card, http_handler=handler).build(
         agent_card_url="/.well-known/agent.json" if CARD == "old" else
         "/.well-known/agent-card.json")
+    app.add_route("/test/seen", seen, methods=["GET"])
     app.add_middleware(Bearer)
     print(json.dumps({"port": port}), flush=True)
     config = uvicorn.Config(app, log_level="warning", lifespan="off")
