@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from tests.support import ECHO, Instance, Swarm, config_dict, start_instance
 
@@ -100,3 +103,24 @@ async def butler_with_peer(swarm: Swarm, url: str, token: str, **peer: Any) -> I
     inst = await start_instance(swarm.tmp, swarm.session, cfg, tokens)
     swarm.instances.append(inst)
     return inst
+
+
+def a2a_card(url: str, binding: str = "JSONRPC", *, streaming: bool = False) -> dict[str, Any]:
+    """An A2A 1.0 card naming one interface: what a fake standard agent serves."""
+    return {"name": "fake", "description": "fake", "version": "1",
+            "supportedInterfaces": [{"url": url, "protocolBinding": binding,
+                                     "protocolVersion": "1.0"}],
+            "capabilities": {"streaming": streaming}, "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"], "skills": []}
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """``app`` on 127.0.0.1 port 0: its base URL, until the block ends."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()

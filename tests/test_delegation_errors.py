@@ -8,19 +8,25 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import inspect
 import re
 import socket
 from collections.abc import Iterator
 
+import pytest
+from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from butler.delegation.wiring import make_delegator
 from butler.engine.run import TaskRun
 from internal.protocol.a2a.model import ERROR_TABLE
-from tests.delegation_support import butler_with_peer, free_port
+from tests.delegation_support import a2a_card, butler_with_peer, free_port, serving
 from tests.sdk_agent import sdk_agent
 from tests.support import REPO, Swarm, new_pair, post_task
+
+NEEDS_GRPC = pytest.mark.skipif(importlib.util.find_spec("grpc") is None,
+                                reason="gRPC needs the grpc extra (pip install 'butler-a2a[grpc]')")
 
 
 @contextlib.contextmanager
@@ -138,3 +144,22 @@ def test_codes_are_collected_from_the_code() -> None:
     """The collector finds what the client raises (a code only the code knows fails it)."""
     assert {"peer_tls_error", "peer_address_refused", "too_many_delegations",
             "rejected"} <= delegation_codes()
+
+
+@NEEDS_GRPC
+async def test_a_grpc_interface_nobody_listens_at_says_so(swarm: Swarm) -> None:
+    """A card names a gRPC interface at a port where nothing listens."""
+    closed = free_port()
+
+    async def card(request: web.Request) -> web.Response:
+        return web.json_response(a2a_card(f"127.0.0.1:{closed}", "GRPC"))
+
+    app = web.Application()
+    app.router.add_get("/.well-known/agent-card.json", card)
+    async with serving(app) as url:
+        token, _ = new_pair()
+        home = await butler_with_peer(swarm, url, token, connect_timeout_seconds=0.5)
+        _, task = await post_task(home, {"task": "hi", "capabilities_needed": ["shout"]})
+    assert task["error"]["code"] == "peer_unreachable", task
+    assert re.fullmatch(r"cannot connect to shouter over gRPC: every attempt failed \(refused "
+                        r"or unreachable\) within [0-9.]+ s", task["error"]["message"]), task

@@ -19,7 +19,7 @@ from butler.daemon import Daemon
 from butler.delegation.delegator import PeerDelegator
 from internal.protocol.a2a.model import Task, TaskState
 from tests.a2a_support import WAIT
-from tests.delegation_support import Mesh, butler_with_peer
+from tests.delegation_support import Mesh, a2a_card, butler_with_peer, serving
 from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
 from tests.support import Instance, Swarm, call, new_pair, post_task, wait_until
@@ -127,13 +127,8 @@ async def stuck_agent(cancel: str) -> AsyncIterator[tuple[str, list[str]]]:
     release = asyncio.Event()  # set at the end: a stuck handler must not hold the cleanup
 
     async def card(request: web.Request) -> web.Response:
-        base = f"http://127.0.0.1:{request.url.port}"
-        return web.json_response({
-            "name": "stuck", "description": "stuck", "version": "1",
-            "supportedInterfaces": [{"url": base + "/rpc", "protocolBinding": "JSONRPC",
-                                     "protocolVersion": "1.0"}],
-            "capabilities": {"streaming": True}, "defaultInputModes": ["text/plain"],
-            "defaultOutputModes": ["text/plain"], "skills": []})
+        return web.json_response(a2a_card(f"http://127.0.0.1:{request.url.port}/rpc",
+                                          streaming=True))
 
     async def rpc(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -151,15 +146,11 @@ async def stuck_agent(cancel: str) -> AsyncIterator[tuple[str, list[str]]]:
     app = web.Application()
     app.router.add_get("/.well-known/agent-card.json", card)
     app.router.add_post("/rpc", rpc)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}", methods
-    finally:
-        release.set()
-        await runner.cleanup()
+    async with serving(app) as url:
+        try:
+            yield url, methods
+        finally:
+            release.set()
 
 
 @pytest.mark.parametrize(("cancel", "code"), [("garbage", "peer_error"),
