@@ -11,13 +11,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 from butler.audit import AuditLog
 from butler.daemon import Daemon
 from butler.delegation.delegator import PeerDelegator
-from internal.protocol.a2a.model import Task, TaskState
+from butler.delegation.peer_cancel import PeerCancels
+from internal.protocol.a2a.client import A2AClient, Interface, PeerTask
+from internal.protocol.a2a.client._message import Outgoing
+from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.model import Task, TaskRequest, TaskState
 from tests.a2a_support import WAIT
 from tests.delegation_support import Mesh, a2a_card, butler_with_peer, serving
 from tests.sdk03_support import sdk03_agent
@@ -226,3 +231,35 @@ async def test_a_cancel_reaches_an_a2a_sdk_0_3_agent(swarm: Swarm, sdk03: Path) 
         await swarm.stop(home)
     (record,) = await audit_records(home.daemon, "delegation_canceled")
     assert record.decision == "canceled" and record.detail["binding"] == "JSONRPC", record
+
+
+async def test_a_cancel_that_overtakes_the_task_is_sent_again(http: aiohttp.ClientSession
+                                                              ) -> None:
+    """A Butler peer is sent the task under an id chosen here: a cancel that arrives before
+    the task itself finds no such task yet, and goes again until the peer knows it."""
+    asked: list[str] = []
+
+    async def cancel(request: web.Request) -> web.Response:
+        asked.append(request.match_info["id"])
+        if len(asked) == 1:
+            return web.json_response({"error": {"code": "task_not_found",
+                                                 "message": "no such task"}}, status=404)
+        task = Task(id=request.match_info["id"], context_id="c", owner="home",
+                         state=TaskState.CANCELED, request=TaskRequest(), created_at="",
+                         updated_at="")
+        return web.Response(body=butler_v2.task_json(task), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v2/tasks/{id}/cancel", cancel)
+    records: list[dict[str, Any]] = []
+    cancels = PeerCancels(lambda kind, **fields: records.append({"kind": kind, **fields}))
+    async with serving(app) as url:
+        client = A2AClient(url, "t0k", session=http, protocol="butler", name="office")
+        peer_task = PeerTask(task_id="t-1", where=Interface("BUTLER", "", url),
+                             message=Outgoing(TaskRequest()))
+        cancels.send(client, peer_task, seconds=5, record={"caller": "home", "task_id": "h-1",
+                                                          "chain": (), "detail": {}})
+        await cancels.aclose()
+    assert asked == ["t-1", "t-1"]
+    (record,) = records
+    assert record["kind"] == "delegation_canceled" and record["decision"] == "canceled"
