@@ -60,20 +60,25 @@ async def audit_records(daemon: Daemon, kind: str) -> list[Any]:
     return await asyncio.to_thread(read)
 
 
-async def three_hops(mesh: Mesh, **home: Any) -> dict[str, Instance]:
-    """home -> office -> lab, where lab's ``wait`` runs until it is canceled."""
+async def three_hops(mesh: Mesh, protocol: str = "butler", **home: Any
+                     ) -> dict[str, Instance]:
+    """home -> office -> lab, where lab's ``wait`` runs until it is canceled; each hop
+    over ``protocol`` (``butler``: /v2; ``a2a``: the A2A binding the peer's card offers)."""
     mesh.agent("home", skills=[], **home)
     mesh.agent("office", skills=[])
     mesh.agent("lab", skills=[WAIT])
-    mesh.link("home", "office", ["wait"])
-    mesh.link("office", "lab", ["wait"])
+    mesh.link("home", "office", ["wait"], protocol=protocol)
+    mesh.link("office", "lab", ["wait"], protocol=protocol)
     return dict(await mesh.start())
 
 
-async def test_a_cancel_at_home_cancels_office_and_lab(mesh: Mesh) -> None:
-    agents = await three_hops(mesh)
+@pytest.mark.parametrize(("protocol", "binding"), [("butler", "BUTLER"), ("a2a", "JSONRPC")])
+async def test_a_cancel_at_home_cancels_office_and_lab(mesh: Mesh, protocol: str,
+                                                       binding: str) -> None:
+    agents = await three_hops(mesh, protocol)
     home, office, lab = agents["home"], agents["office"], agents["lab"]
-    _, task = await post_task(home, {"task": "x", "capabilities_needed": ["wait"],
+    # In plain words: A2A carries no capabilities, each hop routes "wait" by intent.
+    _, task = await post_task(home, {"task": "wait", "capabilities_needed": ["wait"],
                                      "mode": "async"})
     waiting = await wait_until(lambda: [t for t in live_tasks(lab)
                                         if t.status_message == "waiting"], what="lab works")
@@ -90,7 +95,7 @@ async def test_a_cancel_at_home_cancels_office_and_lab(mesh: Mesh) -> None:
     for agent, peer, peer_task in (("home", "office", at_office), ("office", "lab", waiting[0])):
         (record,) = await audit_records(agents[agent].daemon, "delegation_canceled")
         assert record.decision == "canceled" and record.code is None, record
-        assert record.detail["peer"] == peer and record.detail["binding"] == "BUTLER"
+        assert record.detail["peer"] == peer and record.detail["binding"] == binding
         assert record.detail["peer_task_id"] == peer_task.wire_id
 
 
