@@ -90,6 +90,9 @@ class PeerCancels:
         if code is not None:
             log.warning("could not cancel task %s on %s: %s: %s", peer_task.task_id,
                         client.name, code, why)
+        else:
+            log.info("task %s on %s: %s after the cancel", peer_task.task_id, client.name,
+                     decision)
         where = peer_task.where
         detail = {**record.get("detail", {}), "peer_task_id": peer_task.task_id,
                   "binding": where.binding if where else "", "seconds": took}

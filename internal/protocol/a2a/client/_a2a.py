@@ -288,7 +288,7 @@ class A2AClient:
                 task = await self._fold(transport, transport.stream(message, deadline), seen)
         if task is None:
             task = await transport.send(message, self._call_deadline(deadline))
-            seen.seen(task)
+        seen.seen(task)
         while not interrupted_or_terminal(task.state):
             await asyncio.sleep(min(self._poll, self._http.left(deadline)))
             task = await transport.task(task.id, message, self._call_deadline(deadline))
