@@ -19,7 +19,6 @@ import platform
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo
 
-from intent import baselines, speed
-from intent.butler_router import ButlerRouter, all_routes, text_of
+from intent import baselines, report, speed
+from intent.butler_router import ButlerRouter, all_routes, label, text_of
 from intent.dataset import HOSTILE, AgentCards, Request, load_cards, load_half, load_requests
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "intent.json"
@@ -75,6 +74,7 @@ def score(decide: Decide, requests: Sequence[Request]) -> dict[str, Any]:
         "false_accepts": pct(sum(c is not None for _, c, _ in out_), len(out_)),
         "overall": pct(sum(ok(r, c) for r, c, _ in rows), len(rows)),
         "by_category": {cat: pct(sum(v), len(v)) for cat, v in sorted(by_cat.items())},
+        "category_counts": {cat: len(v) for cat, v in sorted(by_cat.items())},
         "misses": [{"id": r.id, "text": r.text[:120], "expect": r.expect, "chosen": c,
                     "top3": t} for r, c, t in rows if not ok(r, c)],
     }
@@ -110,7 +110,6 @@ def deciders(cards: AgentCards, tuning: Sequence[Request],
     """(name, decide, close, threshold) for Butler's router and each baseline."""
     routes = all_routes(cards, extra_peers)
     texts = [text_of(c) for c in routes]
-    from intent.butler_router import label
     labels = [label(c) for c in routes]
     butler = ButlerRouter(cards, extra_peers)
     out: list[tuple[str, Decide, Callable[[], None], float | None]] = [
@@ -153,7 +152,8 @@ def _padding(n: int) -> list[Any]:
 def timing(cards: AgentCards, tuning: Sequence[Request], texts: Sequence[str],
            rounds: int) -> list[dict[str, Any]]:
     """Seconds per decision at the real count, 50 and 1,000 candidates: Butler's whole
-    ``choose`` (the daemon's call), and the baselines' scoring and choice."""
+    ``choose`` (the daemon's call), and the baselines' scoring and choice. The
+    collector runs between decisions, as in the daemon (its pauses count)."""
     real = len(all_routes(cards))
     out = []
     for size in (real, *SIZES):
@@ -164,25 +164,31 @@ def timing(cards: AgentCards, tuning: Sequence[Request], texts: Sequence[str],
         butler.close()
         routes = [*all_routes(cards), *pad][:size]
         for name, make in MAKERS:
-            from intent.butler_router import label
             base = baselines.Baseline(name, make([text_of(c) for c in routes]),
                                       [label(c) for c in routes])
             times = []
             for _ in range(max(rounds // 5, 1)):
-                for text in texts:
-                    t0 = time.perf_counter()
-                    base.decide(text)
-                    times.append(time.perf_counter() - t0)
+                for said in texts:
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    base.decide(said)
+                    times.append((time.perf_counter() - t0, time.thread_time() - c0))
             point[name] = _summary(times)
         out.append(point)
     return out
 
 
-def _summary(times: list[float]) -> dict[str, float]:
-    times = sorted(times)
-    return {"median_ms": round(statistics.median(times) * 1000, 4),
-            "p99_ms": round(times[int(0.99 * (len(times) - 1))] * 1000, 4),
-            "decisions": len(times)}
+def _summary(times: list[tuple[float, float]]) -> dict[str, float]:
+    """Median and p99 of the decisions' CPU time (what a decision costs, without the
+    time other processes on a shared machine took the CPU), and the wall-clock p99."""
+    cpu = sorted(c for _, c in times)
+    wall = sorted(w for w, _ in times)
+
+    def p99(xs: list[float]) -> float:
+        return round(xs[int(0.99 * (len(xs) - 1))] * 1000, 4)
+
+    return {"median_ms": round(statistics.median(cpu) * 1000, 4), "p99_ms": p99(cpu),
+            "wall_median_ms": round(statistics.median(wall) * 1000, 4),
+            "wall_p99_ms": p99(wall), "decisions": len(times)}
 
 
 def run(half: str = "test", rounds: int = 5) -> dict[str, Any]:
@@ -205,57 +211,6 @@ def run(half: str = "test", rounds: int = 5) -> dict[str, Any]:
     return results
 
 
-ROUTERS = ("Butler", "BM25", "TF-IDF char 3-5")
-COLUMNS = (("top1", "top-1"), ("top3", "top-3"), ("accepted_right", "accepted right"),
-           ("correct_declines", "correct declines"), ("false_accepts", "false accepts"),
-           ("misrouted", "misrouted"), ("overall", "overall"))
-
-Table = tuple[str, list[str], list[list[str]]]
-
-
-def tables(results: dict[str, Any]) -> list[Table]:
-    out: list[Table] = []
-    routers = results["routers"]
-    for half in next(iter(routers.values())):
-        n = routers["Butler"][half]
-        title = (f"Intent routing, {half} half: {n['requests']} requests ({n['in_scope']} "
-                 f"for a skill, {n['out_of_scope']} to decline), {results['candidates']} "
-                 "candidates; % (top-1/top-3/accepted right of those for a skill; "
-                 "declines/false accepts of those to decline)")
-        rows = [[name, *(f"{routers[name][half][k]:.1f}" for k, _ in COLUMNS)]
-                for name in ROUTERS if name in routers]
-        out.append((title, ["router", *(h for _, h in COLUMNS)], rows))
-        cats = list(routers["Butler"][half]["by_category"])
-        counts = Counter(r.category for r in load_half(half))
-        out.append((f"Overall % by category, {half} half",
-                    ["category", "n", *(r for r in ROUTERS if r in routers)],
-                    [[c, str(counts[c]), *(f"{routers[r][half]['by_category'][c]:.1f}"
-                                           for r in ROUTERS if r in routers)] for c in cats]))
-    rows = []
-    for card, per in results["hostile"].items():
-        rows.append([card, *(f"{per[r]['targets_won']}/{per[r]['targets']}, "
-                             f"{per[r]['test_won']}/{per[r]['test']}" for r in ROUTERS)])
-    out.append(("Hostile cards: requests meant for another agent the card wins "
-                "(of hostile/requests.jsonl, of the test half's)", ["card", *ROUTERS], rows))
-    rows = [[str(p["candidates"]), *(f"{p[r]['median_ms']:.3f} / {p[r]['p99_ms']:.3f}"
-                                     for r in ROUTERS)] for p in results["timing"]]
-    out.append(("Decision time per request, ms (median / p99)", ["candidates", *ROUTERS],
-                rows))
-    return out
-
-
-def text(results: dict[str, Any]) -> str:
-    lines = []
-    for title, header, rows in tables(results):
-        widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
-        lines += ["", title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-                  for row in rows]
-    thresholds = ", ".join(f"{k} {v:g}" for k, v in results["thresholds"].items())
-    lines.append(f"\nbaseline thresholds (chosen on the tuning half): {thresholds}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--half", choices=("test", "tuning", "both"), default="test")
@@ -266,7 +221,7 @@ def main(argv: list[str]) -> int:
     results = run(args.half, args.rounds)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    print(text(results))
+    print(report.text(results))
     if args.misses:
         for half, s in results["routers"]["Butler"].items():
             for m in s["misses"]:
