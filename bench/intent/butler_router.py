@@ -34,7 +34,7 @@ _TUPLES = ("tags", "examples", "capabilities")
 
 def skill_config(entry: dict[str, Any]) -> SkillConfig:
     """A ``skills:`` entry of a config file, as far as routing reads it."""
-    kept = {k: (tuple(v) if k in _TUPLES else v) for k, v in entry.items()
+    kept: dict[str, Any] = {k: (tuple(v) if k in _TUPLES else v) for k, v in entry.items()
             if k in _SKILL_FIELDS}
     return SkillConfig(**kept)
 

@@ -64,6 +64,13 @@ class AgentCards:
         return out
 
 
+def right(expect: str, label: str | None) -> bool:
+    """``label`` is the expected skill, or of the expected agent when only that is asked."""
+    if label is None:
+        return False
+    return label == expect if "/" in expect else label.split("/", 1)[0] == expect
+
+
 def split_of(text: str) -> str:
     """The half a request belongs to: a hash of its text, so adding a request never
     moves another."""

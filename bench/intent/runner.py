@@ -28,18 +28,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo
 
 from intent import baselines, report, speed
 from intent.butler_router import ButlerRouter, all_routes, label, text_of
-from intent.dataset import HOSTILE, AgentCards, Request, load_cards, load_half, load_requests
+from intent.dataset import (
+    HOSTILE,
+    AgentCards,
+    Request,
+    load_cards,
+    load_half,
+    load_requests,
+    right,
+)
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "intent.json"
 SIZES = (50, 1000)  # besides the real candidate count
 Decide = Callable[[str], tuple[str | None, list[str]]]
-
-
-def right(expect: str, label: str | None) -> bool:
-    """``label`` is the expected skill, or of the expected agent when only that is asked."""
-    if label is None:
-        return False
-    return label == expect if "/" in expect else label.split("/", 1)[0] == expect
 
 
 def score(decide: Decide, requests: Sequence[Request]) -> dict[str, Any]:
