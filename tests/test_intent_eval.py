@@ -143,3 +143,12 @@ def test_the_hostile_cards_target_requests_of_other_agents() -> None:
     office = json.loads((dataset.CARDS / "office.json").read_text())
     assert clone["card"]["skills"] == office["card"]["skills"]
     assert clone["peer"]["identity_key"] != office["peer"]["identity_key"]
+
+
+def test_a_request_naming_its_agent_may_go_to_that_agent_as_a_whole() -> None:
+    named = dataset.Request("x", "ask my office what's due", "office/office.action_items",
+                            "names_peer")
+    plain = dataset.Request("y", "what's due at work", "office/office.action_items", "plain")
+    assert named.accepts("office") and named.accepts("office/office.action_items")
+    assert not plain.accepts("office") and not named.accepts("office/office.minutes")
+    assert dataset.Request("z", "hello", "decline", "stop_words").accepts(None)

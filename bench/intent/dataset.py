@@ -22,6 +22,7 @@ CARDS = HERE / "cards"
 HOSTILE = HERE / "hostile"
 HALVES = ("tuning", "test")
 DECLINE = "decline"
+NAMES_PEER = "names_peer"
 LOCAL_AGENT = "home"  # the user's own Butler: its skills are local candidates
 # The split's salt: changing it reshuffles the halves (never do it after a router was
 # tuned on one of them).
@@ -43,6 +44,15 @@ class Request:
     @property
     def agent(self) -> str:
         return "" if self.declines else self.expect.split("/", 1)[0]
+
+    def accepts(self, label: str | None) -> bool:
+        """Whether choosing ``label`` (None: declining) is right for this request. A
+        request that names its agent ("ask my office ...") may also go to that agent as
+        a whole, which routes it on by itself."""
+        if self.declines:
+            return label is None
+        return right(self.expect, label) or (self.category == NAMES_PEER
+                                             and label == self.agent)
 
 
 @dataclass(frozen=True, slots=True)

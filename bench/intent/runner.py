@@ -35,7 +35,6 @@ from intent.dataset import (
     load_cards,
     load_half,
     load_requests,
-    right,
 )
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "intent.json"
@@ -55,29 +54,26 @@ def score(decide: Decide, requests: Sequence[Request]) -> dict[str, Any]:
     def pct(n: int, d: int) -> float:
         return round(100 * n / d, 1) if d else 0.0
 
-    def ok(r: Request, chosen: str | None) -> bool:
-        return chosen is None if r.declines else right(r.expect, chosen)
-
     by_cat: dict[str, list[bool]] = {}
     for r, chosen, _ in rows:
-        by_cat.setdefault(r.category, []).append(ok(r, chosen))
+        by_cat.setdefault(r.category, []).append(r.accepts(chosen))
     return {
         "requests": len(rows), "in_scope": len(scope), "out_of_scope": len(out_),
-        "top1": pct(sum(bool(t) and right(r.expect, t[0]) for r, _, t in scope), len(scope)),
-        "top3": pct(sum(any(right(r.expect, x) for x in t) for r, _, t in scope), len(scope)),
-        "accepted_right": pct(sum(right(r.expect, c) for r, c, _ in scope), len(scope)),
+        "top1": pct(sum(bool(t) and r.accepts(t[0]) for r, _, t in scope), len(scope)),
+        "top3": pct(sum(any(r.accepts(x) for x in t) for r, _, t in scope), len(scope)),
+        "accepted_right": pct(sum(r.accepts(c) for r, c, _ in scope), len(scope)),
         "right_agent": pct(sum(c is not None and c.split("/")[0] == r.agent
                                for r, c, _ in scope), len(scope)),
-        "misrouted": pct(sum(c is not None and not right(r.expect, c) for r, c, _ in scope),
+        "misrouted": pct(sum(c is not None and not r.accepts(c) for r, c, _ in scope),
                          len(scope)),
         "false_declines": pct(sum(c is None for _, c, _ in scope), len(scope)),
         "correct_declines": pct(sum(c is None for _, c, _ in out_), len(out_)),
         "false_accepts": pct(sum(c is not None for _, c, _ in out_), len(out_)),
-        "overall": pct(sum(ok(r, c) for r, c, _ in rows), len(rows)),
+        "overall": pct(sum(r.accepts(c) for r, c, _ in rows), len(rows)),
         "by_category": {cat: pct(sum(v), len(v)) for cat, v in sorted(by_cat.items())},
         "category_counts": {cat: len(v) for cat, v in sorted(by_cat.items())},
         "misses": [{"id": r.id, "text": r.text[:120], "expect": r.expect, "chosen": c,
-                    "top3": t} for r, c, t in rows if not ok(r, c)],
+                    "top3": t} for r, c, t in rows if not r.accepts(c)],
     }
 
 
@@ -89,7 +85,7 @@ def tuned(make: Callable[[Sequence[str]], baselines.Scorer], name: str, texts: l
     for r in tuning:
         top = base.ranked(r.text, 1)
         best, first = (top[0][1], top[0][0]) if top else (0.0, None)
-        tops.append((best, not r.declines and right(r.expect, first), r.declines))
+        tops.append((best, not r.declines and r.accepts(first), r.declines))
     base.threshold = baselines.choose_threshold(tops)
     return base
 
