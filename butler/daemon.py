@@ -45,6 +45,7 @@ from butler.metrics import (
 )
 from butler.planner import Planner
 from butler.push.service import PushNotifications
+from butler.reload import LiveParts, reload_config
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
@@ -96,6 +97,7 @@ class Daemon:
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
+    _live: LiveParts | None = field(default=None, init=False)  # what a reload changes
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         """The one place every audit record passes: the trail, the metrics and the log."""
@@ -129,6 +131,15 @@ class Daemon:
         async with AsyncExitStack() as stack:
             await self._assemble(stack)
             self._stack = stack.pop_all()
+
+    async def reload(self, load: Callable[[], Config]) -> bool:
+        """Re-read the config (``load``) into the running daemon (butler/reload.py); False
+        when it was refused and the running config kept."""
+        if self._live is None:
+            return False
+        old = self.config
+        self.config = await reload_config(old, load, self._live)
+        return self.config is not old
 
     async def stop(self) -> None:
         """Stop what ``start`` started, in reverse order: the listener and the registry
@@ -243,6 +254,9 @@ class Daemon:
         self._url = self.url
         # The agents it hosts start on the bound port (their URLs name it) before it takes
         # a connection: one of the config's is never answered 404 for being asked early.
+        self._live = LiveParts(
+            runner.app[A2A_FRONT].verifier, spend, catalog, delegator,
+            lambda new: build_skills(new.skills, memory, runs, new.secret_env), cfg.data_dir)
         assert self.agents is not None
         stack.push_async_callback(self.agents.close)  # before the listener stops
         await self.agents.start()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
 from butler.runtime.heap import settle_heap
+from butler.runtime.service_notify import READY, STOPPING, notify, reloading
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
 from butler.telemetry.logs import setup_logging
@@ -144,22 +145,38 @@ async def start_or_explain(daemon: Daemon) -> int | None:
     return None
 
 
+def servable_config(path: str) -> Config:
+    """The config at ``path`` as ``butler serve`` needs it, or ``SetupError`` saying why:
+    what a reload (SIGHUP) reads."""
+    config = load_config(path)
+    problem = serve_problem(config)
+    if problem:
+        raise SetupError("invalid_config", f"{config.source}: {problem}")
+    return config
+
+
 async def run_daemon(config: Config) -> int:
     from butler.daemon import Daemon
     from butler.delegation.wiring import make_delegator
 
     daemon = Daemon(config, delegator_factory=make_delegator)
-    # Signals are caught from the start: one that arrives while starting stops cleanly
-    # right after, instead of killing the process half-way.
-    stop = asyncio.Event()
+    # Signals are caught from the start: one that arrives while starting is acted on right
+    # after, instead of killing the process half-way (SIGHUP's default).
+    signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     if (failed := await start_or_explain(daemon)) is not None:
         return failed
     settle_heap()
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
-    await stop.wait()
+    # Every agent it hosts is served by now: systemd (Type=notify) may start what needs it.
+    notify(f"{READY}\nSTATUS=serving on {daemon.url}")
+    while await signals.get() == signal.SIGHUP:
+        notify(reloading())
+        await daemon.reload(lambda: servable_config(config.source))
+        notify(READY)
+    notify(STOPPING)
     log.info("shutting down: finishing in-flight requests")
     await daemon.stop()
     log.info("stopped")
