@@ -37,12 +37,7 @@ from butler.http_app import A2A_FRONT, PUBLIC_PATHS, build_app, server_tls
 from butler.identity.key_file import AgentIdentity, load_identity
 from butler.identity.receipts import seal
 from butler.memory import MemoryStore
-from butler.metrics import (
-    ButlerMetrics,
-    log_audit,
-    observe_audit,
-    serve_metrics,
-)
+from butler.metrics import ButlerMetrics, observe_audit, serve_metrics
 from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.reload import LiveParts, reload_config
@@ -51,6 +46,7 @@ from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
+from butler.telemetry.task_log import log_audit
 from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,

@@ -30,7 +30,6 @@ from butler.swarm.spend import CallerUsage
 from internal.http import IDENTITY, Handler
 
 LabelValues = tuple[str, ...]
-tasks_log = logging.getLogger("butler.tasks")
 access_log = logging.getLogger("butler.access")
 
 
@@ -281,42 +280,12 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
                 metrics.planner_tokens.inc(direction, amount=detail[f"{direction}_tokens"])
 
 
-def log_audit(kind: str, fields: dict[str, Any]) -> None:
-    if kind == "task_finished":
-        if tasks_log.isEnabledFor(logging.INFO):
-            _finished(fields)
-    elif kind == "refusal" and tasks_log.isEnabledFor(logging.INFO):
-        tasks_log.info("task refused", extra={"trace_id": fields.get("trace_id") or "", "kv": {
-            "code": str(fields.get("code")), "caller": str(fields.get("caller", "")),
-            "depth": str(len(fields.get("chain") or ())),
-            **({"task_id": str(fields["task_id"])} if fields.get("task_id") else {}),
-        }})
-
-
-def _finished(fields: dict[str, Any]) -> None:
-    detail = fields.get("detail") or {}
-    kv = {"task_id": str(fields.get("task_id")), "state": str(fields.get("decision"))}
-    if fields.get("code"):
-        kv["code"] = str(fields["code"])
-    if detail.get("skill"):
-        kv["skill"] = str(detail["skill"])
-    if detail.get("peer"):
-        kv["peer"] = str(detail["peer"])
-    if "seconds" in detail:
-        kv["duration_ms"] = f"{float(detail['seconds']) * 1000:.1f}"
-    before, after = fields.get("budget_before"), fields.get("budget_after")
-    if isinstance(before, Decimal) and isinstance(after, Decimal):
-        kv["cost_usd"] = str(before - after)
-    kv["caller"] = str(fields.get("caller", ""))
-    tasks_log.info("task finished", extra={"trace_id": fields.get("trace_id") or "", "kv": kv})
-
-
 def log_request(method: str, path: str, status: int, seconds: float, caller: str) -> None:
     """``path`` without its query; ``caller`` the identity's name ("" before auth)."""
     if access_log.isEnabledFor(logging.DEBUG):
         access_log.debug("request", extra={"kv": {
-            "method": method, "path": path, "status": str(status),
-            "duration_ms": f"{seconds * 1000:.1f}", "caller": caller or "-"}})
+            "method": method, "path": path, "status": status,
+            "duration_ms": round(seconds * 1000, 1), "caller": caller or "-"}})
 
 
 def metrics_middleware(metrics: ButlerMetrics) -> Any:
