@@ -92,5 +92,6 @@ async def test_a_delegation_logs_the_peer_it_goes_to(
     started = [r for r in caplog.records if r.getMessage() == "task started"
                and getattr(r, "kv", {}).get("task_id") == task["id"]]
     assert len(started) == 1
-    assert started[0].kv["peer"] == "office" and started[0].kv["skill"] == "a2a.delegate"
+    kv = getattr(started[0], "kv", {})
+    assert kv["peer"] == "office" and kv["skill"] == "a2a.delegate"
     assert getattr(started[0], "trace_id", "") == task["swarm"]["trace_id"]
