@@ -225,6 +225,7 @@ class Daemon:
             default_timeout=cfg.tasks.default_timeout_seconds,
             card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
         )
+        self.metrics.running_tasks = self.engine.running_by_state
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
         stack.push_async_callback(self.push.aclose)

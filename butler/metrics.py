@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from butler.swarm.spend import CallerUsage
+from butler.telemetry import process
 from internal.http import IDENTITY, Handler
 
 LabelValues = tuple[str, ...]
@@ -177,8 +178,11 @@ class Registry:
         return metric
 
     def gauge(self, name: str, help_text: str, labels: tuple[str, ...] = (),
-              collect: Callable[[], dict[LabelValues, float]] | None = None) -> Gauge:
+              collect: Callable[[], dict[LabelValues, float]] | None = None, *,
+              kind: str = "gauge") -> Gauge:
+        """``kind``: "counter" for a total read when scraped (the process's CPU time)."""
         metric = Gauge(name, help_text, labels, collect)
+        metric.kind = kind
         self._metrics.append(metric)
         return metric
 
@@ -230,6 +234,23 @@ class ButlerMetrics:
                 ("caller", "window"), collect=lambda: self._windows("tasks"))
         r.gauge("butler_caller_limit_usd", "A capped caller's USD cap per window",
                 ("caller", "window"), collect=self._limits)
+        # Set by the daemon once its engine exists: state -> how many tasks are in it now.
+        self.running_tasks: Callable[[], dict[str, int]] = dict
+        r.gauge("butler_tasks_running", "Tasks not yet final, by state", ("state",),
+                collect=lambda: {(state,): float(n) for state, n in self.running_tasks().items()})
+        r.gauge("butler_build_info", "Butler's version and Python's; always 1",
+                ("version", "python"), collect=lambda: {process.build_labels(): 1.0})
+        started = process.start_time()
+        r.gauge("process_cpu_seconds_total", "User and system CPU time spent, in seconds",
+                collect=lambda: {(): process.cpu_seconds()}, kind="counter")
+        r.gauge("process_resident_memory_bytes", "Resident memory size, in bytes",
+                collect=lambda: _known(process.resident_bytes()))
+        r.gauge("process_open_fds", "Open file descriptors",
+                collect=lambda: _known(process.open_fds()))
+        r.gauge("process_max_fds", "The most file descriptors it may open (RLIMIT_NOFILE)",
+                collect=lambda: {(): process.max_fds()})
+        r.gauge("process_start_time_seconds", "When the process started, in seconds since "
+                "the epoch", collect=lambda: {(): started})
 
     def render(self) -> str:
         return self.registry.render()
@@ -250,6 +271,10 @@ class ButlerMetrics:
                 if cap is not None:
                     samples[(use.caller, window)] = float(cap)
         return samples
+
+
+def _known(value: float | None) -> dict[LabelValues, float]:
+    return {} if value is None else {(): value}
 
 
 def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import configparser
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,7 +21,7 @@ import pytest
 import yaml
 
 from tests.raw_http import close, get_healthz
-from tests.support import REPO, child_env, config_dict, new_pair, write_config
+from tests.support import REPO, Swarm, child_env, config_dict, new_pair, write_config
 
 
 def test_unit_and_dockerfile_use_the_environment() -> None:
@@ -243,3 +245,43 @@ async def test_sighup_reloads_tokens_and_skills_and_keeps_connections(tmp_path: 
     assert "config reload refused, the running config is kept" in log_text
     assert "not_a_key" in log_text
     assert proc.returncode == 0
+
+
+# -- Prometheus alert rules and the Grafana dashboard ----------------------------------
+
+PROMETHEUS = REPO / "deploy" / "prometheus"
+GRAFANA = REPO / "deploy" / "grafana" / "butler-dashboard.json"
+METRIC = re.compile(r"\b((?:butler|process)_[a-z_]+)\b")
+
+
+def test_promtool_checks_and_tests_the_alert_rules() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    for args in (["check", "rules", "butler-alerts.yml"],
+                 ["test", "rules", "butler-alerts.test.yml"]):
+        done = subprocess.run([promtool, *args], cwd=PROMETHEUS, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_the_dashboard_and_the_alerts_use_only_exported_metrics(
+    swarm: Swarm, http: aiohttp.ClientSession
+) -> None:
+    home = await swarm.start("home")
+    async with http.get(f"{home.url}/metrics", headers=home.headers()) as resp:
+        text = await resp.text()
+    exported = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            exported |= {name} if kind != "histogram" else {
+                f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    dashboard = json.loads(GRAFANA.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [r["expr"] for g in yaml.safe_load(
+        (PROMETHEUS / "butler-alerts.yml").read_text())["groups"] for r in g["rules"]]
+    used = {name for expr in exprs for name in METRIC.findall(expr)}
+    assert used and used <= exported, used - exported
+    assert {"butler_delegation_duration_seconds_bucket", "butler_tasks_running",
+            "process_open_fds", "butler_build_info"} <= used

@@ -433,6 +433,14 @@ class TaskEngine:
         self.swarm.settle(task)
         self.deps.audit("task_finished", **final_record(task, at, receipt))
 
+    def running_by_state(self) -> dict[str, int]:
+        """How many tasks are not yet final, by state (every such state, 0 included)."""
+        counts = dict.fromkeys((s.value for s in TaskState if not s.terminal), 0)
+        for task in self._live.values():
+            if not task.state.terminal:
+                counts[task.state.value] += 1
+        return counts
+
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
 
