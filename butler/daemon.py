@@ -169,6 +169,7 @@ class Daemon:
         audit_log = await AuditLog.open(cfg.data_dir / "audit.db",
                                         segment_records=cfg.audit.segment_records)
         stack.push_async_callback(audit_log.db.close)
+        self.metrics.delegation_history = audit_log.delegations_since
         audit = AuditWriter(audit_log)
         stack.push_async_callback(audit.close)  # closed before the log: flushes into it
         if cfg.audit.retention_days > 0:

@@ -99,8 +99,8 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
         return [] if delegator is None else await delegator.peer_status()
 
     overview = Overview(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
-                        cfg.a2a.caller_limits, metrics)
-    app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
+                        lambda: engine.swarm.spend.limits, metrics, engine)
+    app.add_routes([web.get("/healthz", healthz), *overview.routes(), *DAEMON_PAGE.routes()])
     return app
 
 

@@ -20,12 +20,15 @@ import bisect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from aiohttp import web
 
+from butler.audit.log import DelegationOutcome
+from butler.runtime.clock import now_iso
 from butler.swarm.spend import CallerUsage
 from butler.telemetry import process
 from internal.http import IDENTITY, Handler
@@ -234,6 +237,13 @@ class ButlerMetrics:
                 ("caller", "window"), collect=lambda: self._windows("tasks"))
         r.gauge("butler_caller_limit_usd", "A capped caller's USD cap per window",
                 ("caller", "window"), collect=self._limits)
+        # The delegations under way, by the task they work for (the dashboard's "waiting
+        # on"): from the audit records, as everything here.
+        self.waiting: dict[str, list[dict[str, Any]]] = {}
+        # Set by the daemon once its audit log is open: the delegations answered since a
+        # time (newest first, at most so many records read), for the peers' statistics.
+        self.delegation_history: Callable[[datetime, int], Awaitable[
+            list[DelegationOutcome]]] = _no_history
         # Set by the daemon once its engine exists: state -> how many tasks are in it now.
         self.running_tasks: Callable[[], dict[str, int]] = dict
         r.gauge("butler_tasks_running", "Tasks not yet final, by state", ("state",),
@@ -273,6 +283,10 @@ class ButlerMetrics:
         return samples
 
 
+async def _no_history(since: datetime, most: int) -> list[DelegationOutcome]:
+    return []
+
+
 def _known(value: float | None) -> dict[LabelValues, float]:
     return {} if value is None else {(): value}
 
@@ -285,6 +299,7 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
     if kind == "refusal":
         metrics.refusals.inc(str(code or "refused"))
     elif kind == "task_finished":
+        metrics.waiting.pop(str(fields.get("task_id")), None)
         metrics.tasks.inc(str(fields.get("decision", "")))
         if "seconds" in detail:
             metrics.task_seconds.observe(detail.get("skill") or "none",
@@ -293,8 +308,20 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
         if isinstance(before, Decimal) and isinstance(after, Decimal) and before > after:
             metrics.spent.inc(amount=before - after)
             metrics.caller_spent.inc(str(fields.get("caller", "")), amount=before - after)
+    elif kind == "delegation_sent":
+        chain = list(fields.get("chain") or ())
+        peer = str(detail.get("peer", "?"))
+        metrics.waiting.setdefault(str(fields.get("task_id")), []).append({
+            "peer": peer, "hop": len(chain), "path": [*chain, peer], "since": now_iso()})
     elif kind == "delegation_result":
         peer = str(detail.get("peer", "?"))
+        waiting = metrics.waiting.get(str(fields.get("task_id")), [])
+        for i, entry in enumerate(waiting):
+            if entry["peer"] == peer:
+                del waiting[i]
+                break
+        if not waiting:
+            metrics.waiting.pop(str(fields.get("task_id")), None)
         metrics.delegations.inc(peer, str(code or fields.get("decision", "")))
         if "seconds" in detail:
             metrics.delegation_seconds.observe(peer, value=float(detail["seconds"]))
