@@ -25,6 +25,7 @@ async def _home(swarm: Swarm, office: Instance, tmp_path: Path) -> Instance:
 async def _peer(home: Instance) -> dict[str, Any]:
     status, overview = await call(home, "GET", "/v2/overview")
     assert status == 200, overview
+    peer: dict[str, Any]
     peer, = overview["peers"]
     return peer
 
