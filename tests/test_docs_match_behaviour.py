@@ -62,3 +62,21 @@ async def test_a_task_sent_back_along_its_chain_says_it_would_loop(mesh: Mesh) -
     status, task = await post_task(office, {"task": "t", "capabilities_needed": ["nowhere"],
                                             "caller_chain": ["home"]}, who="home")
     assert "neither this agent nor any known peer provides nowhere" in task["error"]["message"]
+
+
+async def test_the_public_routes_are_the_ones_quickstart_names(swarm: Swarm) -> None:
+    # quickstart.md once said every route but /healthz needs a token (issue 39).
+    from butler.dashboard import DAEMON_PAGE
+    from butler.http_app import PUBLIC_PATHS
+    from tests.support import REPO
+
+    named = ("/healthz", "/.well-known/agent-card.json", "/v2/openapi.json", "/dashboard")
+    assert set(PUBLIC_PATHS) == {*named, *DAEMON_PAGE.paths}
+    text = (REPO / "docs" / "quickstart.md").read_text()
+    home = await swarm.start("home")
+    for path in named:
+        assert f"`{path}`" in text, path
+        async with home.session.get(home.url + path) as resp:
+            assert resp.status == 200, path
+    async with home.session.get(home.url + "/v2/card") as resp:
+        assert resp.status == 401

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,10 @@ def check_config(path: str) -> dict[str, Any]:
     warnings = [f"skills[{i}].id: {skill.id!r} is in a reserved namespace (a2a., butler., "
                 "admin.) and is never exposed" for i, skill in enumerate(config.skills)
                 if skill.expose and is_reserved(skill.id)]
+    warnings += [f"skills[{i}].command: {skill.command[0]} is not an executable program "
+                 "here: the skill fails with command_failed until it is installed"
+                 for i, skill in enumerate(config.skills)
+                 if skill.command and shutil.which(skill.command[0]) is None]
     warnings += token_hash_warnings(_token_digests(config))
     return {**result, "ok": True, "agent_id": config.agent.id, "skills": len(config.skills),
             "peers": len(config.peers), "hosted_agents": len(config.agents),
