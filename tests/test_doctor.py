@@ -87,3 +87,22 @@ async def test_a_refused_token_and_a_taken_port_are_problems(swarm: Swarm,
     port = _about(report, "A2A port")[0]
     assert port["status"] == "problem" and "is taken" in port["detail"] and port["fix"]
     assert _about(report, "data folder")[0]["detail"].endswith("is made on the first start")
+
+
+async def test_the_registry_and_its_token(tmp_path: Path) -> None:
+    from tests.registry.registry_support import TOKENS, sqlite_registry
+
+    async with sqlite_registry(tmp_path) as registry:
+        for token, status in ((TOKENS["alice"], "ok"), ("not-a-registry-token-000", "problem")):
+            (tmp_path / "registry.token").write_text(token)
+            cfg = {"agent": {"id": "home"}, "data_dir": str(tmp_path / "home"),
+                   "configurations": {
+                       "a2a": {"enabled": True, "port": 0, "token_hashes": ["a" * 64]},
+                       "registry": {"url": registry.url, "self_register": False,
+                                    "token_file": str(tmp_path / "registry.token")}}}
+            path = write_config(tmp_path, "home", cfg)
+            code, out, _ = await run_cli("doctor", "-c", str(path), "--json")
+            found, = _about(json.loads(out), "registry")
+            assert found["status"] == status, found
+            assert code == (0 if status == "ok" else 1)
+    assert "refuses this config's token" in found["detail"]

@@ -100,7 +100,8 @@ async def examine(path: str) -> list[Finding]:
         for peer in config.peers:
             findings += await _peer(config, peer.name, session, guard, clocks)
         if config.registry.url:
-            findings.append(await _registry(config.registry.url, session, clocks))
+            findings.append(await _registry(config.registry.url, config.registry.token,
+                                            session, clocks))
     findings.append(_clock(clocks))
     return findings
 
@@ -269,17 +270,28 @@ async def _token(url: str, token: str, name: str, session: aiohttp.ClientSession
     return Finding(f"peer {name}", OK, f"accepts the token (HTTP {status})")
 
 
-async def _registry(url: str, session: aiohttp.ClientSession, clocks: list[float]) -> Finding:
+async def _registry(url: str, token: str, session: aiohttp.ClientSession,
+                    clocks: list[float]) -> Finding:
+    """Its health, then (with the config's registry token) whether it accepts the token."""
+    base = url.rstrip("/")
     try:
-        async with session.get(f"{url.rstrip('/')}/healthz",
+        async with session.get(f"{base}/healthz",
                                timeout=aiohttp.ClientTimeout(total=SECONDS)) as resp:
             _note_clock(resp.headers.get("Date"), clocks)
-            if resp.status == 200:
-                return Finding("registry", OK, f"{url} answers")
-            return Finding("registry", PROBLEM, f"{url}/healthz answered HTTP {resp.status}")
+            if resp.status != 200:
+                return Finding("registry", PROBLEM, f"{url}/healthz answered HTTP {resp.status}")
+        if token:
+            async with session.get(f"{base}/v1/agents?limit=1",
+                                   headers={"Authorization": f"Bearer {token}"},
+                                   timeout=aiohttp.ClientTimeout(total=SECONDS)) as resp:
+                if resp.status == 401:
+                    return Finding("registry", PROBLEM, f"{url} refuses this config's token",
+                                   "ask the registry's operator for a token it accepts "
+                                   "(configurations.registry.token_env)")
     except (aiohttp.ClientError, ButlerError, TimeoutError) as exc:
         return Finding("registry", PROBLEM, f"{url}: {exc}",
                        "is `butler registry serve` running there and reachable?")
+    return Finding("registry", OK, f"{url} answers" + (" and accepts the token" if token else ""))
 
 
 def _note_clock(date: str | None, clocks: list[float]) -> None:
