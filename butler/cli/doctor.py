@@ -204,7 +204,7 @@ async def _ports(config: Config) -> list[Finding]:
 async def _healthz(url: str) -> dict[str, Any] | None:
     with contextlib.suppress(Exception):
         async with aiohttp.ClientSession() as session, session.get(
-                f"{url}/healthz", timeout=aiohttp.ClientTimeout(total=3)) as resp:
+                f"{url}/healthz", timeout=aiohttp.ClientTimeout(total=1.5)) as resp:
             data = await resp.json()
             return data if isinstance(data, dict) else None
     return None
