@@ -90,6 +90,16 @@ class SkillCatalog:
         # Bumped whenever the set of skills changes: what others built from it is stale.
         self.generation = 0
 
+    def configure(self, skills: Iterable[Skill]) -> None:
+        """The configured skills anew (a config reload); what MCP servers provide is kept.
+        A task already running keeps the skill it started with."""
+        self._configured = tuple(skills)
+        self._skills = self._configured
+        for source, provided in list(self._provided.items()):
+            self.provide(source, provided)
+        self._visible.clear()
+        self.generation += 1
+
     def provide(self, source: str, skills: Sequence[Skill]) -> None:
         """Set the skills a provider (an MCP server, by its entry's id) has now, in place of
         what it had; a skill whose id is already taken is left out, with a warning."""
