@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,12 @@ async def hang() -> str:
             Path(sys.argv[1] + ".cancelled").write_text("cancelled")
         raise
     return "never"
+
+
+@server.tool(description="Blocks the server's own event loop for a while")
+async def block(seconds: float) -> str:
+    time.sleep(seconds)  # on purpose, in the loop: nothing (a ping included) is answered
+    return f"blocked {seconds:g}s"
 
 
 @server.tool(description="Ends the server process at once")

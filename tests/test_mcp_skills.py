@@ -14,6 +14,7 @@ import pytest
 
 from butler.config import load_config
 from butler.config.node import ConfigError
+from butler.skills.mcp_servers import supervisor
 from tests.support import (
     ECHO,
     Instance,
@@ -101,6 +102,33 @@ async def test_a_hanging_call_times_out_and_the_server_goes_on(swarm: Swarm,
     shouted = await run(home, "calc.shout", task="still here")
     assert shouted["state"] == "completed", shouted
     assert len(started(tmp_path / "pids")) == 1  # the call was cancelled, not the server
+
+
+async def test_a_call_that_blocks_the_server_past_a_ping_succeeds(
+        swarm: Swarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Liveness is the process and idle-time pings: a call in flight is bounded by the
+    skill's time limit alone, even when the tool blocks its server's loop for longer than
+    the ping interval (issue 38)."""
+    monkeypatch.setattr(supervisor, "PING_SECONDS", 0.1)
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids, timeout_seconds=30)])
+    blocked = await run(home, "calc.block", input={"seconds": 1})
+    assert blocked["state"] == "completed", blocked
+    assert blocked["result"]["parts"][0] == {"kind": "text", "text": "blocked 1s"}
+    assert len(started(pids)) == 1
+
+
+async def test_a_stuck_server_is_restarted_after_its_call_timed_out(
+        swarm: Swarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisor, "PING_SECONDS", 0.1)
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids, timeout_seconds=0.3)])
+    stuck = await run(home, "calc.block", input={"seconds": 30})
+    assert stuck["state"] == "failed" and stuck["error"]["code"] == "task_timeout", stuck
+    # Idle now, and deaf to pings: ended and started again.
+    await wait_until(lambda: len(started(pids)) >= 2, 20, "the stuck server restarted")
+    [first, *_] = started(pids)
+    await wait_gone(first)
 
 
 async def test_cancelling_the_task_cancels_the_call(swarm: Swarm, tmp_path: Path) -> None:

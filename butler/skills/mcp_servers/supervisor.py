@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import httpx2
@@ -40,7 +40,9 @@ FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 # A server that ran this long before it died starts again from the first back-off.
 STEADY_SECONDS = 60.0
-# Without a call in flight only a ping notices that a server has died.
+# Without a call in flight only a ping notices that a server has died; a call in flight
+# notices by itself (its stream closes) and is bounded by the skill's time limit, so a
+# server busy with a call is never pinged (a tool may block the server's loop meanwhile).
 PING_SECONDS = 5.0
 
 
@@ -55,6 +57,7 @@ class McpServer:
         self.mcp: McpToolsConfig = config.mcp
         self.catalog = catalog
         self.session: ClientSession | None = None
+        self.calls = 0  # calls in flight on ``session``
         self._lost = asyncio.Event()
         self._first_try = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -78,6 +81,18 @@ class McpServer:
     def lost(self, session: ClientSession) -> None:
         if session is self.session:  # not a call's news of a session already replaced
             self._lost.set()
+
+    def busy(self) -> bool:
+        return self.calls > 0
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around each call: while one is in flight the server is not pinged."""
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
 
     async def _supervise(self) -> None:
         backoff = FIRST_BACKOFF_SECONDS
@@ -134,15 +149,21 @@ class McpServer:
         return await stack.enter_async_context(ClientSession(read, write))
 
     async def _watch(self, session: ClientSession) -> None:
+        """Until a call finds the session broken, or an idle server misses a ping. A server
+        stuck under a call is judged once its calls have timed out: it is idle then."""
         while not self._lost.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(PING_SECONDS):
                     await self._lost.wait()
                     return
+            if self.busy():
+                continue
             try:
                 async with asyncio.timeout(PING_SECONDS):
                     await session.send_ping()
             except TimeoutError:
+                if self.busy():  # a call began meanwhile: its own time limit judges it
+                    continue
                 raise ConnectionError(f"no answer to a ping within {PING_SECONDS:g}s") from None
 
     def _skills(self, tools: list[Tool]) -> list[Skill]:
@@ -168,8 +189,7 @@ class McpServer:
                 capabilities=(*self.config.capabilities, skill_id),
                 input_schema=self.config.input_schema or _object_schema(tool.input_schema))
             skills.append(Skill(config, tool_skill(
-                tool, lambda: self.session, self.lost, server=self.id,
-                max_output_bytes=self.config.max_output_bytes), FIDELITY))
+                tool, self, max_output_bytes=self.config.max_output_bytes), FIDELITY))
         return skills
 
 

@@ -4,9 +4,9 @@ tool's answer becomes the task's parts (docs/mcp.md#mcp-servers-as-skills)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from mcp import ClientSession
@@ -29,30 +29,38 @@ from internal.protocol.a2a.model import Part
 TEXT_ARGUMENTS = ("task", "text")
 
 
-def tool_skill(tool: Tool, session: Callable[[], ClientSession | None],
-               lost: Callable[[ClientSession], None], *, server: str,
-               max_output_bytes: int) -> SkillFunction:
-    """``session`` gives the server's live session (None during an outage); ``lost`` tells
-    the supervisor that this session broke under a call, so it restarts the server now."""
+class Server(Protocol):
+    """The supervised server a tool belongs to (``supervisor.McpServer``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def session(self) -> ClientSession | None: ...  # None during an outage
+    def lost(self, session: ClientSession) -> None: ...  # broke under a call: restart now
+    def calling(self) -> AbstractContextManager[None]: ...  # a call in flight: no pings
+
+
+def tool_skill(tool: Tool, server: Server, *, max_output_bytes: int) -> SkillFunction:
     async def run(ctx: SkillContext) -> SkillOutput:
-        live = session()
+        live = server.session
         if live is None:
             raise SkillFailed("skill_unavailable",
-                              f"MCP server {server} is not running; it is being restarted")
+                              f"MCP server {server.id} is not running; it is being restarted")
         try:
-            # Cancelling the task cancels this await; the SDK tells the server the
-            # request is cancelled.
-            result = await live.call_tool(tool.name, arguments(tool, ctx.text, ctx.input))
+            # Cancelling the task (its time limit too) cancels this await; the SDK tells
+            # the server the request is cancelled.
+            with server.calling():
+                result = await live.call_tool(tool.name, arguments(tool, ctx.text, ctx.input))
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:
-                lost(live)
+                server.lost(live)
                 raise SkillFailed("skill_unavailable",
-                                  f"MCP server {server} went away during the call") from None
+                                  f"MCP server {server.id} went away during the call") from None
             raise SkillFailed("tool_error", exc.error.message) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            lost(live)
+            server.lost(live)
             raise SkillFailed("skill_unavailable",
-                              f"MCP server {server} is not running; it is being restarted"
+                              f"MCP server {server.id} is not running; it is being restarted"
                               ) from None
         return to_result(result, max_output_bytes)
 
