@@ -100,6 +100,21 @@ async def test_a_declared_input_schema_is_the_tool_schema_and_its_arguments_the_
         assert seen["text"] == "count to n"
         assert seen["input"] == {"task": "count to n", "n": 3}
 
+        # Arguments are validated against the published schema before any task is made:
+        # a tool error naming the failing path (issue 38).
+        for arguments, path in [({"n": "three"}, "/n"), ({"task": "no n"}, "")]:
+            refused = await session.call_tool("about", arguments)
+            assert refused.is_error and refused.structured_content is not None
+            assert refused.structured_content["code"] == "invalid_params"
+            assert refused.structured_content["path"] == path, refused
+            assert _texts(refused)[0].startswith(f"invalid_params: input{path}: ")
+        for arguments, path in [({"task": 7}, "/task"), ({"task": "x", "capabilities": []},
+                                                         "/capabilities")]:
+            refused = await session.call_tool("delegate" if "capabilities" in arguments
+                                              else "echo", arguments)
+            assert refused.is_error and refused.structured_content is not None
+            assert refused.structured_content["path"] == path, refused
+
 
 async def test_delegate_goes_to_a_peer_through_the_swarm(swarm: Swarm, tmp_path: Path) -> None:
     office = await swarm.start("office", callers={"home": {}},

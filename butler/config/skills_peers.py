@@ -12,6 +12,7 @@ from typing import Any
 from butler.config import model as m
 from butler.config.common import BUILTIN_SKILLS, ident, secret, url
 from butler.config.node import Node
+from internal.protocol.a2a.codec.input_schema import schema_problem
 
 # It goes on every card and MCP tool list, and a registry takes cards of 64 KiB by
 # default (registry max_card_bytes): room for a few schemas besides the rest.
@@ -80,8 +81,7 @@ def parse_skill(node: Node, base: Path) -> m.SkillConfig:
 def _input_schema(node: Node) -> dict[str, Any]:
     """A JSON Schema of an object, as plain JSON (YAML dates and the like are refused).
 
-    Its structure beyond ``type: object`` is the schema's business, checked by whoever
-    reads it (an MCP host validates arguments against it).
+    Every task's input for the skill is validated against it (``skills.input_schema``).
     """
     value = node.value
     if not isinstance(value, dict):
@@ -98,6 +98,8 @@ def _input_schema(node: Node) -> dict[str, Any]:
     if len(text.encode()) > MAX_INPUT_SCHEMA_BYTES:
         node.fail(f"larger than {MAX_INPUT_SCHEMA_BYTES} bytes as JSON")
     schema: dict[str, Any] = json.loads(text)
+    if (problem := schema_problem(schema)) is not None:
+        node.fail(f"not a valid JSON Schema 2020-12: {problem}")
     return schema
 
 

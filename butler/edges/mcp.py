@@ -10,6 +10,7 @@ machine-readable code, so the model behind the host sees why.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from butler.skills.catalog import SkillCatalog
+from internal.protocol.a2a.codec.input_schema import InputSchema
 from internal.protocol.a2a.model import (
     ButlerError,
     Envelope,
@@ -90,6 +92,8 @@ class ButlerTools:
         return tools
 
     def _request(self, name: str, arguments: dict[str, Any]) -> tuple[TaskRequest, Envelope]:
+        """The task for a call. A skill's declared schema is checked by the engine, as on
+        every binding; the schemas of this edge's own making are checked here."""
         text = arguments.get("task", "")
         skill = None if name == DELEGATE else next(
             (s for s in self.catalog.visible(self.caller) if s.id == name), None)
@@ -99,18 +103,15 @@ class ButlerTools:
             # The declared schema is the skill's input: the arguments go whole, and a
             # ``task`` string among them is the text as well.
             return (TaskRequest(text=text if isinstance(text, str) else "",
-                                input=dict(arguments), skill=name, blocking=False),
+                                input=dict(arguments), skill=skill.id, blocking=False),
                     Envelope())
-        if not isinstance(text, str):
-            raise RequestError("invalid_params", "task must be a string")
         if skill is not None:
+            _own_schema("task").check("", arguments)
             rest = {k: v for k, v in arguments.items() if k != "task"}
-            return TaskRequest(text=text, input=rest, skill=name, blocking=False), Envelope()
-        caps = arguments.get("capabilities")
-        if not isinstance(caps, list) or not caps or not all(isinstance(c, str) for c in caps):
-            raise RequestError("invalid_params", "capabilities must be a non-empty list of "
-                               "strings")
-        return (TaskRequest(text=text, capabilities_needed=tuple(caps), blocking=False),
+            return TaskRequest(text=text, input=rest, skill=skill.id, blocking=False), Envelope()
+        _own_schema(DELEGATE).check("", arguments)
+        return (TaskRequest(text=text, capabilities_needed=tuple(arguments["capabilities"]),
+                            blocking=False),
                 Envelope(budget_usd=_budget(arguments.get("budget_usd"))))
 
     async def call(self, name: str, arguments: dict[str, Any],
@@ -160,6 +161,12 @@ async def _progress(ctx: ServerRequestContext[Any, Any] | None, step: int, messa
     await ctx.session.send_progress_notification(
         token, step, None, message,
         related_request_id=None if ctx.request_id is None else str(ctx.request_id))
+
+
+@functools.cache
+def _own_schema(tool: str) -> InputSchema:
+    """The compiled schema of ``delegate`` or of a skill that declares none."""
+    return InputSchema(DELEGATE_SCHEMA if tool == DELEGATE else TASK_SCHEMA)
 
 
 def _budget(value: Any) -> Decimal | None:

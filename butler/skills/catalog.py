@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from butler.config.model import SkillConfig
 from butler.memory import MemoryStore
@@ -15,6 +16,7 @@ from butler.skills.command import command_skill
 from butler.skills.fidelity import LOSSLESS, Fidelity
 from butler.skills.plugin import load_plugin
 from butler.skills.run_ledger import RunLedger
+from internal.protocol.a2a.codec.input_schema import InputSchema
 from internal.protocol.a2a.model import Identity
 
 log = logging.getLogger("butler.skills")
@@ -31,6 +33,12 @@ class Skill:
     @property
     def id(self) -> str:
         return self.config.id
+
+    @cached_property
+    def input_check(self) -> InputSchema | None:
+        """Its declared input schema, compiled once; None when it declares none."""
+        schema = self.config.input_schema
+        return None if schema is None else InputSchema(schema)
 
     @property
     def exposed(self) -> bool:

@@ -32,6 +32,7 @@ from butler.skills.child_env import child_environment
 from butler.skills.fidelity import Fidelity
 from butler.skills.mcp_servers.http_bridge import GuardedTransport
 from butler.skills.mcp_servers.tool import tool_skill
+from internal.protocol.a2a.codec.input_schema import schema_problem
 
 log = logging.getLogger("butler.skills.mcp_servers")
 
@@ -212,6 +213,9 @@ def _object_schema(schema: object) -> dict[str, Any] | None:
     if len(text.encode()) > MAX_INPUT_SCHEMA_BYTES:
         return None
     kept: dict[str, Any] = json.loads(text)
+    if (problem := schema_problem(kept)) is not None:
+        log.warning("an MCP tool's input schema is left out: %s", problem)
+        return None
     return kept
 
 

@@ -23,10 +23,8 @@ from mcp.types import (
 )
 
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
+from internal.protocol.a2a.codec.input_schema import with_text
 from internal.protocol.a2a.model import Part
-
-# Properties that take a task in words, in the order they are tried.
-TEXT_ARGUMENTS = ("task", "text")
 
 
 class Server(Protocol):
@@ -70,15 +68,7 @@ def tool_skill(tool: Tool, server: Server, *, max_output_bytes: int) -> SkillFun
 def arguments(tool: Tool, text: str, given: dict[str, Any]) -> dict[str, Any]:
     """The task's ``input`` is the arguments; its words fill a ``task`` (else ``text``)
     string property the tool declares and the input does not set."""
-    args = {key: _plain(value) for key, value in given.items()}
-    properties = tool.input_schema.get("properties")
-    if text and isinstance(properties, dict):
-        for name in TEXT_ARGUMENTS:
-            spec = properties.get(name)
-            if isinstance(spec, dict) and spec.get("type") == "string":
-                args.setdefault(name, text)
-                break
-    return args
+    return with_text(tool.input_schema, text, {k: _plain(v) for k, v in given.items()})
 
 
 def _plain(value: Any) -> Any:
