@@ -102,14 +102,16 @@ async def test_a_declared_input_schema_is_the_tool_schema_and_its_arguments_the_
 
         # Arguments are validated against the published schema before any task is made:
         # a tool error naming the failing path (issue 38).
-        for arguments, path in [({"n": "three"}, "/n"), ({"task": "no n"}, "")]:
+        cases: list[tuple[dict[str, Any], str]] = [({"n": "three"}, "/n"),
+                                                   ({"task": "no n"}, "")]
+        for arguments, path in cases:
             refused = await session.call_tool("about", arguments)
             assert refused.is_error and refused.structured_content is not None
             assert refused.structured_content["code"] == "invalid_params"
             assert refused.structured_content["path"] == path, refused
             assert _texts(refused)[0].startswith(f"invalid_params: input{path}: ")
-        for arguments, path in [({"task": 7}, "/task"), ({"task": "x", "capabilities": []},
-                                                         "/capabilities")]:
+        cases = [({"task": 7}, "/task"), ({"task": "x", "capabilities": []}, "/capabilities")]
+        for arguments, path in cases:
             refused = await session.call_tool("delegate" if "capabilities" in arguments
                                               else "echo", arguments)
             assert refused.is_error and refused.structured_content is not None
