@@ -12,7 +12,7 @@ import pytest
 
 from butler.config import load_config
 from butler.config.node import ConfigError
-from internal.protocol.a2a.codec.input_schema import InputSchema
+from internal.protocol.a2a.codec.input_schema import SchemaCheck
 from internal.protocol.a2a.model import RequestError
 from tests.a2a_support import rpc
 from tests.support import ECHO, Instance, Swarm, config_dict, plugin_skill, post_task, write_config
@@ -92,7 +92,7 @@ def test_an_invalid_schema_in_the_config_names_the_key(tmp_path: Path) -> None:
 
 def test_exact_numbers_are_json_numbers() -> None:
     """Butler reads JSON fractions as ``Decimal``: a number, and an integer when whole."""
-    check = InputSchema(SCHEMA)
+    check = SchemaCheck(SCHEMA)
     check.check("", {"n": Decimal("3"), "ratio": Decimal("0.25")})
     with pytest.raises(RequestError) as err:
         check.check("", {"n": Decimal("2.5")})

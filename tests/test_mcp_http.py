@@ -46,9 +46,9 @@ async def test_a_token_lists_the_tools_its_identity_sees_and_calls_one(swarm: Sw
         assert not result.is_error
         assert [c.text for c in result.content if isinstance(c, TextContent)] == [
             "hello over http"]
-        assert result.structured_content is not None
-        assert result.structured_content["state"] == "completed"
-        task_id = result.structured_content["task_id"]
+        assert result.meta is not None
+        assert result.meta["butler/task"]["state"] == "completed"
+        task_id = result.meta["butler/task"]["id"]
     # The caller is the token's identity, not a fixed admin: a tier-gold skill is hidden
     # from a default-tier token, and the task belongs to the gold caller.
     async with mcp_http(inst, "plain") as session:

@@ -350,7 +350,7 @@ def test_answers_become_parts() -> None:
     assert result.parts == (
         Part(file={"bytes": "aGk=", "mimeType": "image/png"}),
         Part(file={"uri": "file:///notes/a.md", "name": "a.md", "mimeType": "text/markdown"}),
-        Part(text="bee"),
+        Part(text="bee", metadata={"butler/mcp": {"type": "resource", "uri": "file:///b.txt"}}),
     )
     with pytest.raises(SkillFailed) as err:
         to_result(CallToolResult(content=[], is_error=True), 1000)

@@ -188,9 +188,18 @@ class McpServer:
                 self.config, id=skill_id, name=tool.title or tool.name,
                 description=tool.description or self.config.description,
                 capabilities=(*self.config.capabilities, skill_id),
-                input_schema=self.config.input_schema or _object_schema(tool.input_schema))
+                input_schema=self.config.input_schema or _object_schema(tool.input_schema),
+                output_schema=_object_schema(tool.output_schema),
+                tool_annotations=None if tool.annotations is None else
+                tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True))
+            fidelity = FIDELITY
+            if tool.execution is not None and tool.execution.task_support == "required":
+                log.warning("MCP server %s: tool %r is withheld: it runs only as an MCP task "
+                            "(taskSupport: required), which Butler does not call", self.id,
+                            tool.name)
+                fidelity = TASK_REQUIRED
             skills.append(Skill(config, tool_skill(
-                tool, self, max_output_bytes=self.config.max_output_bytes), FIDELITY))
+                tool, self, max_output_bytes=self.config.max_output_bytes), fidelity))
         return skills
 
 
@@ -198,12 +207,18 @@ class McpServer:
 FIDELITY = Fidelity("adapted", (
     "no streaming: the tool's answer arrives at the end",
     "no input-required: a tool cannot ask its caller for more",
+    "a request's file parts do not reach the tool: its arguments are JSON",
+))
+# A tool that must be called as an MCP task (2025-11-25 tasks utility): on no card.
+TASK_REQUIRED = Fidelity("unsupported", (
+    "runs only as an MCP task (execution.taskSupport: required), which Butler does not call",
 ))
 
 
 def _object_schema(schema: object) -> dict[str, Any] | None:
-    """The tool's own input schema, kept as the skill's when it describes an object and is
-    no larger than a configured one may be (it goes on the card, which registries cap)."""
+    """The tool's own input (or output) schema, kept as the skill's when it describes an
+    object, is valid JSON Schema and is no larger than a configured one may be (it goes on
+    the card, which registries cap)."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return None
     try:
@@ -214,7 +229,7 @@ def _object_schema(schema: object) -> dict[str, Any] | None:
         return None
     kept: dict[str, Any] = json.loads(text)
     if (problem := schema_problem(kept)) is not None:
-        log.warning("an MCP tool's input schema is left out: %s", problem)
+        log.warning("an MCP tool's schema is left out: %s", problem)
         return None
     return kept
 

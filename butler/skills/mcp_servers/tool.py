@@ -3,7 +3,6 @@ tool's answer becomes the task's parts (docs/mcp.md#mcp-servers-as-skills)."""
 
 from __future__ import annotations
 
-import json
 from contextlib import AbstractContextManager
 from decimal import Decimal
 from typing import Any, Protocol
@@ -11,20 +10,11 @@ from typing import Any, Protocol
 import anyio
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    AudioContent,
-    CallToolResult,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-    Tool,
-)
+from mcp.types import CONNECTION_CLOSED, CallToolResult, TextContent, Tool
 
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
+from butler.skills.mcp_servers.content import to_parts
 from internal.protocol.a2a.codec.input_schema import with_text
-from internal.protocol.a2a.model import Part
 
 
 class Server(Protocol):
@@ -83,48 +73,13 @@ def _plain(value: Any) -> Any:
 
 
 def to_result(result: CallToolResult, cap: int) -> SkillResult:
-    """Text blocks become text parts, structured content one data part, images, audio and
-    resources file parts. An ``isError`` result fails the task with ``tool_error``."""
-    texts = [c.text for c in result.content if isinstance(c, TextContent)]
+    """The answer's blocks as parts (``content.to_parts``). An ``isError`` result fails
+    the task with ``tool_error``."""
     if result.is_error:
+        texts = [c.text for c in result.content if isinstance(c, TextContent)]
         raise SkillFailed("tool_error", "\n".join(texts) or "the tool reported an error")
     structured = result.structured_content
-    parts: list[Part] = []
-    size = 0
-    for block in result.content:
-        if isinstance(block, TextContent):
-            # The spec asks tools with structured content to repeat it as JSON text:
-            # the data part carries it, once.
-            if structured is not None and _same_json(block.text, structured):
-                continue
-            part = Part(text=block.text)
-            size += len(block.text.encode())
-        elif isinstance(block, ImageContent | AudioContent):
-            part = Part(file={"bytes": block.data, "mimeType": block.mime_type})
-            size += len(block.data)
-        elif isinstance(block, ResourceLink):
-            part = Part(file={"uri": str(block.uri), "name": block.name,
-                              **({"mimeType": block.mime_type} if block.mime_type else {})})
-        else:  # an embedded resource
-            res = block.resource
-            if isinstance(res, TextResourceContents):
-                part = Part(text=res.text)
-                size += len(res.text.encode())
-            else:
-                part = Part(file={"bytes": res.blob, "uri": str(res.uri),
-                                  **({"mimeType": res.mime_type} if res.mime_type else {})})
-                size += len(res.blob)
-        parts.append(part)
-    if structured is not None:
-        parts.append(Part(data=structured))
-        size += len(json.dumps(structured, default=str).encode())
+    parts, size = to_parts(result.content, structured if isinstance(structured, dict) else None)
     if size > cap:
         raise SkillFailed("output_too_large", f"the tool answered more than {cap} bytes")
     return SkillResult(parts=tuple(parts))
-
-
-def _same_json(text: str, data: dict[str, Any]) -> bool:
-    try:
-        return bool(json.loads(text) == data)
-    except ValueError:
-        return False

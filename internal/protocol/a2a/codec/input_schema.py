@@ -49,8 +49,9 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
     return None
 
 
-class InputSchema:
-    """A compiled schema; ``check`` refuses an input it does not describe."""
+class SchemaCheck:
+    """A compiled schema: ``check`` refuses an input it does not describe, ``problem``
+    says where a value fails it."""
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.schema = schema
@@ -59,16 +60,23 @@ class InputSchema:
     def check(self, text: str, given: Mapping[str, Any]) -> None:
         """Raises ``invalid_params`` naming the failing path (a JSON Pointer into the
         input: ``/items/0/name``; ``""`` for the input itself)."""
+        found = self.problem(with_text(self.schema, text, given))
+        if found is not None:
+            pointer, message, schema_path = found
+            raise RequestError("invalid_params", f"input{pointer}: {message}",
+                               details={"path": pointer, "schema_path": schema_path})
+
+    def problem(self, value: object) -> tuple[str, str, str] | None:
+        """Where ``value`` fails the schema (a JSON Pointer), why, and which part of the
+        schema says so; None when it conforms. The same reading serves a skill's output
+        against its output schema."""
         from jsonschema.exceptions import best_match
 
-        error = best_match(self._validator.iter_errors(with_text(self.schema, text, given)))
+        error = best_match(self._validator.iter_errors(value))
         if error is None:
-            return
+            return None
         pointer = "".join(f"/{_escape(p)}" for p in error.absolute_path)
-        raise RequestError("invalid_params", f"input{pointer or ''}: {error.message}",
-                           details={"path": pointer,
-                                    "schema_path": "/".join(str(p) for p in
-                                                            error.absolute_schema_path)})
+        return pointer, error.message, "/".join(str(p) for p in error.absolute_schema_path)
 
 
 def _escape(step: object) -> str:
