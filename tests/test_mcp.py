@@ -4,41 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
 from tests.a2a_support import ASK, WAIT
 from tests.delegation_support import skill
-from tests.mcp_support import cancel_after_progress
+from tests.mcp_support import cancel_after_progress, mcp_butler
 from tests.support import (
     ECHO,
-    REPO,
     Swarm,
-    child_env,
     command_skill,
     config_dict,
     plugin_skill,
-    write_config,
 )
-
-
-@asynccontextmanager
-async def mcp_butler(tmp_path: Path, cfg: dict[str, Any]) -> AsyncIterator[ClientSession]:
-    path = write_config(tmp_path, cfg["agent"]["id"], cfg)
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "butler", "mcp", "-c", str(path)],
-                                   env=child_env(), cwd=REPO)
-    with (tmp_path / "mcp-stderr.log").open("w") as log:
-        async with stdio_client(params, errlog=log) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
 
 
 def _texts(result: Any) -> list[str]:

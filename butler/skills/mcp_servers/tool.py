@@ -45,6 +45,8 @@ def tool_skill(tool: Tool, server: Server, *, max_output_bytes: int) -> SkillFun
                 raise SkillFailed("skill_unavailable",
                                   f"MCP server {server.id} went away during the call") from None
             raise SkillFailed("tool_error", exc.error.message) from None
+        except RuntimeError as exc:  # the SDK held the answer to the tool's output schema
+            raise SkillFailed("invalid_output", str(exc).split("\n", 1)[0]) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             server.lost(live)
             raise SkillFailed("skill_unavailable",

@@ -1,0 +1,182 @@
+"""Everything an MCP tool answers reaches an MCP host through Butler, and every tool is
+honest about itself (issue 38): tests/mcp_server_fixture.py (the official SDK's server)
+is a Butler skill, and the official SDK's client calls it through Butler over streamable
+HTTP (``/mcp``) and over stdio (``butler mcp``). The mapping: docs/mcp.md#what-maps."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+
+from butler.edges.mcp_names import TOOL_NAME, tool_names
+from butler.skills.mcp_servers.content import MAX_INLINE_BYTES, to_content, to_parts
+from internal.protocol.a2a.model import Part
+from tests.a2a_support import rpc
+from tests.mcp_server_fixture import BLOB, PNG, WAV
+from tests.mcp_support import mcp_butler, mcp_http
+from tests.support import Swarm, config_dict, post_task
+
+FIXTURE = Path(__file__).resolve().parent / "mcp_server_fixture.py"
+# The host sees what the fixture said, block for block.
+MEDIA: list[ContentBlock] = [
+    TextContent(text="here"),
+    ImageContent(data=PNG, mime_type="image/png"),
+    AudioContent(data=WAV, mime_type="audio/wav"),
+    ResourceLink(uri="file:///notes/a.md", name="a.md", title="Notes",
+                 mime_type="text/markdown"),
+    EmbeddedResource(resource=TextResourceContents(uri="file:///b.txt", text="bee",
+                                                   mime_type="text/plain")),
+    EmbeddedResource(resource=BlobResourceContents(uri="file:///c.bin", blob=BLOB,
+                                                   mime_type="application/octet-stream")),
+]
+
+
+def calc(tmp_path: Path) -> dict[str, Any]:
+    return {"id": "calc", "mcp": {"command": [sys.executable, str(FIXTURE),
+                                              str(tmp_path / "pids")]}, "expose": True}
+
+
+async def check_tools_and_calls(session: ClientSession) -> None:
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    assert all(TOOL_NAME.fullmatch(name) for name in tools), sorted(tools)
+    # Renamed by the one mapping; the skill id in the title and in _meta.
+    add = tools["calc_add"]
+    assert add.title == "calc.add"
+    assert add.meta is not None and add.meta["butler/skill_id"] == "calc.add"
+    # The upstream tool's output schema and annotations, as it gave them.
+    assert add.output_schema is not None
+    assert add.output_schema["additionalProperties"] == {"type": "integer"}
+    shout = tools["calc_shout"]
+    assert shout.annotations is not None
+    assert shout.annotations.read_only_hint is True
+    assert shout.annotations.destructive_hint is False
+    assert shout.annotations.open_world_hint is False
+    # A tool that runs only as an MCP task is withheld, not listed as callable.
+    assert "calc_background" not in tools
+
+    added = await session.call_tool("calc_add", {"a": 2, "b": 40})
+    assert not added.is_error, added
+    assert added.structured_content == {"sum": 42}
+    assert added.content == [TextContent(text='{"sum": 42}')]
+    assert added.meta is not None and added.meta["butler/task"]["state"] == "completed"
+    assert added.meta["butler/task"]["id"] and added.meta["butler/task"]["trace_id"]
+    # The original id is accepted on call too.
+    by_id = await session.call_tool("calc.add", {"a": 1, "b": 1})
+    assert by_id.structured_content == {"sum": 2}
+
+    media = await session.call_tool("calc_media", {})
+    assert not media.is_error, media
+    assert media.content == MEDIA
+    assert media.structured_content is None  # the tool gave none
+
+    noon = await session.call_tool("calc_noon", {})  # {} is an input like any other
+    assert not noon.is_error, noon
+    assert noon.structured_content == {"result": "noon"}
+
+    lied = await session.call_tool("calc_liar", {})
+    assert lied.is_error and lied.structured_content is not None
+    assert lied.structured_content["code"] == "invalid_output"
+
+
+async def test_over_streamable_http(swarm: Swarm, tmp_path: Path,
+                                    caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "butler.skills.mcp_servers"):
+        home = await swarm.start("home", skills=[calc(tmp_path)])
+    assert any("'background' is withheld" in r.getMessage() for r in caplog.records)
+    async with mcp_http(home, "operator") as session:
+        await check_tools_and_calls(session)
+
+
+async def test_over_stdio(tmp_path: Path) -> None:
+    cfg, _ = config_dict(tmp_path, "desk", skills=[calc(tmp_path)])
+    async with mcp_butler(tmp_path, cfg) as session:
+        await check_tools_and_calls(session)
+
+
+async def test_a2a_carries_every_block_and_back(swarm: Swarm, tmp_path: Path) -> None:
+    """The same answer as A2A parts, on /v2 and in A2A 1.0: each block kept, an embedded
+    resource's URI in the part's metadata; {} is an input on /v2."""
+    home = await swarm.start("home", skills=[calc(tmp_path)])
+    status, task = await post_task(home, {"skill": "calc.media", "input": {}})
+    assert status == 200 and task["state"] == "completed", task
+    parts = task["result"]["parts"]
+    assert [p["kind"] for p in parts] == ["text", "file", "file", "file", "text", "file"]
+    assert parts[1]["file"] == {"bytes": PNG, "mimeType": "image/png"}
+    assert parts[3]["file"]["uri"] == "file:///notes/a.md"
+    assert parts[4]["metadata"]["butler/mcp"] == {"type": "resource", "uri": "file:///b.txt",
+                                                 "mimeType": "text/plain"}
+
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER",
+               "parts": [{"data": {"skill": "calc.media", "input": {}}}]}
+    _, body = await rpc(home, "SendMessage", {"message": message})
+    [artifact] = body["result"]["task"]["artifacts"]
+    v1 = artifact["parts"]
+    assert v1[1] == {"raw": PNG, "mediaType": "image/png"}
+    assert v1[3]["url"] == "file:///notes/a.md"
+    assert v1[5]["raw"] == BLOB and v1[5]["metadata"]["butler/mcp"]["uri"] == "file:///c.bin"
+    # A tool that needs MCP tasks is on no card.
+    async with home.session.get(home.url + "/v2/card", headers=home.headers()) as resp:
+        card = await resp.json()
+    assert "calc.background" not in {s["id"] for s in card["skills"]}
+    assert "calc.add" in {s["id"] for s in card["skills"]}
+
+
+def test_parts_become_blocks_and_back() -> None:
+    """What no fixture sends: an A2A file by URL, one too large to inline, several data
+    parts (no structured content then), and a tool answer's round trip."""
+    parts, _ = to_parts(MEDIA, None)
+    assert to_content(parts, "butler:task/t1") == (MEDIA, None)
+
+    big = base64.b64encode(b"\0" * (MAX_INLINE_BYTES + 3)).decode()
+    content, structured = to_content([
+        Part(file={"uri": "https://example.org/r.pdf", "mimeType": "application/pdf"}),
+        Part(file={"bytes": big, "mimeType": "image/png", "name": "huge.png"}),
+        Part(file={"bytes": BLOB}),
+        Part(data={"a": 1}), Part(data={"b": 2}),
+    ], "butler:task/t1")
+    assert content[0] == ResourceLink(uri="https://example.org/r.pdf", name="r.pdf",
+                                      mime_type="application/pdf")
+    assert isinstance(content[1], TextContent) and "huge.png" in content[1].text
+    assert "not inlined" in content[1].text
+    assert content[2] == EmbeddedResource(resource=BlobResourceContents(
+        uri="butler:task/t1/parts/2", blob=BLOB, mime_type="application/octet-stream"))
+    assert content[3:] == [TextContent(text='{"a": 1}'), TextContent(text='{"b": 2}')]
+    assert structured is None
+    _, one = to_content([Part(text="x"), Part(data={"a": 1})], "t")
+    assert one == {"a": 1}
+    # A result's own JSON text of its structured content is not a second part.
+    parts, _ = to_parts(CallToolResult(content=[TextContent(text='{"a": 1}')],
+                                       structured_content={"a": 1}).content, {"a": 1})
+    assert parts == [Part(data={"a": 1})]
+
+
+def test_tool_names_are_one_mapping() -> None:
+    ids = ["echo", "calc.add", "calc_add", "a:b.c", "x.y", "x:y", "n" * 70, "m." + "m" * 90]
+    names = tool_names(ids, reserved=("delegate",))
+    assert names["echo"] == "echo" and names["calc_add"] == "calc_add"
+    assert names["calc.add"] == "calc_add-" + hashlib.sha256(b"calc.add").hexdigest()[:8]
+    assert names["a:b.c"] == "a_b_c"
+    assert names["x.y"] != names["x:y"] and names["x.y"].startswith("x_y-")
+    assert all(TOOL_NAME.fullmatch(n) for n in names.values())
+    assert len(set(names.values())) == len(ids)
+    assert tool_names(reversed(ids), reserved=("delegate",)) == names  # order does not matter
+    assert tool_names(["delegate.x", "delegate_x"])["delegate.x"].startswith("delegate_x-")
