@@ -276,6 +276,10 @@ async def test_a_server_over_streamable_http(swarm: Swarm, tmp_path: Path,
         assert added["result"]["parts"] == [{"kind": "data", "data": {"sum": 42}}], added
         failed = await run(home, "remote.fail")
         assert failed["error"]["code"] == "tool_error"
+        # Every kind of block, over this transport too (tests/test_mcp_fidelity.py).
+        media = await run(home, "remote.media", input={})
+        assert [p["kind"] for p in media["result"]["parts"]] == [
+            "text", "file", "file", "file", "text", "file"], media
         assert not any(s.startswith(("meta.", "anon.")) for s in await card_skills(home))
         assert any("MCP server anon" in r.getMessage() for r in caplog.records)
         assert not any("s3cret-mcp" in r.getMessage() for r in caplog.records)
