@@ -22,6 +22,7 @@ from mcp.types import (
     AudioContent,
     BlobResourceContents,
     CallToolResult,
+    ContentBlock,
     EmbeddedResource,
     ImageContent,
     ResourceLink,
@@ -36,6 +37,17 @@ from mcp.types import (
 PNG = "iVBORw0KGgo="
 WAV = "UklGRiQAAABXQVZF"
 BLOB = "AAECAwQF"
+MEDIA: list[ContentBlock] = [
+    TextContent(text="here"),
+    ImageContent(data=PNG, mime_type="image/png"),
+    AudioContent(data=WAV, mime_type="audio/wav"),
+    ResourceLink(uri="file:///notes/a.md", name="a.md", title="Notes",
+                 mime_type="text/markdown"),
+    EmbeddedResource(resource=TextResourceContents(uri="file:///b.txt", text="bee",
+                                                   mime_type="text/plain")),
+    EmbeddedResource(resource=BlobResourceContents(uri="file:///c.bin", blob=BLOB,
+                                                   mime_type="application/octet-stream")),
+]
 
 
 class Fixture(MCPServer):
@@ -77,17 +89,7 @@ def noon() -> str:
 
 @server.tool(description="Answers with every kind of content block")
 def media() -> CallToolResult:
-    return CallToolResult(content=[
-        TextContent(text="here"),
-        ImageContent(data=PNG, mime_type="image/png"),
-        AudioContent(data=WAV, mime_type="audio/wav"),
-        ResourceLink(uri="file:///notes/a.md", name="a.md", title="Notes",
-                     mime_type="text/markdown"),
-        EmbeddedResource(resource=TextResourceContents(uri="file:///b.txt", text="bee",
-                                                       mime_type="text/plain")),
-        EmbeddedResource(resource=BlobResourceContents(uri="file:///c.bin", blob=BLOB,
-                                                       mime_type="application/octet-stream")),
-    ])
+    return CallToolResult(content=MEDIA)
 
 
 @server.tool(description="Runs only as an MCP task")

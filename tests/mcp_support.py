@@ -18,6 +18,15 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support import REPO, Instance, child_env, write_config
 
+# tests/mcp_server_fixture.py: the official SDK's server, with a tool of each kind.
+FIXTURE = Path(__file__).resolve().parent / "mcp_server_fixture.py"
+
+
+def calc(pids: Path, **extra: Any) -> dict[str, Any]:
+    """An ``mcp`` skill entry running the fixture; each process appends its pid to ``pids``."""
+    return {"id": "calc", "mcp": {"command": [sys.executable, str(FIXTURE), str(pids)]},
+            "expose": True, **extra}
+
 
 @asynccontextmanager
 async def mcp_butler(tmp_path: Path, cfg: dict[str, Any]) -> AsyncIterator[ClientSession]:

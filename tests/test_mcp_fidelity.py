@@ -8,51 +8,26 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp import ClientSession
 from mcp.types import (
-    AudioContent,
     BlobResourceContents,
     CallToolResult,
-    ContentBlock,
     EmbeddedResource,
-    ImageContent,
     ResourceLink,
     TextContent,
-    TextResourceContents,
 )
 
 from butler.edges.mcp_names import TOOL_NAME, tool_names
 from butler.skills.mcp_servers.content import MAX_INLINE_BYTES, to_content, to_parts
 from internal.protocol.a2a.model import Part
 from tests.a2a_support import rpc
-from tests.mcp_server_fixture import BLOB, PNG, WAV
-from tests.mcp_support import mcp_butler, mcp_http
+from tests.mcp_server_fixture import BLOB, MEDIA, PNG
+from tests.mcp_support import calc, mcp_butler, mcp_http
 from tests.support import Swarm, config_dict, post_task
-
-FIXTURE = Path(__file__).resolve().parent / "mcp_server_fixture.py"
-# The host sees what the fixture said, block for block.
-MEDIA: list[ContentBlock] = [
-    TextContent(text="here"),
-    ImageContent(data=PNG, mime_type="image/png"),
-    AudioContent(data=WAV, mime_type="audio/wav"),
-    ResourceLink(uri="file:///notes/a.md", name="a.md", title="Notes",
-                 mime_type="text/markdown"),
-    EmbeddedResource(resource=TextResourceContents(uri="file:///b.txt", text="bee",
-                                                   mime_type="text/plain")),
-    EmbeddedResource(resource=BlobResourceContents(uri="file:///c.bin", blob=BLOB,
-                                                   mime_type="application/octet-stream")),
-]
-
-
-def calc(tmp_path: Path) -> dict[str, Any]:
-    return {"id": "calc", "mcp": {"command": [sys.executable, str(FIXTURE),
-                                              str(tmp_path / "pids")]}, "expose": True}
 
 
 async def check_tools_and_calls(session: ClientSession) -> None:
@@ -100,14 +75,14 @@ async def check_tools_and_calls(session: ClientSession) -> None:
 async def test_over_streamable_http(swarm: Swarm, tmp_path: Path,
                                     caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, "butler.skills.mcp_servers"):
-        home = await swarm.start("home", skills=[calc(tmp_path)])
+        home = await swarm.start("home", skills=[calc(tmp_path / "pids")])
     assert any("'background' is withheld" in r.getMessage() for r in caplog.records)
     async with mcp_http(home, "operator") as session:
         await check_tools_and_calls(session)
 
 
 async def test_over_stdio(tmp_path: Path) -> None:
-    cfg, _ = config_dict(tmp_path, "desk", skills=[calc(tmp_path)])
+    cfg, _ = config_dict(tmp_path, "desk", skills=[calc(tmp_path / "pids")])
     async with mcp_butler(tmp_path, cfg) as session:
         await check_tools_and_calls(session)
 
@@ -115,7 +90,7 @@ async def test_over_stdio(tmp_path: Path) -> None:
 async def test_a2a_carries_every_block_and_back(swarm: Swarm, tmp_path: Path) -> None:
     """The same answer as A2A parts, on /v2 and in A2A 1.0: each block kept, an embedded
     resource's URI in the part's metadata; {} is an input on /v2."""
-    home = await swarm.start("home", skills=[calc(tmp_path)])
+    home = await swarm.start("home", skills=[calc(tmp_path / "pids")])
     status, task = await post_task(home, {"skill": "calc.media", "input": {}})
     assert status == 200 and task["state"] == "completed", task
     parts = task["result"]["parts"]

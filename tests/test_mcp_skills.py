@@ -15,6 +15,7 @@ import pytest
 from butler.config import load_config
 from butler.config.node import ConfigError
 from butler.skills.mcp_servers import supervisor
+from tests.mcp_support import FIXTURE, calc
 from tests.support import (
     ECHO,
     Instance,
@@ -29,13 +30,6 @@ from tests.support import (
     wait_until,
     write_config,
 )
-
-FIXTURE = Path(__file__).resolve().parent / "mcp_server_fixture.py"
-
-
-def calc(pids: Path, **extra: Any) -> dict[str, Any]:
-    return {"id": "calc", "mcp": {"command": [sys.executable, str(FIXTURE), str(pids)]},
-            "expose": True, **extra}
 
 
 def started(pids: Path) -> list[int]:
