@@ -81,13 +81,25 @@ async def test_a2a_data_parts_are_checked_the_same_way(swarm: Swarm) -> None:
     assert "input/n: " in body["error"]["message"]
 
 
-def test_an_invalid_schema_in_the_config_names_the_key(tmp_path: Path) -> None:
-    broken = {"type": "object", "properties": {"n": {"type": "whole number"}}}
+@pytest.mark.parametrize(("broken", "why"), [
+    ({"type": "object", "properties": {"n": {"type": "whole number"}}}, "is not valid"),
+    ({"type": "object", "properties": {"n": {"$ref": "https://example.org/n.json"}}},
+     "points outside the schema"),
+])
+def test_an_invalid_schema_in_the_config_names_the_key(tmp_path: Path, broken: dict[str, Any],
+                                                       why: str) -> None:
     cfg, _ = config_dict(tmp_path, "home", skills=[
         plugin_skill("about", "tests.plugins.sample:about", input_schema=broken)])
     with pytest.raises(ConfigError, match="not a valid JSON Schema 2020-12") as err:
         load_config(write_config(tmp_path, "home", cfg))
-    assert "input_schema" in str(err.value)
+    assert "input_schema" in str(err.value) and why in str(err.value)
+
+
+def test_a_ref_to_nowhere_is_a_clear_refusal() -> None:
+    check = SchemaCheck({"type": "object", "properties": {"n": {"$ref": "#/$defs/none"}}})
+    with pytest.raises(RequestError, match="does not resolve"):
+        check.check("", {"n": 1})
+    assert SchemaCheck(SCHEMA).problem({"n": 2}) is None
 
 
 def test_exact_numbers_are_json_numbers() -> None:

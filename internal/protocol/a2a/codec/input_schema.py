@@ -10,7 +10,7 @@ daemon or a CLI command without one never loads it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,8 @@ def with_text(schema: Mapping[str, Any], text: str, given: Mapping[str, Any]) ->
 
 
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
-    """What makes ``schema`` no valid JSON Schema 2020-12, or None."""
+    """What makes ``schema`` no valid JSON Schema 2020-12, or None. A ``$ref`` must point
+    inside the schema (``#...``): nothing is fetched to check an input."""
     from jsonschema.exceptions import SchemaError
 
     try:
@@ -46,7 +47,22 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
     except SchemaError as err:
         where = "/".join(str(p) for p in err.absolute_path)
         return f"{err.message}" + (f" (at {where})" if where else "")
+    outside = next(_outside_refs(schema), None)
+    if outside is not None:
+        return f"$ref {outside!r} points outside the schema (only '#...' is resolved)"
     return None
+
+
+def _outside_refs(node: object) -> Iterator[str]:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            yield ref
+        for value in node.values():
+            yield from _outside_refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _outside_refs(value)
 
 
 class SchemaCheck:
@@ -71,8 +87,12 @@ class SchemaCheck:
         schema says so; None when it conforms. The same reading serves a skill's output
         against its output schema."""
         from jsonschema.exceptions import best_match
+        from referencing.exceptions import Unresolvable
 
-        error = best_match(self._validator.iter_errors(value))
+        try:
+            error = best_match(self._validator.iter_errors(value))
+        except Unresolvable as exc:  # a "#..." $ref to nowhere in the schema
+            return "", f"the schema has a $ref that does not resolve: {exc}", ""
         if error is None:
             return None
         pointer = "".join(f"/{_escape(p)}" for p in error.absolute_path)
