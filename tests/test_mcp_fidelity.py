@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import ClientSession
@@ -113,6 +115,45 @@ async def test_a2a_carries_every_block_and_back(swarm: Swarm, tmp_path: Path) ->
         card = await resp.json()
     assert "calc.background" not in {s["id"] for s in card["skills"]}
     assert "calc.add" in {s["id"] for s in card["skills"]}
+
+
+async def test_an_older_protocol_gets_blocks_it_knows(swarm: Swarm, tmp_path: Path) -> None:
+    """A host that negotiated 2025-03-26 has no resource links nor structured content (a
+    link is a text block, the data its JSON text); one of 2024-11-05 no audio either (an
+    embedded blob). Raw JSON-RPC: the SDK client speaks the newest version only."""
+    inst = await swarm.start("web", skills=[calc(tmp_path / "pids")])
+
+    async def post(body: dict[str, Any], headers: dict[str, str]) -> tuple[str, Any]:
+        async with inst.session.post(f"{inst.url}/mcp", json=body, headers=headers) as resp:
+            assert resp.status in (200, 202), await resp.text()
+            lines = [line[6:] for line in (await resp.text()).splitlines()
+                     if line.startswith("data: ")]
+            return resp.headers.get("Mcp-Session-Id", ""), json.loads(lines[-1]) \
+                if lines else None
+
+    for version in ("2025-03-26", "2024-11-05"):
+        accept = {"Accept": "application/json, text/event-stream", **inst.headers()}
+        session, _ = await post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "old", "version": "1"}}}, accept)
+        named = {**accept, "Mcp-Session-Id": session, "Mcp-Protocol-Version": version}
+        await post({"jsonrpc": "2.0", "method": "notifications/initialized"}, named)
+
+        async def call(name: str, arguments: dict[str, Any],
+                       named: dict[str, str] = named) -> dict[str, Any]:
+            _, answer = await post({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                    "params": {"name": name, "arguments": arguments}}, named)
+            result: dict[str, Any] = answer["result"]
+            return result
+
+        added = await call("calc_add", {"a": 1, "b": 2})
+        assert "structuredContent" not in added and added["content"] == [
+            {"type": "text", "text": '{"sum": 3}'}]
+        blocks = (await call("calc_media", {}))["content"]
+        assert [b["type"] for b in blocks] == [
+            "text", "image", "audio" if version == "2025-03-26" else "resource", "text",
+            "resource", "resource"], blocks
+        assert blocks[3]["text"] == "[a.md: file:///notes/a.md]"
 
 
 def test_parts_become_blocks_and_back() -> None:

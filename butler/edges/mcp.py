@@ -21,7 +21,11 @@ from mcp.server import Server, ServerRequestContext
 
 from butler.edges.mcp_names import tool_names
 from butler.skills.catalog import Skill, SkillCatalog
-from butler.skills.mcp_servers.content import MAX_INLINE_BYTES, to_content
+from butler.skills.mcp_servers.content import (
+    MAX_INLINE_BYTES,
+    structured_content_in,
+    to_content,
+)
 from internal.protocol.a2a.codec.input_schema import SchemaCheck
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -155,7 +159,8 @@ class ButlerTools:
         except ButlerError as err:  # following it failed (purged meanwhile, say)
             return _error(err.code, err.message, err.details)
         skill = None if request.skill is None else self.catalog.find(request.skill)
-        return _result(task, None if skill is None else skill.output_check)
+        version = "" if ctx is None else ctx.session.protocol_version
+        return _result(task, None if skill is None else skill.output_check, version)
 
     async def _follow(self, task: Task, ctx: ServerRequestContext[Any, Any] | None) -> Task:
         steps = 0
@@ -213,9 +218,10 @@ def _error(code: str, message: str, details: dict[str, Any] | None = None,
         structured_content={"code": code, "message": message, **(details or {})}, _meta=meta)
 
 
-def _result(task: Task, output: SchemaCheck | None) -> types.CallToolResult:
+def _result(task: Task, output: SchemaCheck | None, version: str) -> types.CallToolResult:
     """A completed task's parts as content, its one data part as ``structuredContent``
-    (held to the skill's output schema, when it has one); the task itself in ``_meta``."""
+    (held to the skill's output schema, when it has one), as far as the session's protocol
+    ``version`` has words for them; the task itself in ``_meta``."""
     meta = {TASK_META: {"id": task.wire_id, "state": task.state.value,
                         "trace_id": task.trace_id}}
     if task.state.value != "completed":
@@ -224,7 +230,7 @@ def _result(task: Task, output: SchemaCheck | None) -> types.CallToolResult:
         message = error.message if error else (task.status_message or task.state.value)
         return _error(code, message, meta=meta)
     parts = [part for artifact in task_artifacts(task) for part in artifact.parts]
-    content, structured = to_content(parts, f"butler:task/{task.wire_id}")
+    content, structured = to_content(parts, f"butler:task/{task.wire_id}", version)
     if output is not None:
         # MCP hosts hold a tool's answer to its output schema: one that does not conform
         # is the tool's error, said here rather than left for the host to find.
@@ -233,6 +239,8 @@ def _result(task: Task, output: SchemaCheck | None) -> types.CallToolResult:
         if found is not None:
             return _error("invalid_output", f"output{found[0]}: {found[1]}",
                           {"path": found[0]}, meta)
+    if not structured_content_in(version):
+        structured = None
     return types.CallToolResult(content=content, structured_content=structured, _meta=meta)
 
 

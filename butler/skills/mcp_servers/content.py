@@ -32,6 +32,9 @@ MCP_META = "butler/mcp"
 # larger one becomes a text block saying what was left out.
 MAX_INLINE_BYTES = 2 * 1024 * 1024
 _LINK_FIELDS = ("title", "description", "size")
+# The protocol versions that brought structured content and resource links, and audio.
+STRUCTURED_SINCE = "2025-06-18"
+AUDIO_SINCE = "2025-03-26"
 
 
 def to_parts(blocks: Iterable[ContentBlock],
@@ -75,27 +78,45 @@ def to_parts(blocks: Iterable[ContentBlock],
     return parts, size
 
 
-def to_content(parts: Sequence[Part], where: str) -> tuple[list[ContentBlock],
-                                                           dict[str, Any] | None]:
-    """A task's parts as an MCP answer: its content blocks, and its structured content
-    (the answer's data part, when it has exactly one). ``where`` names the task, for a
-    blob without a URI of its own and for what was too large to inline."""
+def to_content(parts: Sequence[Part], where: str, version: str = ""
+               ) -> tuple[list[ContentBlock], dict[str, Any] | None]:
+    """A task's parts as an MCP answer: its content blocks, and its structured answer
+    (the data part, when it has exactly one). ``where`` names the task, for a blob without
+    a URI of its own and for what was too large to inline. ``version``, the session's
+    protocol version ("" the newest), gets no block it has no word for: resource links
+    came in 2025-06-18 (with structured content: ``structured_content_in``), audio in
+    2025-03-26."""
     content: list[ContentBlock] = []
     data = [p.data for p in parts if p.data is not None]
     for n, part in enumerate(parts):
-        about = (part.metadata or {}).get(MCP_META)
-        about = about if isinstance(about, dict) else {}
-        if part.text is not None:
-            if about.get("type") == "resource" and isinstance(about.get("uri"), str):
-                content.append(EmbeddedResource(resource=TextResourceContents(
-                    uri=about["uri"], text=part.text, mime_type=_text(about.get("mimeType")))))
-            else:
-                content.append(TextContent(text=part.text))
-        elif part.data is not None:
-            content.append(TextContent(text=json.dumps(part.data, default=str)))
-        else:
-            content.append(_file_block(part, about, f"{where}/parts/{n}"))
+        uri = f"{where}/parts/{n}"
+        block = _block(part, uri)
+        if version and version < STRUCTURED_SINCE and isinstance(block, ResourceLink):
+            block = TextContent(text=f"[{block.name}: {block.uri}]")
+        if version and version < AUDIO_SINCE and isinstance(block, AudioContent):
+            block = EmbeddedResource(resource=BlobResourceContents(
+                uri=uri, blob=block.data, mime_type=block.mime_type))
+        content.append(block)
     return content, data[0] if len(data) == 1 else None
+
+
+def structured_content_in(version: str) -> bool:
+    """Whether a session of this protocol version ("" the newest) takes
+    ``structuredContent``; before it, the JSON text blocks carry the data alone."""
+    return not version or version >= STRUCTURED_SINCE
+
+
+def _block(part: Part, uri: str) -> ContentBlock:
+    about = (part.metadata or {}).get(MCP_META)
+    about = about if isinstance(about, dict) else {}
+    if part.text is not None:
+        if about.get("type") == "resource" and isinstance(about.get("uri"), str):
+            return EmbeddedResource(resource=TextResourceContents(
+                uri=about["uri"], text=part.text, mime_type=_text(about.get("mimeType"))))
+        return TextContent(text=part.text)
+    if part.data is not None:
+        return TextContent(text=json.dumps(part.data, default=str))
+    return _file_block(part, about, uri)
 
 
 def _file_block(part: Part, about: dict[str, Any], uri: str) -> ContentBlock:
