@@ -113,8 +113,11 @@ async def test_a2a_carries_every_block_and_back(swarm: Swarm, tmp_path: Path) ->
     # A tool that needs MCP tasks is on no card.
     async with home.session.get(home.url + "/v2/card", headers=home.headers()) as resp:
         card = await resp.json()
-    assert "calc.background" not in {s["id"] for s in card["skills"]}
-    assert "calc.add" in {s["id"] for s in card["skills"]}
+    skills = {s["id"]: s for s in card["skills"]}
+    assert "calc.background" not in skills
+    # What cannot cross this bridge is on the card.
+    assert "a request's file parts do not reach the tool: its arguments are JSON" in (
+        skills["calc.add"]["bridge_fidelity"]["caveats"])
 
 
 async def test_an_older_protocol_gets_blocks_it_knows(swarm: Swarm, tmp_path: Path) -> None:
