@@ -29,7 +29,7 @@ from internal.protocol.a2a.model import Part
 from tests.a2a_support import rpc
 from tests.mcp_server_fixture import BLOB, MEDIA, PNG
 from tests.mcp_support import calc, mcp_butler, mcp_http
-from tests.support import Swarm, config_dict, post_task
+from tests.support import Swarm, config_dict, plugin_skill, post_task
 
 
 async def check_tools_and_calls(session: ClientSession) -> None:
@@ -118,6 +118,25 @@ async def test_a2a_carries_every_block_and_back(swarm: Swarm, tmp_path: Path) ->
     # What cannot cross this bridge is on the card.
     assert "a request's file parts do not reach the tool: its arguments are JSON" in (
         skills["calc.add"]["bridge_fidelity"]["caveats"])
+
+
+async def test_a_configured_output_schema_holds_the_answer(swarm: Swarm) -> None:
+    """A skill's own ``output_schema`` is its tool's, and its answer is held to it."""
+    def about(skill_id: str, required: str) -> dict[str, Any]:
+        return plugin_skill(skill_id, "tests.plugins.sample:about", output_schema={
+            "type": "object", "required": [required]})
+
+    inst = await swarm.start("web", skills=[about("fits", "task_id"), about("misfit", "nope")])
+    async with mcp_http(inst, "operator") as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert tools["fits"].output_schema == {"type": "object", "required": ["task_id"]}
+        fits = await session.call_tool("fits", {"task": "x"})
+        assert not fits.is_error and fits.structured_content is not None
+        assert fits.structured_content["text"] == "x"
+        misfit = await session.call_tool("misfit", {"task": "x"})
+        assert misfit.is_error and misfit.structured_content is not None
+        assert misfit.structured_content["code"] == "invalid_output"
+        assert "'nope' is a required property" in misfit.structured_content["message"]
 
 
 async def test_an_older_protocol_gets_blocks_it_knows(swarm: Swarm, tmp_path: Path) -> None:

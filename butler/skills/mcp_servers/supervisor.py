@@ -189,7 +189,7 @@ class McpServer:
                 description=tool.description or self.config.description,
                 capabilities=(*self.config.capabilities, skill_id),
                 input_schema=self.config.input_schema or _object_schema(tool.input_schema),
-                output_schema=_object_schema(tool.output_schema),
+                output_schema=self.config.output_schema or _object_schema(tool.output_schema),
                 tool_annotations=None if tool.annotations is None else
                 tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True))
             fidelity = FIDELITY
