@@ -33,6 +33,7 @@ from internal.protocol.a2a.client._exchange import (
     connect_failure,
     describe,
     mapped_errors,
+    not_accepted,
     quoted,
 )
 from internal.protocol.a2a.model import DelegationFailed
@@ -144,10 +145,7 @@ class BlockingV2Transport:
         try:
             conn.connect()
         except TimeoutError:
-            raise DelegationFailed("peer_unreachable", f"cannot connect to {self.name}: no "
-                                   "answer to the connection within "
-                                   f"{time.monotonic() - started:.1f} s (the machine is off, "
-                                   "unreachable or filtered)") from None
+            raise not_accepted(self.name, time.monotonic() - started) from None
         except OSError as exc:
             raise connect_failure(self.name, exc, time.monotonic() - started) from None
         return conn

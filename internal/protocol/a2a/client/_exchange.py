@@ -167,6 +167,14 @@ _ERRNO = {
 }
 
 
+def not_accepted(name: str, took: float) -> DelegationFailed:
+    """Nothing answered the connection itself within the connect timeout: the machine is
+    off the network or a firewall drops the packets (not a slow answer: nothing was sent)."""
+    return DelegationFailed("peer_timeout", f"{name} did not accept a connection within "
+                            f"{took:.1f} s, its connect timeout (connect_timeout_seconds): it "
+                            "is off the network, or a firewall drops the packets")
+
+
 def connect_failure(name: str, exc: BaseException, took: float) -> DelegationFailed:
     """A socket's own failure as what happened: TLS is ``peer_tls_error``, a connection
     that never came about (refused, no route, DNS) ``peer_unreachable``, one that broke

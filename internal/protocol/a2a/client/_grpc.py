@@ -27,6 +27,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from yarl import URL
 
 from internal.http import ConnectionCheck, OutboundGuard
+from internal.protocol.a2a.client._exchange import not_accepted
 from internal.protocol.a2a.client._message import Outgoing, a2a_headers, a2a_params, task_of
 from internal.protocol.a2a.codec import a2a_grpc
 from internal.protocol.a2a.codec.peer_answers import peer_error
@@ -131,12 +132,13 @@ class PeerChannel:
             try:
                 await asyncio.wait_for(self.channel.channel_ready(), self._connect_timeout)
             except TimeoutError:
-                state = self.channel.get_state(try_to_connect=False)
-                why = "every attempt failed (refused or unreachable)" if \
-                    state == grpc.ChannelConnectivity.TRANSIENT_FAILURE else "no answer"
+                took = time.monotonic() - started
+                if self.channel.get_state() != grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                    raise not_accepted(name, took) from None
                 raise DelegationFailed("peer_unreachable",
-                                       f"cannot connect to {name} over gRPC: {why} within "
-                                       f"{time.monotonic() - started:.1f} s") from None
+                                       f"cannot connect to {name} over gRPC: every attempt "
+                                       f"failed (refused or unreachable) within {took:.1f} s"
+                                       ) from None
             self._checked = True
             self._watch = asyncio.create_task(self._until_lost(), name="grpc-channel-watch")
 

@@ -30,6 +30,7 @@ from internal.protocol.a2a.client._exchange import (
     connect_failure,
     describe,
     mapped_errors,
+    not_accepted,
     quoted,
 )
 from internal.protocol.a2a.codec import butler_v2, swarm_envelope
@@ -178,9 +179,7 @@ def _aiohttp_failure(name: str, exc: Exception, took: float) -> DelegationFailed
         return DelegationFailed("peer_tls_error",
                                 f"{name}: certificate not trusted: {exc.certificate_error}")
     if isinstance(exc, aiohttp.ConnectionTimeoutError):  # no answer to connecting at all
-        return DelegationFailed("peer_unreachable",
-                                f"cannot connect to {name}: no answer to the connection within "
-                                f"{took:.1f} s (the machine is off, unreachable or filtered)")
+        return not_accepted(name, took)
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return DelegationFailed("peer_unreachable", f"cannot connect to {name}: its host name "
                                                     f"does not resolve ({exc.os_error})")
