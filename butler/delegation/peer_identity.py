@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from butler.delegation.peers import Candidate
+from butler.identity.receipts import verify_receipt
 from butler.runtime.clock import now_iso
 from butler.storage import replace_private
 from internal.http import ConnectionCheck
@@ -42,7 +43,6 @@ from internal.signing import (
     PublicKey,
     public_key_from_jwk,
     rotated_to,
-    verify_jws,
 )
 
 log = logging.getLogger("butler.delegation")
@@ -217,9 +217,9 @@ class PeerIdentities:
         return key
 
 
-def _signed_by(jws: str, key: PublicKey) -> bool:
+def _signed_by(receipt: str, key: PublicKey) -> bool:
     try:
-        verify_jws(jws, key)
+        verify_receipt(receipt, key)
     except BadSignature:
         return False
     return True
