@@ -24,6 +24,7 @@ from butler.engine.task_schema import (
     VERSION,
     create_schema,
 )
+from butler.identity import receipt_log
 from butler.identity.receipt_log import ReceiptLog
 from butler.identity.receipts import Sealed, Sealing
 from butler.storage import BatchWriter, CheckpointPolicy, Database, Item
@@ -42,6 +43,8 @@ COMMIT_ON_LOOP = True
 class TaskStore(Protocol):
     async def put(self, task: Task, defer: float = 0.0) -> None: ...
     async def seal(self, sealing: Sealing) -> Sealed: ...
+    async def log_head(self, size: int | None = None) -> str | None: ...
+    async def log_consistency(self, old: int, new: int) -> list[bytes]: ...
     async def get(self, task_id: str) -> Task | None: ...
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
@@ -94,6 +97,14 @@ class SqliteTaskStore:
         task_row(sealing.task)  # the receipt, plain text, cannot make a storable row not
         await self._writer.submit(sealing.task.id, _SealedRow(sealing))
         return sealing.sealed()
+
+    async def log_head(self, size: int | None = None) -> str | None:
+        """The receipt log's signed head of ``size`` (the latest when None)."""
+        return await self._db.run(receipt_log.head, size)
+
+    async def log_consistency(self, old: int, new: int) -> list[bytes]:
+        """The log's proof that size ``new`` extends size ``old`` (``merkle.BadProof``)."""
+        return await self._db.run(receipt_log.consistency, old, new)
 
     def _append_receipts(self, conn: sqlite3.Connection, items: Sequence[Item]) -> None:
         assert self._log is not None

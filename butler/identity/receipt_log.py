@@ -62,7 +62,7 @@ class ReceiptLog:
 
         def read(level: int, index: int) -> bytes:
             found = nodes.get((level, index))
-            return found if found is not None else _node(conn, level, index)
+            return found if found is not None else node(conn, level, index)
 
         written: list[tuple[int, int, bytes]] = []
         leaves = [canonical(s.claims) for s in group]
@@ -110,13 +110,13 @@ def consistency(conn: sqlite3.Connection, old: int, new: int) -> list[bytes]:
     for sizes it does not hold)."""
     if new > size(conn):
         raise merkle.BadProof(f"the log holds fewer than {new} receipts")
-    return merkle.consistency_proof(old, new, lambda level, i: _node(conn, level, i))
+    return merkle.consistency_proof(old, new, lambda level, i: node(conn, level, i))
 
 
 def inclusion(conn: sqlite3.Connection, leaf: int, tree_size: int) -> list[bytes]:
     if tree_size > size(conn):
         raise merkle.BadProof(f"the log holds fewer than {tree_size} receipts")
-    return merkle.inclusion_proof(leaf, tree_size, lambda level, i: _node(conn, level, i))
+    return merkle.inclusion_proof(leaf, tree_size, lambda level, i: node(conn, level, i))
 
 
 def _frontier(conn: sqlite3.Connection, tree_size: int) -> dict[tuple[int, int], bytes]:
@@ -125,12 +125,12 @@ def _frontier(conn: sqlite3.Connection, tree_size: int) -> dict[tuple[int, int],
     start = 0
     for level in range(tree_size.bit_length() - 1, -1, -1):
         if tree_size >> level & 1:
-            found[(level, start >> level)] = _node(conn, level, start >> level)
+            found[(level, start >> level)] = node(conn, level, start >> level)
             start += 1 << level
     return found
 
 
-def _node(conn: sqlite3.Connection, level: int, index: int) -> bytes:
+def node(conn: sqlite3.Connection, level: int, index: int) -> bytes:
     row = conn.execute("SELECT hash FROM receipt_log WHERE level=? AND idx=?",
                        (level, index)).fetchone()
     if row is None:
