@@ -11,6 +11,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from butler.config import load_config
+from butler.daemon import Daemon
 from butler.engine.store import SqliteTaskStore
 from butler.engine.task_schema import VERSION
 from butler.identity.key_file import load_identity
@@ -26,7 +28,7 @@ from butler.identity.receipts import (
 )
 from internal.protocol.a2a.model import Task, TaskRequest, TaskState
 from internal.signing import IdentityKey, jws_claims, merkle, unb64url, verify_jws
-from tests.delegation_support import Mesh
+from tests.delegation_support import Mesh, skill
 from tests.support import ECHO, Swarm, post_task, run_cli
 from tests.test_receipts import card_reader, three_hops
 
@@ -171,3 +173,37 @@ async def test_a_schema_6_file_gains_the_log_and_keeps_its_tasks(tmp_path: Path)
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 7
     db.close()
+
+
+async def test_a_peer_whose_log_forked_is_refused(mesh: Mesh) -> None:
+    """a keeps the head of b's log it saw; b's log is then rewritten (its first leaf
+    replaced, every head signed anew by b's real key): b's next answer is proven on a
+    head that does not extend the one kept, and a refuses b from then on."""
+    mesh.agent("a", skills=[])
+    mesh.agent("b", skills=[skill("x.work", "0")])
+    mesh.link("a", "b", ["x.work"])
+    agents = await mesh.start()
+    a, b = agents["a"], agents["b"]
+    request = TaskRequest(text="work", capabilities_needed=("x.work",))
+    first = await a.client().submit(request)
+    assert first.state is TaskState.COMPLETED, first.error
+    pins = json.loads((a.daemon.config.data_dir / "peer_keys.json").read_text())
+    assert pins["b"]["log_head"]["size"] == 1
+    # b rewrites its history: the log's tables emptied, then a task of its own is leaf 0.
+    await b.daemon.stop()
+    db = sqlite3.connect(b.daemon.config.data_dir / "tasks.db")
+    with db:
+        db.execute("DELETE FROM receipt_log")
+        db.execute("DELETE FROM receipt_heads")
+    db.close()
+    b.daemon = Daemon(load_config(b.config_path))
+    await b.daemon.start()
+    status, own = await post_task(b, {"task": "x", "skill": "x.work"})
+    assert status == 200 and own["state"] == "completed", own
+    second = await a.client().submit(request)
+    assert second.state is TaskState.FAILED, second
+    assert second.error is not None and second.error.code == "peer_log_forked", second.error
+    pins = json.loads((a.daemon.config.data_dir / "peer_keys.json").read_text())
+    assert pins["b"]["log_forked"] in second.error.message
+    third = await a.client().submit(request)  # refused before anything is sent
+    assert third.error is not None and third.error.code == "peer_log_forked"

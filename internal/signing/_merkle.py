@@ -162,4 +162,5 @@ def verify_consistency(old: int, new: int, old_root: bytes, new_root: bytes,
     if fr != old_root:
         raise BadProof("the log does not extend the head seen before: it forked")
     if sr != new_root:
-        raise BadProof("the consistency proof does not fold to the new root")
+        raise BadProof("the consistency proof does not fold to the new root: the new head "
+                       "does not extend the old one")
