@@ -94,7 +94,9 @@ async def test_an_edit_anywhere_fails(mesh: Mesh) -> None:
     edits = []
     heads = [json.loads(r)["head"] for r in raw["receipts"]]
     for i, receipt in enumerate(raw["receipts"]):
-        for at in range(0, len(receipt), len(receipt) // 7):  # claims, proof, head, signature
+        # Claims, proof, head, signature (not its last character, whose low bits are
+        # base64 padding: flipping them may not change the signature's bytes).
+        for at in range(0, len(receipt) - 3, len(receipt) // 7):
             edits.append(("receipts", i, _flip(receipt, at)))
         edits.append(("receipts", i, _edited(receipt, claims={"cost_usd": "0.01"})))
         edits.append(("receipts", i, _edited(receipt, leaf=1)))

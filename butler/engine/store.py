@@ -11,12 +11,18 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from butler.engine.task_document import micros_stamp, stamp_micros, task_from_row, task_row
+from butler.engine.task_document import (
+    micros_stamp,
+    sealed_row,
+    stamp_micros,
+    task_from_row,
+    task_row,
+)
 from butler.engine.task_schema import (
     OPEN_STATES,
     TERMINAL_STATES,
@@ -94,9 +100,10 @@ class SqliteTaskStore:
         cannot be stored raises ``NotStorable`` here, before its claims join the log."""
         if self._log is None:
             raise RuntimeError("this task store keeps no receipt log")
-        task_row(sealing.task)  # the receipt, plain text, cannot make a storable row not
-        await self._writer.submit(sealing.task.id, _SealedRow(sealing))
-        return sealing.sealed()
+        row = _SealedRow(sealing, sealed_row(sealing.task))
+        await self._writer.submit(sealing.task.id, row)
+        assert row.sealed is not None  # made in the commit
+        return row.sealed
 
     async def log_head(self, size: int | None = None) -> str | None:
         """The receipt log's signed head of ``size`` (the latest when None)."""
@@ -217,13 +224,16 @@ class _SealedRow:
     """A sealed task's row, made in its commit once the receipt log has given it its
     receipt."""
 
-    __slots__ = ("sealing",)
+    __slots__ = ("make", "sealed", "sealing")
 
-    def __init__(self, sealing: Sealing) -> None:
-        self.sealing = sealing
+    def __init__(self, sealing: Sealing,
+                 make: Callable[[tuple[str, ...]], tuple[Any, ...]]) -> None:
+        self.sealing, self.make = sealing, make
+        self.sealed: Sealed | None = None
 
     def __call__(self) -> tuple[Any, ...]:
-        return task_row(self.sealing.sealed().task)
+        self.sealed = self.sealing.sealed()
+        return self.make(self.sealed.task.receipts)
 
 
 def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:

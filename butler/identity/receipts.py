@@ -77,9 +77,11 @@ class LoggedReceipt(NamedTuple):
     head: str  # a compact JWS of ``HEAD_TYPE`` by the agent's key
 
     def encode(self) -> str:
-        return canonical({"typ": LOGGED_TYPE, "claims": self.claims, "leaf": self.leaf,
-                          "proof": [b64url(p) for p in self.proof],
-                          "head": self.head}).decode()
+        """Its JSON text; only the claims within need their canonical form, which a
+        verifier computes anew."""
+        return orjson.dumps({"typ": LOGGED_TYPE, "claims": self.claims, "leaf": self.leaf,
+                             "proof": [b64url(p) for p in self.proof],
+                             "head": self.head}).decode()
 
     def head_claims(self) -> dict[str, Any]:
         """The head's claims once the proof folds the claims to its root, or
