@@ -15,11 +15,13 @@ from butler.config import load_config
 from butler.daemon import Daemon
 from butler.engine.store import SqliteTaskStore
 from butler.engine.task_schema import VERSION
+from butler.identity import receipt_log
 from butler.identity.key_file import load_identity
 from butler.identity.receipt_check import verify_receipts
-from butler.identity.receipt_log import ReceiptLog
+from butler.identity.receipt_log import LOG_TABLES, ReceiptLog
 from butler.identity.receipts import (
     HEAD_TYPE,
+    Sealing,
     parse_logged,
     receipt_claims,
     sealing,
@@ -207,3 +209,34 @@ async def test_a_peer_whose_log_forked_is_refused(mesh: Mesh) -> None:
     assert pins["b"]["log_forked"] in second.error.message
     third = await a.client().submit(request)  # refused before anything is sent
     assert third.error is not None and third.error.code == "peer_log_forked"
+
+
+def test_a_commit_that_rolls_back_leaves_no_leaf_behind(tmp_path: Path) -> None:
+    """The log appends inside the task store's transaction: when it rolls back, the next
+    commit takes the same leaves again, and every proof still folds."""
+    key = IdentityKey.generate()
+    log = ReceiptLog("a", lambda: key)
+    conn = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    for statement in LOG_TABLES:
+        conn.execute(statement)
+    tasks = _ended(6)
+
+    def commit(group: list[Sealing], keep: bool) -> None:
+        conn.execute("BEGIN")
+        log.append_group(conn, group)
+        conn.execute("COMMIT" if keep else "ROLLBACK")
+
+    kept = [sealing(t, "a", "http://a") for t in tasks[:3]]
+    commit(kept, True)
+    lost = [sealing(t, "a", "http://a") for t in tasks[3:5]]
+    commit(lost, False)
+    again = [sealing(t, "a", "http://a") for t in tasks[3:]]
+    commit(again, True)
+    assert [s.leaf for s in again] == [3, 4, 5]
+    for s in (*kept, *again):
+        verify_receipt(s.receipt, key.public)
+    assert receipt_log.size(conn) == 6
+    old, new = (unb64url(jws_claims(parse_logged(s.receipt).head, HEAD_TYPE)["root"])
+                for s in (kept[0], again[0]))
+    merkle.verify_consistency(3, 6, old, new, receipt_log.consistency(conn, 3, 6))
+    conn.close()

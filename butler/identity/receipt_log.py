@@ -50,6 +50,10 @@ class ReceiptLog:
     def __init__(self, agent_id: str, key: Callable[[], IdentityKey]) -> None:
         self.agent_id = agent_id
         self._key = key
+        # The frontier the last append left, and the size it is of: the next append
+        # starts from it when the log is still of that size (a commit that rolled back
+        # left it smaller, and the frontier is read again).
+        self._frontier: tuple[int, dict[tuple[int, int], bytes]] = (-1, {})
 
     def append_group(self, conn: sqlite3.Connection, group: Iterable[Sealing]) -> None:
         """Inside the commit that stores ``group``'s tasks: each gets its leaf and its
@@ -58,7 +62,9 @@ class ReceiptLog:
         if not group:
             return
         old = size(conn)
-        nodes = _frontier(conn, old)
+        known, frontier = self._frontier
+        nodes = dict(frontier) if known == old else \
+            {at: node(conn, *at) for at in _frontier_at(old)}
 
         def read(level: int, index: int) -> bytes:
             found = nodes.get((level, index))
@@ -71,6 +77,7 @@ class ReceiptLog:
                 nodes[(level, index)] = digest
                 written.append((level, index, digest))
         new = old + len(group)
+        self._frontier = (new, {at: read(*at) for at in _frontier_at(new)})
         head = self._sign_head(new, merkle.root(new, read))
         conn.executemany("INSERT INTO receipt_log(level, idx, hash) VALUES (?,?,?)", written)
         conn.execute("INSERT INTO receipt_heads(size, head) VALUES (?,?)", (new, head))
@@ -119,13 +126,14 @@ def inclusion(conn: sqlite3.Connection, leaf: int, tree_size: int) -> list[bytes
     return merkle.inclusion_proof(leaf, tree_size, lambda level, i: node(conn, level, i))
 
 
-def _frontier(conn: sqlite3.Connection, tree_size: int) -> dict[tuple[int, int], bytes]:
-    """The perfect subtrees a tree of ``tree_size`` is made of: all an append reads."""
-    found: dict[tuple[int, int], bytes] = {}
+def _frontier_at(tree_size: int) -> list[tuple[int, int]]:
+    """The perfect subtrees a tree of ``tree_size`` is made of (level, index): all an
+    append reads."""
+    found = []
     start = 0
     for level in range(tree_size.bit_length() - 1, -1, -1):
         if tree_size >> level & 1:
-            found[(level, start >> level)] = node(conn, level, start >> level)
+            found.append((level, start >> level))
             start += 1 << level
     return found
 
