@@ -35,7 +35,8 @@ from butler.hosting.admin import AgentsAdmin
 from butler.hosting.host import AgentHost
 from butler.http_app import A2A_FRONT, PUBLIC_PATHS, build_app, server_tls
 from butler.identity.key_file import AgentIdentity, load_identity
-from butler.identity.receipts import seal
+from butler.identity.receipt_log import ReceiptLog
+from butler.identity.receipts import sealing
 from butler.memory import MemoryStore
 from butler.metrics import ButlerMetrics, observe_audit, serve_metrics
 from butler.planner import Planner
@@ -184,7 +185,8 @@ class Daemon:
             stack.callback(self.tracer_provider.shutdown)
         self.tracer = task_tracer(self.tracer_provider, exporting=self.span_exporter is not None
                                   or cfg.telemetry.exporter != "none")
-        store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db")
+        store = await SqliteTaskStore.open(cfg.data_dir / "tasks.db",
+                                           log=ReceiptLog(cfg.agent.id, lambda: agent.key))
         stack.push_async_callback(store.close)
         # Closed after the engine has stopped: the last tasks settle into it.
         spend = await SpendBook.open(cfg.a2a.caller_limits, cfg.data_dir, self.clock)
@@ -205,7 +207,7 @@ class Daemon:
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
             planner=planner,
-            seal=lambda task: seal(task, agent, cfg.agent.id, self.url),
+            seal=lambda task: sealing(task, cfg.agent.id, self.url),
         )
         self.registry_link = RegistryLink(cfg, lambda: build_card(cfg, catalog, None, self.url,
                                                                   agent),

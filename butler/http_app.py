@@ -16,6 +16,8 @@ from butler.dashboard import DAEMON_PAGE
 from butler.delegation.peers import PeerStatus
 from butler.engine.engine import TaskEngine
 from butler.identity.key_file import AgentIdentity
+from butler.log_routes import PATHS as LOG_PATHS
+from butler.log_routes import log_routes
 from butler.metrics import ButlerMetrics, metrics_middleware, metrics_route
 from butler.overview import Overview
 from butler.skills.catalog import SkillCatalog
@@ -41,7 +43,8 @@ from internal.protocol.a2a.server import (
     V1Dialect,
 )
 
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths,
+                *LOG_PATHS)
 A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 
 
@@ -88,6 +91,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
                                           cfg.tasks.max_page_size))
     app.add_routes(rest.routes())
     app.add_routes(admin_routes)
+    app.add_routes(log_routes(engine.store))
     a2a_routes, app[ERROR_RENDERERS] = standard_a2a(cfg, front)
     app.add_routes(a2a_routes)
 

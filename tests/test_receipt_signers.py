@@ -16,7 +16,14 @@ import pytest
 
 from butler.identity.key_file import load_identity
 from butler.identity.receipt_check import verify_receipts
-from butler.identity.receipts import RECEIPT_TYPE, Sealed, receipt_claims, seal, task_digest
+from butler.identity.receipts import (
+    RECEIPT_TYPE,
+    Sealing,
+    receipt_claims,
+    sealing,
+    signed_receipt,
+    task_digest,
+)
 from butler.runtime.ids import IDS
 from internal.protocol.a2a.model import CostNode, TaskRequest, TaskState
 from internal.protocol.a2a.model import Task as TaskModel
@@ -27,24 +34,23 @@ from tests.test_receipts import card_reader, three_hops
 
 
 def forging(evil: Instance, claimed: str, claimed_url: str) -> Any:
-    """The hostile peer's sealing: with its own receipt, one it signed with its own key
+    """The hostile peer's sealing: beside its own receipt, one it signed with its own key
     for ``claimed`` at ``claimed_url``, "cost 3.00", as the child it delegated to, and a
     cost tree that adds up to it."""
     identity = load_identity(evil.daemon.config.data_dir)
 
-    def seal_forged(task: TaskModel) -> Sealed:
+    def seal_forged(task: TaskModel) -> Sealing:
         claims = {
             "receipt_id": "r-" + IDS.hex128(), "agent": claimed, "url": claimed_url,
             "task_id": IDS.hex128(), "state": "completed", "digest": task_digest(task),
             "cost_usd": "3.00", "total_usd": "3.00", "spent_usd": "3.00",
             "budget_left_usd": "0", "trace_id": task.trace_id,
             "chain": [*task.chain, evil.agent_id], "children": [], "at": task.updated_at}
-        forged = sign_jws(identity.key, canonical(claims),
-                          {"typ": RECEIPT_TYPE, "jwk": identity.key.public.jwk})
+        forged = signed_receipt(claims, identity.key)
         cost = CostNode(evil.agent_id, task.skill, Decimal("0"), 1, task.state.value, (
             CostNode(claimed, "work", Decimal("3.00"), 1, "completed"),))
-        return seal(replace(task, receipts=(forged, *task.receipts), cost=cost), identity,
-                    evil.agent_id, evil.url)
+        return sealing(replace(task, receipts=(forged, *task.receipts), cost=cost),
+                       evil.agent_id, evil.url)
 
     return seal_forged
 

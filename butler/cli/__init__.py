@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "audit": ("butler.cli.audit_cmd", "add_parsers", "show or verify the audit trail"),
     "receipt": ("butler.cli.receipt_cmd", "add_parsers",
                 "verify a task's signed receipts and show its cost tree"),
+    "log": ("butler.cli.log_cmd", "add_parsers", "verify or show this agent's receipt log"),
     "key": ("butler.cli.key_cmd", "add_parsers", "show or rotate this agent's identity key"),
     "spend": ("butler.cli.spend_cmd", "add_parsers",
               "show each limited caller's spending (last hour, last day) and its limits"),

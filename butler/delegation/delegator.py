@@ -37,7 +37,7 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry.traces import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
-from internal.protocol.a2a.client import A2AClient, GrpcChannels, PeerTask
+from internal.protocol.a2a.client import A2AClient, GrpcChannels, PeerTask, V2Transport
 from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.model import (
     Budget,
@@ -198,6 +198,19 @@ class PeerDelegator:
             max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
             guard=guard).card(min(deadline, time.monotonic() + cand.timeout))
 
+    async def _public_log(self, cand: Candidate, old: int, new: int,
+                          deadline: float) -> Any:
+        """The peer's proof that its receipt log at ``new`` extends it at ``old``: public,
+        read without its token (``peer_logs``)."""
+        guard, session = self._http(cand.rules)
+        return await V2Transport(
+            cand.url, "", session=session, name=cand.name,
+            connect_timeout=cand.connect_timeout, timeout=cand.timeout,
+            max_response_bytes=cand.max_response_bytes, tls=self._pinned(cand.ca_file),
+            guard=guard).request("GET", f"/v2/log/consistency?from={old}&to={new}",
+                                 timeout=max(0.0, min(deadline - time.monotonic(),
+                                                      cand.timeout)))
+
     async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
                        chain: tuple[str, ...], budget: Decimal, deadline: float,
                        parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
@@ -291,8 +304,12 @@ class PeerDelegator:
                         def read_card() -> Awaitable[dict[str, Any]]:
                             return self._public_card(cand, deadline)
 
+                        def read_log(old: int, new: int) -> Awaitable[Any]:
+                            return self._public_log(cand, old, new, deadline)
+
                         task = await self.identities.guarded(cand, read_card, call)
-                        await self.identities.answered(cand, task.receipts, read_card)
+                        await self.identities.answered(cand, task.receipts, read_card,
+                                                       read_log)
                 except ButlerError as err:
                     span.set_attribute("butler.refusal", err.code)
                     if isinstance(err, DelegationFailed):

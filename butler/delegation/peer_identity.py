@@ -31,7 +31,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from butler.delegation.peer_logs import PeerLogs, ReadConsistency
 from butler.delegation.peers import Candidate
+from butler.identity.receipts import verify_receipt
 from butler.runtime.clock import now_iso
 from butler.storage import replace_private
 from internal.http import ConnectionCheck
@@ -42,7 +44,6 @@ from internal.signing import (
     PublicKey,
     public_key_from_jwk,
     rotated_to,
-    verify_jws,
 )
 
 log = logging.getLogger("butler.delegation")
@@ -86,6 +87,18 @@ class PinStore:
     def pin(self, peer: str, key: PublicKey) -> None:
         self._pins[peer] = {"jwk": key.jwk, "kid": key.kid, "pinned_at": now_iso()}
         self._keys[peer] = key
+        self._write()
+
+    def entry(self, peer: str) -> dict[str, Any] | None:
+        return self._pins.get(peer)
+
+    def update(self, peer: str, fields: dict[str, Any]) -> None:
+        """Adds ``fields`` (the peer's receipt log's kept head) to a pinned peer's entry."""
+        if peer in self._pins:
+            self._pins[peer] = {**self._pins[peer], **fields}
+            self._write()
+
+    def _write(self) -> None:
         replace_private(self.path, json.dumps(self._pins, indent=2, sort_keys=True).encode())
 
 
@@ -100,6 +113,7 @@ def changed(cand: Candidate, why: str, *, token_sent: bool = False) -> Delegatio
 class PeerIdentities:
     def __init__(self, pins: PinStore) -> None:
         self.pins = pins
+        self.logs = PeerLogs(pins.entry, pins.update)
         self._verified: dict[str, tuple[str, PublicKey]] = {}  # peer -> (its card, its key)
         # peer -> the card its last check passed (None: it has none), while no call to it
         # has failed since: its kept-alive connections were opened after that check.
@@ -127,6 +141,7 @@ class PeerIdentities:
         first after a failed one, checks the card before it starts; the first connection
         it then opens is covered by that check, as the request after a check always was."""
         name = agent_key(cand.name)
+        self.logs.refused(cand, name)
         if name not in self._checked:
             if len(self._checked) >= MAX_CHECKED:  # registry peers come and go
                 self._checked.clear()
@@ -156,15 +171,17 @@ class PeerIdentities:
         return before_connecting
 
     async def answered(self, cand: Candidate, receipts: Sequence[str],
-                       read_card: CardReader) -> None:
+                       read_card: CardReader, read_log: ReadConsistency | None = None) -> None:
         """The answer's own receipt (the first) must be signed by the peer's pinned key.
         Signed by another, the card is read again first: the peer may have rotated to it.
         An answer without receipts passes (an agent that is not a Butler signs none).
-        Refused, the peer's card is checked again before its next call sends anything."""
+        Refused, the peer's card is checked again before its next call sends anything.
+        Its tree head must extend the one kept for the peer (``PeerLogs``)."""
         name = agent_key(cand.name)
         pinned = self.pins.get(name)
         if pinned is None or not receipts:
             return
+        self.logs.refused(cand, name)
         if not _signed_by(receipts[0], pinned):
             self._checked.pop(name, None)
             await self._check(cand, name, read_card, token_sent=True)
@@ -172,6 +189,8 @@ class PeerIdentities:
             if pinned is None or not _signed_by(receipts[0], pinned):
                 raise changed(cand, "its answer's receipt is not signed by its pinned key",
                               token_sent=True)
+        if read_log is not None:
+            await self.logs.seen(cand, name, receipts[0], read_log)
 
     async def _check(self, cand: Candidate, name: str, read_card: CardReader, *,
                      token_sent: bool = False) -> dict[str, Any] | None:
@@ -217,9 +236,9 @@ class PeerIdentities:
         return key
 
 
-def _signed_by(jws: str, key: PublicKey) -> bool:
+def _signed_by(receipt: str, key: PublicKey) -> bool:
     try:
-        verify_jws(jws, key)
+        verify_receipt(receipt, key)
     except BadSignature:
         return False
     return True

@@ -34,6 +34,7 @@ from butler.engine.transitions import (
     created,
     interrupted,
 )
+from butler.identity.receipts import Sealed
 from butler.runtime.clock import now_iso
 from butler.runtime.ids import IDS
 from butler.skills.base import FollowUp
@@ -108,7 +109,7 @@ class TaskEngine:
     async def start(self, records: FinalRecords | None = None) -> int:
         """Repair what the previous process left (``recovery``); returns how many tasks it
         cut off. ``records``: the audit log, to find final records it lost."""
-        stale = await recover(self.store, self._audit_final, records, self.deps.seal)
+        stale = await recover(self.store, self._audit_final, records, self._store)
         self._purger = asyncio.create_task(
             purge_loop(self.store, self._retention, self.purge_listeners))
         return stale
@@ -178,10 +179,9 @@ class TaskEngine:
             raise
         admitted, plan = decision.admitted, decision.plan
         skill = plan.skill if isinstance(plan, RunSkill) else None
-        receipt = ""
         if isinstance(plan, NoPlan):
             task = self._new_task(caller, request, admitted, trace_id, task_id)
-            task, receipt = self.deps.seal(interrupted(task, plan.code, plan.message, now_iso()))
+            task = interrupted(task, plan.code, plan.message, now_iso())
         else:
             # It runs right after its commit: recorded as working in that first write,
             # not as "submitted" and then "working".
@@ -193,9 +193,9 @@ class TaskEngine:
         if not task.state.terminal:
             log_task_started(task.id, caller.name, task.skill, _first_peer(plan), task.trace_id)
         if task.state.terminal:  # no plan: it ends here, failed, saying why
-            await self._first_write(task)
-            self._audit_final(task, receipt=receipt)
-            return task, None
+            sealed = await self._first_write(task)
+            self._audit_final(sealed.task, sealed=sealed)
+            return sealed.task, None
         run = TaskRun(self, self.swarm, self.deps, task, skill, admitted, caller,
                       self._timeout(skill, request), incoming, self.delegator,
                       plan.delegation if isinstance(plan, Delegate) else None)
@@ -217,11 +217,12 @@ class TaskEngine:
             raise
         return task, outcome
 
-    async def _first_write(self, task: Task) -> None:
-        """The commit that acknowledges a task not yet running. When it fails the task was
-        never acknowledged: it ends here, with its final record (its reservation settled)."""
+    async def _first_write(self, task: Task) -> Sealed:
+        """The commit that acknowledges a task not yet running (or ended already). When it
+        fails the task was never acknowledged: it ends here, with its final record (its
+        reservation settled)."""
         try:
-            await self.store.put(task)
+            return await self._store(task)
         except Exception:
             why = "the task could not be stored"
             self._audit_final(interrupted(task, "store_unavailable", why, now_iso()))
@@ -376,23 +377,30 @@ class TaskEngine:
             return task
         return await self._commit(task, current, run)
 
+    async def _store(self, task: Task) -> Sealed:
+        """Commits ``task``; one that ended gets its receipt in the commit."""
+        sealing = self.deps.seal(task) if task.state.terminal else None
+        if sealing is None:
+            await self.store.put(task)
+            return Sealed(task, "")
+        return await self.store.seal(sealing)
+
     async def _commit(self, task: Task, before: Task, run: TaskRun | None) -> Task:
         """Persist a new state of the task, then record, publish and settle it."""
-        receipt = ""
         if task.state.terminal:
-            task, receipt = self.deps.seal(task)  # with its signed receipt
             self._finalise(task)
         try:
-            await self.store.put(task)
+            sealed = await self._store(task)
         except NotStorable as exc:
             return await self._not_storable(before, task, exc, run)
         except Exception as exc:
             self._waiters.fail(task.id, exc)
             raise
+        task = sealed.task  # with its receipt, if it ended
         if task.state.terminal:
             # Only once the end is committed: a crash in between leaves the task open,
             # to be ended (and recorded once) at start-up, never recorded twice.
-            self._audit_final(task, receipt=receipt)
+            self._audit_final(task, sealed=sealed)
         self.hub.publish(TaskEvent(task, "status"))
         if task.state.terminal or task.state.interrupted:
             self._waiters.resolve(task)
@@ -408,9 +416,8 @@ class TaskEngine:
         log.warning("task %s: its output cannot be stored: %s", task.id, exc.why)
         failed = interrupted(before, NOT_STORABLE,
                              f"the output cannot be stored: {exc.why}", now_iso())
-        children = task.receipts[1:] if task.state.terminal else task.receipts
         ended = replace(failed, cost=task.cost or failed.cost,
-                        budget=task.budget or failed.budget, receipts=children)
+                        budget=task.budget or failed.budget, receipts=task.receipts)
         self._live[task.id] = ended
         try:
             ended = await self._commit(ended, before, None)
@@ -427,11 +434,12 @@ class TaskEngine:
         if run is not None and (left := self._running.pop(run.caller.name) - 1) > 0:
             self._running[run.caller.name] = left
 
-    def _audit_final(self, task: Task, at: datetime | None = None, receipt: str = "") -> None:
+    def _audit_final(self, task: Task, at: datetime | None = None,
+                     sealed: Sealed | None = None) -> None:
         """Every task that was created gets exactly one of these, however it ended; so its
-        caller's spending is settled here too. ``receipt``: the id it was just sealed with."""
+        caller's spending is settled here too. ``sealed``: how it was just sealed."""
         self.swarm.settle(task)
-        self.deps.audit("task_finished", **final_record(task, at, receipt))
+        self.deps.audit("task_finished", **final_record(task, at, sealed))
 
     def running_by_state(self) -> dict[str, int]:
         """How many tasks are not yet final, by state (every such state, 0 included)."""

@@ -11,7 +11,7 @@ stamped with the time it ended. Every created task thus gets exactly one final r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -39,23 +39,27 @@ class FinalRecords(Protocol):
         """Ids of the tasks with a final record stamped at or after ``since``."""
 
 
-# (task, when it ended, None: now; the id of the receipt just sealed, "" if none was)
-AuditFinal = Callable[[Task, datetime | None, str], None]
+# (task, when it ended, None: now; how it was just sealed, None if it was not)
+AuditFinal = Callable[[Task, datetime | None, Sealed | None], None]
 
 
 async def recover(store: TaskStore, audit_final: AuditFinal,
                   records: FinalRecords | None,
-                  seal: Callable[[Task], Sealed] = lambda task: Sealed(task, "")) -> int:
-    """Repairs both; returns how many tasks were found cut off by the restart. ``seal``
-    adds its signed receipt to a task it ends."""
+                  store_final: Callable[[Task], Awaitable[Sealed]] | None = None) -> int:
+    """Repairs both; returns how many tasks were found cut off by the restart.
+    ``store_final`` commits a task it ends, with its receipt (else ``store.put``)."""
     if records is not None:
         await _record_missing_finals(store, audit_final, records)
     stale = await store.open_tasks()
     why = "the daemon restarted while this task was running"
     for task in stale:
-        ended, receipt = seal(interrupted(task, "interrupted_by_restart", why, now_iso()))
-        await store.put(ended)
-        audit_final(ended, None, receipt)
+        ended = interrupted(task, "interrupted_by_restart", why, now_iso())
+        if store_final is None:
+            await store.put(ended)
+            audit_final(ended, None, None)
+        else:
+            sealed = await store_final(ended)
+            audit_final(sealed.task, None, sealed)
     if stale:
         log.warning("marked %d interrupted task(s) failed after restart", len(stale))
     return len(stale)
@@ -72,7 +76,7 @@ async def _record_missing_finals(store: TaskStore, audit_final: AuditFinal,
     for task_id in missing:
         task = await store.get(task_id)
         if task is not None:
-            audit_final(task, datetime.fromisoformat(task.updated_at), "")
+            audit_final(task, datetime.fromisoformat(task.updated_at), None)
     if missing:
         log.warning("wrote %d final audit record(s) lost when the previous process died",
                     len(missing))

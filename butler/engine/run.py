@@ -26,7 +26,7 @@ from butler.engine.transitions import (
     Started,
 )
 from butler.engine.workspace import NoWorkspace, Workspace
-from butler.identity.receipts import Sealed
+from butler.identity.receipts import Sealing
 from butler.planner import Planner, Toolbox
 from butler.routing import Ranking, RouteCandidate
 from butler.skills.base import (
@@ -98,8 +98,8 @@ def _no_audit(kind: str, **fields: Any) -> None:
     return None
 
 
-def _unsealed(task: Task) -> Sealed:
-    return Sealed(task, "")
+def _unsealed(task: Task) -> Sealing | None:
+    return None
 
 
 async def _room_always() -> None:
@@ -118,8 +118,9 @@ class RunDeps:
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
     planner: Planner | None = None  # the config's ``planner:``
-    # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
-    seal: Callable[[Task], Sealed] = _unsealed
+    # A terminal task and its receipt's claims, which its commit turns into its receipt
+    # (``butler.identity.receipt_log``); None: no receipts.
+    seal: Callable[[Task], Sealing | None] = _unsealed
 
     @property
     def recording(self) -> bool:

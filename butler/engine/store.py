@@ -11,12 +11,18 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from butler.engine.task_document import micros_stamp, stamp_micros, task_from_row, task_row
+from butler.engine.task_document import (
+    micros_stamp,
+    sealed_row,
+    stamp_micros,
+    task_from_row,
+    task_row,
+)
 from butler.engine.task_schema import (
     OPEN_STATES,
     TERMINAL_STATES,
@@ -24,7 +30,10 @@ from butler.engine.task_schema import (
     VERSION,
     create_schema,
 )
-from butler.storage import BatchWriter, CheckpointPolicy, Database
+from butler.identity import receipt_log
+from butler.identity.receipt_log import ReceiptLog
+from butler.identity.receipts import Sealed, Sealing
+from butler.storage import BatchWriter, CheckpointPolicy, Database, Item
 from internal.protocol.a2a.model import RequestError, Task, TaskPage, TaskState
 
 # Small, so a purge never holds the write lock long: the loop's commits wait for it.
@@ -39,6 +48,9 @@ COMMIT_ON_LOOP = True
 
 class TaskStore(Protocol):
     async def put(self, task: Task, defer: float = 0.0) -> None: ...
+    async def seal(self, sealing: Sealing) -> Sealed: ...
+    async def log_head(self, size: int | None = None) -> str | None: ...
+    async def log_consistency(self, old: int, new: int) -> list[bytes]: ...
     async def get(self, task_id: str) -> Task | None: ...
     async def list_tasks(
         self, *, owner: str | None, state: TaskState | None, context_id: str | None,
@@ -55,18 +67,22 @@ class SqliteTaskStore:
     """``await SqliteTaskStore.open(path)``."""
 
     def __init__(self, db: Database, checkpoints: CheckpointPolicy,
-                 commit_on_loop: bool) -> None:
+                 commit_on_loop: bool, log: ReceiptLog | None) -> None:
         self._db = db
+        self._log = log
         self._writer = BatchWriter(db, UPSERT, checkpoints=checkpoints,
-                                   commit_on_loop=commit_on_loop)
+                                   commit_on_loop=commit_on_loop,
+                                   prepare=None if log is None else self._append_receipts)
 
     @classmethod
     async def open(cls, path: Path, checkpoints: CheckpointPolicy | None = None,
-                   commit_on_loop: bool = COMMIT_ON_LOOP) -> SqliteTaskStore:
+                   commit_on_loop: bool = COMMIT_ON_LOOP,
+                   log: ReceiptLog | None = None) -> SqliteTaskStore:
+        """``log``: the agent's receipt log, which ``seal`` needs."""
         checkpoints = checkpoints or CheckpointPolicy()
         db = await Database.open(path, name="tasks", setup=create_schema, version=VERSION,
                                  incremental_vacuum=True, pragmas=checkpoints.pragmas())
-        return cls(db, checkpoints, commit_on_loop)
+        return cls(db, checkpoints, commit_on_loop, log)
 
     async def put(self, task: Task, defer: float = 0.0) -> None:
         """Returns once the task's row is committed (together with any others queued).
@@ -77,6 +93,29 @@ class SqliteTaskStore:
         write is touched."""
         row = partial(task_row, task) if defer > 0 else task_row(task)
         await self._writer.submit(task.id, row, defer)
+
+    async def seal(self, sealing: Sealing) -> Sealed:
+        """``put`` of a terminal task whose receipt the commit makes: its claims join the
+        receipt log with the rest of the commit's (``ReceiptLog.append_group``). A task that
+        cannot be stored raises ``NotStorable`` here, before its claims join the log."""
+        if self._log is None:
+            raise RuntimeError("this task store keeps no receipt log")
+        row = _SealedRow(sealing, sealed_row(sealing.task))
+        await self._writer.submit(sealing.task.id, row)
+        assert row.sealed is not None  # made in the commit
+        return row.sealed
+
+    async def log_head(self, size: int | None = None) -> str | None:
+        """The receipt log's signed head of ``size`` (the latest when None)."""
+        return await self._db.run(receipt_log.head, size)
+
+    async def log_consistency(self, old: int, new: int) -> list[bytes]:
+        """The log's proof that size ``new`` extends size ``old`` (``merkle.BadProof``)."""
+        return await self._db.run(receipt_log.consistency, old, new)
+
+    def _append_receipts(self, conn: sqlite3.Connection, items: Sequence[Item]) -> None:
+        assert self._log is not None
+        self._log.append_group(conn, (i.sealing for i in items if isinstance(i, _SealedRow)))
 
     @staticmethod
     def _task(row: Sequence[Any]) -> Task:
@@ -179,6 +218,22 @@ class SqliteTaskStore:
 
 ALL_STATES = tuple(s.value for s in TaskState)
 _ALL = ",".join(f"'{s}'" for s in ALL_STATES)
+
+
+class _SealedRow:
+    """A sealed task's row, made in its commit once the receipt log has given it its
+    receipt."""
+
+    __slots__ = ("make", "sealed", "sealing")
+
+    def __init__(self, sealing: Sealing,
+                 make: Callable[[tuple[str, ...]], tuple[Any, ...]]) -> None:
+        self.sealing, self.make = sealing, make
+        self.sealed: Sealed | None = None
+
+    def __call__(self) -> tuple[Any, ...]:
+        self.sealed = self.sealing.sealed()
+        return self.make(self.sealed.task.receipts)
 
 
 def _purge_chunk(conn: sqlite3.Connection, updated_before: int) -> list[str]:

@@ -71,6 +71,24 @@ def task_row(task: Task) -> tuple[str, str, str, str, int, str]:
             NOT_CANONICAL if updated is None else updated, _dumps(document))
 
 
+def sealed_row(task: Task) -> Callable[[tuple[str, ...]], tuple[str, str, str, str, int, str]]:
+    """What makes the row of ``task`` (terminal) once its commit has made its receipt:
+    given its receipts then, its own first. Its document is encoded now, so a task that
+    cannot be stored raises ``NotStorable`` here, before its receipt joins the log."""
+    updated = stamp_micros(task.updated_at)
+    document = _TASK.encode(task)
+    for name in _IN_COLUMNS:
+        document.pop(name, None)
+    _dumps(document)
+
+    def with_receipts(receipts: tuple[str, ...]) -> tuple[str, str, str, str, int, str]:
+        return (task.id, task.owner, task.context_id, task.state.value,
+                NOT_CANONICAL if updated is None else updated,
+                _dumps({**document, "receipts": list(receipts)}))
+
+    return with_receipts
+
+
 def task_from_row(task_id: str, owner: str, context_id: str, state: str,
                   document: str) -> Task:
     data = exact_json.loads(document, max_depth=MAX_DEPTH)

@@ -26,14 +26,16 @@ from typing import Any
 
 from butler.engine.task_document import task_row
 from butler.engine.task_migration import OldRows, decode_v0, hex_text
+from butler.identity.receipt_log import LOG_TABLES
 from butler.storage import schema_version
 from internal.protocol.a2a.model import Task, TaskState
 
 log = logging.getLogger("butler.engine")
 
-# 6: one keyed row per task (``task_document``): text ids, owners and states, receipts
-# as their JWS text. 1-5 were positional layouts (``task_migration``).
-VERSION = 6
+# 7: the receipt log's tables (``receipt_log``), beside the tasks. 6: one keyed row per
+# task (``task_document``): text ids, owners and states, receipts as their text. 1-5
+# were positional layouts (``task_migration``).
+VERSION = 7
 
 _TABLES = ("""
 CREATE TABLE tasks (
@@ -88,6 +90,13 @@ def create_schema(conn: sqlite3.Connection,
     version = schema_version(conn, "tasks", VERSION)
     if version == VERSION:
         return
+    if version == 6:  # the tasks are kept as they are: only the log is new
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in LOG_TABLES:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={VERSION}")
+        conn.execute("COMMIT")
+        return
     old = conn.execute("SELECT 1 FROM sqlite_master WHERE name='tasks'").fetchone()
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -98,7 +107,7 @@ def create_schema(conn: sqlite3.Connection,
                     "AND tbl_name='tasks_old' AND sql IS NOT NULL").fetchall():
                 conn.execute(f'DROP {kind.upper()} "{name}"')
             conn.execute("DROP TABLE IF EXISTS task_counts")
-        for statement in _TABLES:
+        for statement in (*_TABLES, *LOG_TABLES):
             conn.execute(statement)
         if old is not None:
             _copy(conn, version, progress or _to_stderr)

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from butler.identity.receipts import receipt_claims, result_digest
+from butler.identity.receipts import (
+    receipt_claims,
+    result_digest,
+    signed_part,
+    verify_receipt,
+)
 from internal.protocol.a2a.client import offered_interfaces
 from internal.protocol.a2a.codec.card_signature import claimed_agent, key_rotations, verify_card
 from internal.protocol.a2a.model import agent_key
@@ -21,7 +26,6 @@ from internal.signing import (
     jws_payload,
     public_key_from_jwk,
     rotated_to,
-    verify_jws,
 )
 
 CardFetcher = Callable[[str], Awaitable[Mapping[str, Any]]]
@@ -58,13 +62,14 @@ def _money(claims: Mapping[str, Any], name: str) -> Decimal:
     return value
 
 
-async def _signer(jws: str, claims: Mapping[str, Any], card_of: CardFetcher,
+async def _signer(receipt: str, claims: Mapping[str, Any], card_of: CardFetcher,
                   cards: dict[str, tuple[PublicKey, Mapping[str, Any]]]) -> PublicKey:
-    """The receipt's key, once its signer's card is checked to name it (or a successor)."""
+    """The receipt's key, once its signer's card is checked to name it (or a successor).
+    A logged receipt is signed by its tree head, which its proof must fold up to."""
     rid, url = claims.get("receipt_id"), claims.get("url")
     if not isinstance(url, str):
         raise BadSignature(f"receipt {rid} names no signer URL")
-    header, _ = jws_payload(jws)
+    header, _ = jws_payload(signed_part(receipt))
     key = public_key_from_jwk(header.get("jwk"))
     if url not in cards:  # each signer's card is read and checked once
         card = await card_of(url)
@@ -77,7 +82,7 @@ async def _signer(jws: str, claims: Mapping[str, Any], card_of: CardFetcher,
         raise BadSignature(f"receipt {rid} is signed by key {key.kid}, which the card at "
                            f"{url} (key {named.kid}) does not lead from")
     try:
-        verify_jws(jws, key)
+        verify_receipt(receipt, key)
     except BadSignature as exc:
         raise BadSignature(f"receipt {rid}: {exc}") from None
     _names_its_card(rid, claims, url, card)

@@ -3,7 +3,7 @@ push configs, the registry): files 0600 in a 0700 folder, WAL, one worker thread
 database that owns its connection, group commit, and no SQLite call on the event loop
 but one: ``BatchWriter``'s loop mode, which the task store's commits use."""
 
-from butler.storage._batch_writer import BatchWriter, Row
+from butler.storage._batch_writer import BatchWriter, Item, Row
 from butler.storage._checkpointer import Checkpointer, CheckpointPolicy, catch_up, checkpoint
 from butler.storage._database import CannotOpen, Database, DatabaseClosed
 from butler.storage._files import (
@@ -25,6 +25,7 @@ __all__ = [
     "Checkpointer",
     "Database",
     "DatabaseClosed",
+    "Item",
     "Row",
     "catch_up",
     "checkpoint",

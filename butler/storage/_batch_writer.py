@@ -42,6 +42,9 @@ Row = Sequence[Any]  # a statement's parameters
 # A row, or what makes it when its commit comes (a write that may be replaced first is
 # never made); what it raises then fails that write alone.
 Item = Row | Callable[[], Row]
+# Called inside each commit's transaction, before its rows are made, with its items: what
+# a group of rows shares is made there, once per commit (the task store's receipt log).
+Prepare = Callable[[sqlite3.Connection, Sequence[Item]], None]
 Waiting = list[tuple[Hashable, asyncio.Future[None]]]
 
 
@@ -75,13 +78,14 @@ class BatchWriter:
     a ``checkpoints`` policy the database's WAL is checkpointed by a ``Checkpointer``
     thread; the database must then have been opened with ``policy.pragmas()``.
     ``commit_on_loop``: see the module doc; construct the writer on the loop that will
-    submit to it."""
+    submit to it. ``prepare``: see ``Prepare``; what it raises fails the whole commit."""
 
     def __init__(self, db: Database, statement: str, *,
                  checkpoints: CheckpointPolicy | None = None,
-                 commit_on_loop: bool = False) -> None:
+                 commit_on_loop: bool = False, prepare: Prepare | None = None) -> None:
         self._db = db
         self._statement = statement
+        self._prepare = prepare
         # Writes of the current pass, and those of the pass before, due at the next tick.
         self._next = _Batch()
         self._due = _Batch()
@@ -194,6 +198,8 @@ class BatchWriter:
         writes whose rows could not be made, each with why; the rest are written."""
         rows: list[Row] = []
         unmade: dict[Hashable, Exception] = {}
+        if self._prepare is not None:
+            self._prepare(conn, list(items.values()))
         for key, item in items.items():
             try:
                 rows.append(item() if callable(item) else item)

@@ -2,6 +2,7 @@
 an agent card and a task's receipt, and what checks them. Bearer tokens stay the only
 authentication; these say who answered and what it cost."""
 
+from internal.signing import _merkle as merkle
 from internal.signing._canonical import Encoded, NotCanonical, canonical
 from internal.signing._eddsa import (
     BadSignature,
@@ -29,6 +30,7 @@ __all__ = [
     "canonical",
     "jws_claims",
     "jws_payload",
+    "merkle",
     "protected_header",
     "public_key_from_jwk",
     "rotated_to",

@@ -58,7 +58,10 @@ class PeerExchange:
         self.max = max_response_bytes
         self._guard = guard
         self._base_checked = False  # the guard has seen this base URL (see ``url``)
-        self._base_headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        # No token: a public route's request carries none, not an empty one.
+        self._base_headers = {"Accept": "application/json"}
+        if token:
+            self._base_headers["Authorization"] = f"Bearer {token}"
 
     def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = self._base_headers.copy()

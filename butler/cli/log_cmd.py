@@ -1,0 +1,76 @@
+"""``butler log verify``: this agent's receipt log checked against its stored tasks and
+its audit trail (``butler.identity.log_check``); exit 1 on anything that does not check.
+``butler log head``: its latest signed tree head."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+
+from butler.cli.serve import agent_arg, load_or_exit
+from butler.identity import receipt_log
+from butler.identity.key_file import read_identity
+from butler.identity.log_check import check_log
+from internal.signing import PublicKey, rotated_to
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    log = sub.add_parser("log", help="verify or show this agent's receipt log")
+    lsub = log.add_subparsers(dest="log_command", metavar="ACTION", required=True)
+    verify = lsub.add_parser("verify", help="check every signed head, every stored task's "
+                                            "leaf and the audit trail's; exit 1 if not")
+    head = lsub.add_parser("head", help="print the latest signed tree head")
+    for p, fn in ((verify, _verify), (head, _head)):
+        p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
+        p.add_argument("--json", action="store_true", help="one JSON object")
+        agent_arg(p)
+        p.set_defaults(handler=fn)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)
+    if config is None:
+        return 2
+    tasks_db = config.data_dir / "tasks.db"
+    identity = read_identity(config.data_dir)
+    if identity is None or not tasks_db.exists():
+        print(f"butler: no receipt log in {config.data_dir}", file=sys.stderr)
+        return 2
+
+    def is_agents(key: PublicKey) -> bool:
+        return key.kid == identity.kid or rotated_to(key, identity.kid, identity.rotations)
+
+    result = check_log(tasks_db, config.data_dir / "audit.db", config.agent.id, is_agents)
+    if args.json:
+        print(json.dumps({"ok": result.ok, "size": result.size, "heads": result.heads,
+                          "tasks": result.tasks, "tasks_before_log": result.before_log,
+                          "audit_records": result.audited, "problems": result.problems}))
+    elif result.ok:
+        print(f"receipt log intact: {result.size} leaves under {result.heads} signed "
+              f"head(s); {result.tasks} stored task(s) and {result.audited} final audit "
+              f"record(s) match it ({result.before_log} task(s) from before the log)")
+    else:
+        print(f"receipt log INVALID: {len(result.problems)} problem(s)")
+        print("\n".join(result.problems))
+    return 0 if result.ok else 1
+
+
+def _head(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)
+    if config is None:
+        return 2
+    tasks_db = config.data_dir / "tasks.db"
+    if not tasks_db.exists():
+        print(f"butler: no receipt log in {config.data_dir}", file=sys.stderr)
+        return 2
+    conn = sqlite3.connect(f"file:{tasks_db}?mode=ro", uri=True)
+    try:
+        size, head = receipt_log.size(conn), receipt_log.head(conn)
+    finally:
+        conn.close()
+    print(json.dumps({"size": size, "head": head}) if args.json else
+          f"{size} receipt(s)\n{head or '(no head yet)'}")
+    return 0
