@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.delegation_support import serving
 from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
 from tests.support import ECHO, Swarm, run_cli
@@ -80,13 +81,8 @@ async def card_server(card: dict[str, Any] | None) -> AsyncIterator[str]:
     app = web.Application()
     if card is not None:
         app.router.add_get("/.well-known/agent.json", serve)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 @pytest.fixture
