@@ -194,7 +194,7 @@ class Daemon:
             audit=lambda kind, **f: self._record(audit, kind, f),
             audit_room=audit.room,
             max_children=cfg.swarm.max_children_per_task,
-            max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
+            running_tasks=cfg.shares.running_tasks,
             workspace=workspace,
             planner=planner,
             seal=lambda task: seal(task, agent, cfg.agent.id, self.url),

@@ -23,7 +23,6 @@ from internal.http import (
     ERROR_RENDERERS,
     STREAM_SLOTS,
     LoadLimits,
-    StreamCaps,
     StreamSlots,
     TokenBuckets,
     TokenVerifier,
@@ -40,6 +39,7 @@ from internal.protocol.a2a.server import (
     RestLimits,
     V1Dialect,
 )
+from internal.shares import ANONYMOUS
 
 PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
 A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
@@ -47,7 +47,7 @@ A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 
 def token_verifier(cfg: Config) -> TokenVerifier:
     anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
-        name="anonymous", tier=cfg.a2a.anonymous_tier)
+        name=ANONYMOUS, tier=cfg.a2a.anonymous_tier)
     return TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
 
 
@@ -105,12 +105,12 @@ def a2a_front(cfg: Config, ops: A2AOperations, *, hosted: bool) -> A2AFront:
     A hosted agent's load limits cap nothing and limit no address: the daemon's did."""
     rl = cfg.rate_limits
     load_limits = LoadLimits(None) if hosted else LoadLimits(
-        cfg.limits.max_inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
+        cfg.shares.inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
     v1 = V1Dialect(ops)
     return A2AFront(
         ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), load_limits,
         _buckets(rl.per_caller_per_second, rl.per_caller_burst),
-        StreamSlots(StreamCaps(cfg.limits.max_streams, cfg.limits.max_streams_per_caller)))
+        StreamSlots(cfg.shares.streams))
 
 
 def _buckets(rate: float, burst: float) -> TokenBuckets | None:

@@ -19,6 +19,7 @@ from butler.config.operations import (
     parse_logging,
     parse_metrics,
     parse_rate_limits,
+    parse_shares,
     parse_tasks,
     parse_telemetry,
 )
@@ -57,7 +58,7 @@ def parse_config(
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
         "audit", "telemetry", "logging", "rate_limits", "metrics", "planner", "agents",
-        "hosting",
+        "hosting", "shares",
     })
     base = base_dir or Path.cwd()
     agent = _agent(top.get("agent"))
@@ -77,6 +78,8 @@ def parse_config(
                 node.fail("the planner skill needs a planner: section (its endpoint)")
     if registry.self_register and registry.url:
         check_registrable(top.get("agent"), confs.get("registry"), agent.id, registry)
+    limits = parse_limits(top.get("server"))
+    rates = parse_rate_limits(top.get("rate_limits"))
     return m.Config(
         source=file,
         agent=agent,
@@ -85,12 +88,13 @@ def parse_config(
         swarm=parse_swarm(confs.get("swarm")),
         registry=registry,
         mcp_server=_mcp(confs.get("mcp_server")),
-        limits=parse_limits(top.get("server")),
+        limits=limits,
         tasks=parse_tasks(top.get("tasks")),
         audit=parse_audit(top.get("audit")),
         telemetry=parse_telemetry(top.get("telemetry")),
         logging=parse_logging(top.get("logging")),
-        rate_limits=parse_rate_limits(top.get("rate_limits")),
+        rate_limits=rates,
+        shares=parse_shares(top.get("shares"), limits, rates),
         metrics=parse_metrics(top.get("metrics")),
         skills=skills,
         peers=peers,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from internal.http import TokenEntry
+from internal.shares import Share
 
 DEFAULT_PORT = 8081
 DEFAULT_BIND = "127.0.0.1"
@@ -96,6 +97,20 @@ class RateLimitConfig:
     per_address_per_second: float = 2000.0
     per_address_burst: float = 4000.0
     max_inflight_tasks_per_caller: int = 256
+
+
+@dataclass(frozen=True)
+class SharesConfig:
+    """Each shared pool's size and the parts one caller, and all unauthenticated clients
+    together, may hold (``shares:``; ``internal.shares``; the table in docs/security.md).
+    The in-flight and stream totals are ``server.max_inflight`` and ``server.max_streams``."""
+
+    inflight: Share = field(default_factory=lambda: Share(128))
+    streams: Share = field(default_factory=lambda: Share(256, 32))
+    running_tasks: Share = field(default_factory=lambda: Share(4096, 256))
+    mcp_sessions: Share = field(default_factory=lambda: Share(1000))
+    push_configs: Share = field(default_factory=lambda: Share(10_000))
+    memory_entries: Share = field(default_factory=lambda: Share(100_000))
 
 
 @dataclass(frozen=True)
@@ -289,6 +304,7 @@ class Config:
     planner: PlannerConfig | None = None
     agents: tuple[HostedAgentConfig, ...] = ()  # served under /{id}/ beside this one
     hosting: HostingConfig = field(default_factory=HostingConfig)
+    shares: SharesConfig = field(default_factory=SharesConfig)
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
 

@@ -58,6 +58,7 @@ from internal.protocol.a2a.model import (
     TaskRequest,
     TaskState,
 )
+from internal.shares import Share
 
 log = logging.getLogger("butler.engine")
 
@@ -116,7 +117,8 @@ class RunDeps:
     audit_room: Callable[[], Awaitable[None]] = _room_always  # waits while audit is behind
     workspace: Workspace = field(default_factory=NoWorkspace)
     max_children: int = 8
-    max_tasks_per_caller: int = 0  # running at once; 0: no cap
+    # Running tasks, and each caller's share of them (``shares.running_tasks``).
+    running_tasks: Share = field(default_factory=lambda: Share(1_000_000, 1_000_000))
     planner: Planner | None = None  # the config's ``planner:``
     # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
     seal: Callable[[Task], Sealed] = _unsealed

@@ -80,13 +80,7 @@ if TYPE_CHECKING:
         STREAM_SLOTS as STREAM_SLOTS,
     )
     from internal.http._load_limits import (
-        InflightSlot as InflightSlot,
-    )
-    from internal.http._load_limits import (
         LoadLimits as LoadLimits,
-    )
-    from internal.http._load_limits import (
-        StreamCaps as StreamCaps,
     )
     from internal.http._load_limits import (
         StreamSlots as StreamSlots,
@@ -145,7 +139,7 @@ __all__, _getattr = lazy_exports(__name__, {
     "_listener": ("ListenSettings", "listen",),
     "_outbound": ("ConnectionCheck", "outbound_session",),
     "_load_limits": (
-        "STREAM_SLOTS", "InflightSlot", "LoadLimits", "StreamCaps", "StreamSlots", "TokenBuckets",
+        "STREAM_SLOTS", "LoadLimits", "StreamSlots", "TokenBuckets",
         "limited",
     ),
     "_outbound_guard": (

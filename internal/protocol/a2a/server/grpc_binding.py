@@ -34,7 +34,6 @@ from google.protobuf.message import Message as ProtoMessage
 from multidict import CIMultiDict
 
 from internal.http import (
-    InflightSlot,
     LoadLimits,
     StreamSlots,
     TokenBuckets,
@@ -82,14 +81,11 @@ class GrpcBinding:
                                          response_serializer=response.SerializeToString)
         return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
 
-    def _enter(self, context: grpc.aio.ServicerContext[Any, Any]) -> InflightSlot | None:
-        """The gate's load limits: the peer address's bucket, then the in-flight count."""
-        self.load_limits.address(remote_address(context.peer()))
-        return self.load_limits.enter()
-
     def _admit(self, context: grpc.aio.ServicerContext[Any, Any],
                ) -> tuple[Identity, CIMultiDict[str]]:
-        """Who calls, and the call's metadata as (case-insensitive) headers."""
+        """The gate, as HTTP's: the peer address's bucket, then who calls, and the call's
+        metadata as (case-insensitive) headers."""
+        self.load_limits.address(remote_address(context.peer()))
         headers: CIMultiDict[str] = CIMultiDict(
             (key, value) for key, value in context.invocation_metadata() or ()
             if isinstance(value, str))
@@ -106,8 +102,8 @@ class GrpcBinding:
                       context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
             slot = None
             try:
-                slot = self._enter(context)
                 caller, headers = self._admit(context)
+                slot = self.load_limits.enter(caller.name)
                 result = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
                                                  headers)
                 await _activated(context, headers)
@@ -126,8 +122,8 @@ class GrpcBinding:
                       ) -> AsyncIterator[ProtoMessage]:
             inflight = None
             try:
-                inflight = self._enter(context)
                 caller, headers = self._admit(context)
+                inflight = self.load_limits.enter(caller.name)
                 slot = (self.streams.hold(caller.name) if self.streams is not None
                         else contextlib.nullcontext())
                 with slot:
