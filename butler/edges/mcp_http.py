@@ -26,15 +26,16 @@ from typing import Any
 from aiohttp import web
 
 from butler.config.model import Config
+from butler.edges.mcp_sessions import SessionPlaces, shared_manager
 from butler.skills.catalog import SkillCatalog
 from internal.http import IDENTITY, read_body
 from internal.protocol.a2a.model import Identity
 from internal.protocol.a2a.server import TaskService
+from internal.shares import ANONYMOUS
 
 log = logging.getLogger("butler.mcp")
 
 MCP_PATH = "/mcp"
-MAX_SESSIONS = 1000  # past it a new session is refused (the SDK's 503) until one ends
 SESSION_IDLE_SECONDS = 30 * 60.0  # a session unused this long is ended
 # Where the authenticated caller rides in the ASGI scope, for the tools to read back.
 SCOPE_IDENTITY = "butler.identity"
@@ -65,6 +66,7 @@ class _McpEdge:
 
     def __init__(self, cfg: Config, service: TaskService, catalog: SkillCatalog) -> None:
         self._cfg, self._service, self._catalog = cfg, service, catalog
+        self._sessions = SessionPlaces(cfg.shares.mcp_sessions)
         self._handler: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
         self._running: Running | None = None
         self._starting = asyncio.Lock()
@@ -74,11 +76,13 @@ class _McpEdge:
             async with self._starting:
                 if self._handler is None:
                     self._handler = await self._start()
+        if request.method == "POST" and "Mcp-Session-Id" not in request.headers:
+            ident = request.get(IDENTITY)
+            with self._sessions.opening(ANONYMOUS if ident is None else ident.name):
+                return await self._handler(request)
         return await self._handler(request)
 
     async def _start(self) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
         from butler.edges.mcp import ButlerTools, mcp_server
 
         # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
@@ -86,9 +90,10 @@ class _McpEdge:
         cfg = self._cfg
         server = mcp_server(ButlerTools(self._service, self._catalog), cfg.agent.name,
                             package_version(), caller=caller_of)
-        manager = StreamableHTTPSessionManager(
+        manager = shared_manager(
             app=server, stateless=False, json_response=False,
-            max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
+            max_request_body_size=cfg.limits.max_body_bytes,
+            max_sessions=cfg.shares.mcp_sessions.total,
             session_idle_timeout=SESSION_IDLE_SECONDS)
         self._running = await _run(manager.run)
         return asgi_handler(manager.handle_request, cfg.limits.body_timeout_seconds)
