@@ -148,7 +148,8 @@ class Daemon:
         # Then, before any skill can run: what command skills of a crashed daemon left.
         runs = RunLedger(cfg.data_dir / RUNS_FOLDER)
         runs.end_leftovers()
-        memory = await MemoryStore.open(cfg.data_dir / "memory.db")
+        memory = await MemoryStore.open(cfg.data_dir / "memory.db",
+                                        cfg.shares.memory_entries)
         stack.push_async_callback(memory.close)
         skills = build_skills(cfg.skills, memory, runs, cfg.secret_env)
         catalog = self.catalog = SkillCatalog(skills, cfg.mcp_server.allowed_capabilities)
@@ -219,7 +220,7 @@ class Daemon:
             card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
         )
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
-                                      self.push_guard)
+                                      self.push_guard, cfg.shares.push_configs)
         stack.push_async_callback(self.push.aclose)
         runner = await self._http_app(stack, catalog) \
             if self.listen and not self.hosted else None

@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from butler.http_app import A2A_FRONT
-from internal.protocol.a2a.model import Identity
+from butler.memory import MemoryFull, MemoryStore
+from butler.push.store import PushConfigsFull, SqlitePushStore
+from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
 from tests.a2a_support import WAIT
 from tests.support import ECHO, Instance, Swarm, post_task, wait_until
@@ -157,3 +160,39 @@ async def test_clients_without_a_token_share_one_small_part(swarm: Swarm) -> Non
     await others_all_succeed(inst)
     await cancel_all(inst)
     await asyncio.gather(*holders)
+
+
+async def test_memory_entries_are_shared_out_by_writer(tmp_path: Path) -> None:
+    store = await MemoryStore.open(tmp_path / "memory.db", Share(4))
+    try:
+        async def write_all(source: str, *texts: str) -> None:
+            await asyncio.gather(*(store.write(t, source=source) for t in texts))
+
+        with pytest.raises(MemoryFull, match="its share is 3 of 4"):
+            await write_all("flood", "a", "b", "c", "d", "e")  # at once: counted exactly
+        assert await store.count() == 3
+        await store.write("mine", key="k", source="other")
+        with pytest.raises(MemoryFull, match="all 4 memories"):
+            await store.write("late", source="third")
+        await store.write("replaced", key="k", source="other")  # not one more
+    finally:
+        await store.close()
+
+
+async def test_push_configs_are_shared_out_by_caller(tmp_path: Path) -> None:
+    store = SqlitePushStore(tmp_path / "push.db")
+    await store.open()
+    try:
+        def config(task: str, n: int) -> PushConfig:
+            return PushConfig(id=f"c{n}", task_id=task, url="https://hook.example/")
+
+        share = Share(4)
+        for n in range(3):
+            await store.put(config("t1", n), "flood", share)
+        with pytest.raises(PushConfigsFull, match="its share is 3 of 4"):
+            await store.put(config("t2", 9), "flood", share)
+        await store.put(config("t1", 0), "flood", share)  # a replaced config is not one more
+        await store.put(config("t3", 0), "other", share)
+        assert len(await store.all_configs()) == 4
+    finally:
+        await store.close()
