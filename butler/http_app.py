@@ -5,12 +5,15 @@ already counted, limited and capped the request."""
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
+from yarl import URL
 
 from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
+from butler.config.loader import is_loopback
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
 from butler.delegation.peers import PeerStatus
@@ -23,11 +26,13 @@ from internal.http import (
     ERROR_RENDERERS,
     STREAM_SLOTS,
     LoadLimits,
+    OriginPolicy,
     StreamSlots,
     TokenBuckets,
     TokenVerifier,
     error_middleware,
     gate_middleware,
+    host_name,
     json_response,
 )
 from internal.protocol.a2a.model import Identity
@@ -70,7 +75,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     gate = gate_middleware(
         verifier=front.verifier, public_paths=PUBLIC_PATHS, load_limits=front.load_limits,
         per_caller=front.per_caller, never_limited=("/healthz",),
-        inner_gate=inner_gate)
+        inner_gate=inner_gate, origins=None if hosted else origin_policy(cfg))
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[error_middleware, gate] if hosted
@@ -111,6 +116,19 @@ def a2a_front(cfg: Config, ops: A2AOperations, *, hosted: bool) -> A2AFront:
         ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), load_limits,
         _buckets(rl.per_caller_per_second, rl.per_caller_burst),
         StreamSlots(cfg.shares.streams))
+
+
+def origin_policy(cfg: Config) -> OriginPolicy:
+    """The names the daemon's listener answers to and the origins whose pages may call it
+    (``internal.http._origins``)."""
+    bind = cfg.a2a.bind_address
+    names = {*cfg.a2a.public_hosts, bind}
+    if cfg.agent.url:
+        names.add(host_name(URL(cfg.agent.url).raw_authority))
+    # A wildcard bind serves loopback too. bind_address is an IP address or "localhost".
+    if is_loopback(bind) or ipaddress.ip_address(bind).is_unspecified:
+        names.add("localhost")
+    return OriginPolicy(names, cfg.a2a.allowed_origins)
 
 
 def _buckets(rate: float, burst: float) -> TokenBuckets | None:

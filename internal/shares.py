@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from internal.protocol.a2a.model import Unavailable
+
 ANONYMOUS = "anonymous"  # who a request without a token is: one caller for the shares
 
 
@@ -51,13 +53,13 @@ class Share:
         return None
 
 
-class PoolFull(Exception):
-    """A ``FairPool`` refused: ``mine`` is whether the caller's own share is the limit
-    reached (else the whole pool is full)."""
+class PoolFull(Unavailable):
+    """A pool refused: ``rate_limited`` when the caller's own share is the limit reached
+    (``mine``), else ``overloaded`` (the whole pool is full)."""
 
-    def __init__(self, message: str, *, mine: bool) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, *, mine: bool, retry_after: float = 1) -> None:
+        super().__init__("rate_limited" if mine else "overloaded", message,
+                         retry_after=retry_after)
         self.mine = mine
 
 
@@ -65,7 +67,7 @@ class FairPool:
     def __init__(self, what: str, share: Share,
                  refuse: Callable[[PoolFull], Exception] | None = None) -> None:
         """``what``: the pool's items, as a refusal names them ("requests in flight");
-        ``refuse``: the error a refusal raises (``PoolFull`` itself by default)."""
+        ``refuse``: the error a refusal raises instead of ``PoolFull``."""
         self.what = what
         self.share = share
         self.in_use = 0

@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from butler.http_app import A2A_FRONT
-from butler.memory import MemoryFull, MemoryStore
-from butler.push.store import PushConfigsFull, SqlitePushStore
+from butler.memory import MemoryStore
+from butler.push.store import SqlitePushStore
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
 from tests.a2a_support import WAIT
@@ -168,11 +168,11 @@ async def test_memory_entries_are_shared_out_by_writer(tmp_path: Path) -> None:
         async def write_all(source: str, *texts: str) -> None:
             await asyncio.gather(*(store.write(t, source=source) for t in texts))
 
-        with pytest.raises(MemoryFull, match="its share is 3 of 4"):
+        with pytest.raises(PoolFull, match="its share is 3 of 4"):
             await write_all("flood", "a", "b", "c", "d", "e")  # at once: counted exactly
         assert await store.count() == 3
         await store.write("mine", key="k", source="other")
-        with pytest.raises(MemoryFull, match="all 4 memories"):
+        with pytest.raises(PoolFull, match="all 4 memories"):
             await store.write("late", source="third")
         await store.write("replaced", key="k", source="other")  # not one more
     finally:
@@ -189,7 +189,7 @@ async def test_push_configs_are_shared_out_by_caller(tmp_path: Path) -> None:
         share = Share(4)
         for n in range(3):
             await store.put(config("t1", n), "flood", share)
-        with pytest.raises(PushConfigsFull, match="its share is 3 of 4"):
+        with pytest.raises(PoolFull, match="its share is 3 of 4"):
             await store.put(config("t2", 9), "flood", share)
         await store.put(config("t1", 0), "flood", share)  # a replaced config is not one more
         await store.put(config("t3", 0), "other", share)

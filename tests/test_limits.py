@@ -74,7 +74,7 @@ async def test_routing_errors_are_json(swarm: Swarm, http: aiohttp.ClientSession
 async def test_slow_headers_are_cut_off(swarm: Swarm) -> None:
     home = await swarm.start("home", extra={"server": {"header_timeout_seconds": 1}})
     reader, writer = await connect(home)
-    head = (b"GET /v2/card HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+    head = (b"GET /v2/card HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
             + home.tokens["operator"].encode() + b"\r\n\r\n")
     sent = 0
 
@@ -102,7 +102,7 @@ async def test_slow_headers_are_cut_off(swarm: Swarm) -> None:
 async def test_a_stalled_body_gets_408_and_is_cut_off(swarm: Swarm) -> None:
     home = await swarm.start("home", extra={"server": {"body_timeout_seconds": 1}})
     reader, writer = await connect(home)
-    writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 1000\r\nAuthorization: Bearer "
                  + home.tokens["operator"].encode() + b'\r\n\r\n{"task": "half of it')
     try:

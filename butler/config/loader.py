@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import re
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -126,7 +127,8 @@ def _a2a(node: Node | None) -> m.A2AConfig:
     if node is None:
         return d
     k = node.mapping({"enabled", "port", "bind_address", "grpc_port", "token_hashes", "tls",
-                      "legacy_v03_card", "push_notifications", "anonymous"})
+                      "legacy_v03_card", "push_notifications", "anonymous", "public_hosts",
+                      "allowed_origins"})
     bind = k["bind_address"].string() if "bind_address" in k else d.bind_address
     if "bind_address" in k:
         try:
@@ -149,7 +151,25 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         else d.legacy_v03_card,
         push_notifications=push_notifications(k.get("push_notifications")),
         anonymous_tier=_anonymous(k.get("anonymous"), bind),
+        public_hosts=tuple(_host(n) for n in k["public_hosts"].items())
+        if "public_hosts" in k else (),
+        allowed_origins=tuple(_origin(n) for n in k["allowed_origins"].items())
+        if "allowed_origins" in k else (),
     )
+
+
+def _host(node: Node) -> str:
+    name = node.string(max_len=253).lower().rstrip(".")
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", name):
+        node.fail(f"expected a host name without scheme or port, got {name!r}")
+    return name
+
+
+def _origin(node: Node) -> str:
+    origin = node.string(max_len=300).lower().rstrip("/")
+    if origin != "null" and not re.fullmatch(r"https?://[^/?#\s]+", origin):
+        node.fail(f"expected an origin such as https://app.example.com, got {origin!r}")
+    return origin
 
 
 def _grpc_port(node: Node | None) -> int | None:

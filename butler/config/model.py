@@ -84,6 +84,10 @@ class A2AConfig:
     legacy_v03_card: bool = True  # the 0.3 fields (url, preferredTransport...) in the card
     # Callers without a token get this tier (None: refused). Loopback binds only.
     anonymous_tier: str | None = None
+    # Host names the listener answers to besides IP addresses, localhost (loopback and
+    # wildcard binds) and agent.url's host; and other sites' origins whose pages may call.
+    public_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
     push_notifications: PushNotificationsConfig = field(
         default_factory=PushNotificationsConfig)
 

@@ -15,21 +15,15 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from internal.protocol.a2a.model import Unavailable
-from internal.shares import FairPool, Held, PoolFull, Share
+from internal.shares import FairPool, Held, Share
 
 # The place the request being served took, until the session manager adopts it.
 _OPENING: ContextVar[list[Held] | None] = ContextVar("butler_mcp_opening", default=None)
 
 
-def _refuse(full: PoolFull) -> Unavailable:
-    return Unavailable("rate_limited" if full.mine else "overloaded", full.message,
-                       retry_after=1)
-
-
 class SessionPlaces:
     def __init__(self, share: Share) -> None:
-        self.pool = FairPool("MCP sessions", share, _refuse)
+        self.pool = FairPool("MCP sessions", share)
 
     @contextlib.contextmanager
     def opening(self, caller: str) -> Iterator[None]:

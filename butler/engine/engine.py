@@ -63,10 +63,9 @@ from internal.protocol.a2a.model import (
     TaskPage,
     TaskRequest,
     TaskState,
-    Unavailable,
     scoped_task_id,
 )
-from internal.shares import FairPool, Held, PoolFull
+from internal.shares import FairPool, Held
 
 log = logging.getLogger("butler.engine")
 
@@ -74,10 +73,6 @@ log = logging.getLogger("butler.engine")
 # task's next one (see ``_create``): a crash within it leaves no record of a task whose
 # caller was never answered. docs/tasks.md
 FIRST_WRITE_DEFER_SECONDS = 0.05
-
-
-def _busy(full: PoolFull) -> Unavailable:
-    return Unavailable("rate_limited", full.message, retry_after=1)
 # A task whose output the store cannot keep fails with it (``_not_storable``).
 NOT_STORABLE = "output_not_storable"
 
@@ -101,7 +96,7 @@ class TaskEngine:
         self._runs: dict[str, TaskRun] = {}
         # Running tasks, each caller within its share (``shares.running_tasks``); each run
         # holds its place from admission (``_places``) until it ends.
-        self._running = FairPool("running tasks", deps.running_tasks, _busy)
+        self._running = FairPool("running tasks", deps.running_tasks)
         self._places: dict[str, Held] = {}
         self._claims: dict[str, asyncio.Event] = {}
         self._waiters = OutcomeWaiters()

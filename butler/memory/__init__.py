@@ -9,7 +9,7 @@ from butler.memory._model import (
     SearchHit,
 )
 from butler.memory._query import build_match_expression, query_terms
-from butler.memory._store import MemoryFull, MemoryStore
+from butler.memory._store import MemoryStore
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -17,7 +17,6 @@ __all__ = [
     "MAX_TAG_CHARS",
     "MAX_TEXT_BYTES",
     "Memory",
-    "MemoryFull",
     "MemoryStore",
     "SearchHit",
     "build_match_expression",

@@ -26,12 +26,7 @@ from butler.memory._model import (
 )
 from butler.memory._query import MAX_SEARCH_LIMIT, build_match_expression
 from butler.storage import Database, DatabaseClosed
-from internal.shares import ANONYMOUS, Share
-
-
-class MemoryFull(Exception):
-    """The writer's share of the memory store (``shares.memory_entries``) is full."""
-
+from internal.shares import ANONYMOUS, PoolFull, Share
 
 SNIPPET_OPEN: Final = "["
 SNIPPET_CLOSE: Final = "]"
@@ -125,7 +120,7 @@ class MemoryStore:
         source: str = "",
     ) -> Memory:
         """Store a memory. With a key, upsert: replaces text/tags/source, keeps id and
-        created_at. Raises ValueError on invalid input, ``MemoryFull`` past the source's
+        created_at. Raises ValueError on invalid input, ``PoolFull`` past the source's
         share of the store."""
         text = validate_text(text)
         key = validate_key(key)
@@ -198,7 +193,7 @@ def _write(conn: sqlite3.Connection, new_id: str, key: str | None, text: str,
         everyone = conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0]
         why = share.refusal("memories", source or ANONYMOUS, mine, everyone)
         if why is not None:
-            raise MemoryFull(why)
+            raise PoolFull(why, mine=mine >= share.limit_for(source or ANONYMOUS))
     conn.execute(
         "INSERT INTO memories (id, key, text, tags, source, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)"

@@ -9,10 +9,10 @@ from pathlib import Path
 from butler.config.model import PushNotificationsConfig
 from butler.engine.engine import TaskEngine
 from butler.push.dispatcher import PushDispatcher
-from butler.push.store import PushConfigsFull, SqlitePushStore
+from butler.push.store import SqlitePushStore
 from internal.http import OutboundGuard, OutboundRules
-from internal.protocol.a2a.model import Identity, PushConfig, RequestError, Unavailable
-from internal.shares import Share
+from internal.protocol.a2a.model import Identity, PushConfig, RequestError
+from internal.shares import PoolFull, Share
 
 log = logging.getLogger("butler.push")
 
@@ -77,9 +77,9 @@ class PushNotifications:
         self.dispatcher.track(stored)
         try:
             await self.store.put(stored, caller.name, self.share)
-        except PushConfigsFull as full:  # only a new config is refused: it goes again
+        except PoolFull:  # only a new config is refused: it goes again
             self.dispatcher.untrack(task_id, config_id)
-            raise Unavailable("rate_limited", str(full), retry_after=60) from None
+            raise
         return stored
 
     async def get(self, caller: Identity, task_id: str, config_id: str) -> PushConfig:

@@ -8,7 +8,7 @@ from typing import Any
 
 from butler.storage import Database
 from internal.protocol.a2a.model import PushConfig
-from internal.shares import Share
+from internal.shares import PoolFull, Share
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS push_configs (
@@ -40,10 +40,6 @@ def _create_schema(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS push_configs_owner ON push_configs(owner)")
 
 
-class PushConfigsFull(Exception):
-    """The caller's share of the push configs (``shares.push_configs``) is full."""
-
-
 class SqlitePushStore:
     """``SqlitePushStore(path)``, then ``await open()`` before any other call."""
 
@@ -56,7 +52,7 @@ class SqlitePushStore:
     async def put(self, config: PushConfig, owner: str = "", share: Share | None = None,
                   ) -> None:
         """Add or replace a config; a new one within ``owner``'s ``share`` of them
-        (``PushConfigsFull`` past it)."""
+        (``PoolFull`` past it)."""
         await self._db.transaction(_put, config, owner, share)
 
     async def list_configs(self, task_id: str) -> list[PushConfig]:
@@ -91,7 +87,7 @@ def _put(conn: sqlite3.Connection, config: PushConfig, owner: str,
         everyone = conn.execute("SELECT COUNT(*) FROM push_configs").fetchone()[0]
         why = share.refusal("push notification configs", owner, mine, everyone)
         if why is not None:
-            raise PushConfigsFull(why)
+            raise PoolFull(why, mine=mine >= share.limit_for(owner), retry_after=60)
     seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM push_configs WHERE task_id=?",
                        (config.task_id,)).fetchone()[0]
     conn.execute(

@@ -91,6 +91,8 @@ if TYPE_CHECKING:
     from internal.http._load_limits import (
         limited as limited,
     )
+    from internal.http._origins import OriginPolicy as OriginPolicy
+    from internal.http._origins import host_name as host_name
     from internal.http._outbound import ConnectionCheck as ConnectionCheck
     from internal.http._outbound import outbound_session as outbound_session
     from internal.http._outbound_guard import (
@@ -137,6 +139,7 @@ __all__, _getattr = lazy_exports(__name__, {
         "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
+    "_origins": ("OriginPolicy", "host_name",),
     "_outbound": ("ConnectionCheck", "outbound_session",),
     "_load_limits": (
         "STREAM_SLOTS", "LoadLimits", "StreamSlots", "TokenBuckets",

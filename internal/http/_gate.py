@@ -19,6 +19,7 @@ from aiohttp import web
 
 from internal.http._json_http import IDENTITY, Handler
 from internal.http._load_limits import INFLIGHT, LoadLimits, TokenBuckets, limited
+from internal.http._origins import OriginPolicy
 from internal.protocol.a2a.model import AuthError, Identity, RequestError
 from internal.shares import ANONYMOUS
 from internal.tokens import hash_token as hash_token
@@ -70,13 +71,15 @@ class TokenVerifier:
 def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
                     load_limits: LoadLimits, per_caller: TokenBuckets | None = None,
                     never_limited: Collection[str] = (),
-                    inner_gate: Callable[[str], bool] | None = None) -> Any:
-    """In this order: the per-address limit (before auth, so floods of bad tokens are
-    limited too), the bearer token and the caller's own bucket, then a place in the
-    in-flight pool within the caller's share of it (``load_limits``, which the daemon's
-    gRPC binding shares: 429 past the share, 503 past the pool, with Retry-After instead
-    of queueing). ``never_limited`` paths (a health check) skip all of it. A request that
-    becomes an event stream leaves the in-flight count (``_load_limits``).
+                    inner_gate: Callable[[str], bool] | None = None,
+                    origins: OriginPolicy | None = None) -> Any:
+    """In this order: the ``Host`` and ``Origin`` check (``origins``), the per-address
+    limit (before auth, so floods of bad tokens are limited too), the bearer token and the
+    caller's own bucket, then a place in the in-flight pool within the caller's share of
+    it (``load_limits``, which the daemon's gRPC binding shares: 429 past the share, 503
+    past the pool, with Retry-After instead of queueing). ``never_limited`` paths (a
+    health check) skip all of it. A request that becomes an event stream leaves the
+    in-flight count (``_load_limits``).
 
     Nested gates (the agents one daemon hosts, each an app of its own behind the daemon's):
     the outer gate limits per address and caps in-flight requests, and leaves the paths
@@ -89,6 +92,8 @@ def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in exempt:
             return await handler(request)
+        if origins is not None:
+            origins.check(request.headers)
         load_limits.address(request.remote or "?")
         if inner_gate is not None and inner_gate(request.path):
             caller = _unverified_caller(request.headers.get("Authorization"))

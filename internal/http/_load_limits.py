@@ -66,8 +66,7 @@ class LoadLimits:
                  per_address: TokenBuckets | None = None) -> None:
         """``inflight``: the in-flight pool and each caller's share of it; None for no cap
         (a hosted agent's inner gate: the daemon's own limits already counted the request)."""
-        self.pool = None if inflight is None else FairPool(
-            "requests in flight", inflight, _overloaded)
+        self.pool = None if inflight is None else FairPool("requests in flight", inflight)
         self.per_address = per_address
 
     @property
@@ -86,11 +85,6 @@ class LoadLimits:
         answered (or becomes a stream); None when nothing is capped. Past the caller's
         share, 429 ``rate_limited``; past the pool, 503 ``overloaded``."""
         return None if self.pool is None else self.pool.take(caller)
-
-
-def _overloaded(full: PoolFull) -> Unavailable:
-    return Unavailable("rate_limited" if full.mine else "overloaded", full.message,
-                       retry_after=1)
 
 
 def _too_many_streams(full: PoolFull) -> Unavailable:
