@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -64,13 +65,16 @@ class ButlerTools:
     their calls, as tasks of ``service``."""
 
     def __init__(self, service: TaskService, catalog: SkillCatalog,
-                 caller: Identity = MCP_IDENTITY) -> None:
+                 caller: Identity = MCP_IDENTITY, envelope: Envelope | None = None) -> None:
+        """``envelope``: the swarm envelope the transport carried (over HTTP, the
+        ``X-Swarm-*`` headers, read as on ``/v2``): every call's tasks are within it."""
         self.service = service
         self.catalog = catalog
         self.caller = caller
+        self.envelope = envelope or Envelope()
 
-    def as_caller(self, caller: Identity) -> ButlerTools:
-        return ButlerTools(self.service, self.catalog, caller)
+    def as_caller(self, caller: Identity, envelope: Envelope | None = None) -> ButlerTools:
+        return ButlerTools(self.service, self.catalog, caller, envelope)
 
     def tools(self) -> list[types.Tool]:
         tools = [types.Tool(
@@ -100,18 +104,18 @@ class ButlerTools:
             # ``task`` string among them is the text as well.
             return (TaskRequest(text=text if isinstance(text, str) else "",
                                 input=dict(arguments), skill=name, blocking=False),
-                    Envelope())
+                    self.envelope)
         if not isinstance(text, str):
             raise RequestError("invalid_params", "task must be a string")
         if skill is not None:
             rest = {k: v for k, v in arguments.items() if k != "task"}
-            return TaskRequest(text=text, input=rest, skill=name, blocking=False), Envelope()
+            return TaskRequest(text=text, input=rest, skill=name, blocking=False), self.envelope
         caps = arguments.get("capabilities")
         if not isinstance(caps, list) or not caps or not all(isinstance(c, str) for c in caps):
             raise RequestError("invalid_params", "capabilities must be a non-empty list of "
                                "strings")
         return (TaskRequest(text=text, capabilities_needed=tuple(caps), blocking=False),
-                Envelope(budget_usd=_budget(arguments.get("budget_usd"))))
+                _within(self.envelope, _budget(arguments.get("budget_usd"))))
 
     async def call(self, name: str, arguments: dict[str, Any],
                    ctx: ServerRequestContext[Any, Any] | None = None) -> types.CallToolResult:
@@ -162,6 +166,13 @@ async def _progress(ctx: ServerRequestContext[Any, Any] | None, step: int, messa
         related_request_id=None if ctx.request_id is None else str(ctx.request_id))
 
 
+def _within(envelope: Envelope, budget: Decimal | None) -> Envelope:
+    """A tool's own ``budget_usd`` can only lower the envelope's."""
+    if budget is None or (envelope.budget_usd is not None and envelope.budget_usd <= budget):
+        return envelope
+    return replace(envelope, budget_usd=budget)
+
+
 def _budget(value: Any) -> Decimal | None:
     if value is None:
         return None
@@ -199,11 +210,16 @@ def _result(task: Task) -> types.CallToolResult:
 
 
 def mcp_server(tools: ButlerTools, name: str, version: str,
-               caller: Callable[[Any], Identity] | None = None) -> Server[Any]:
+               caller: Callable[[Any], Identity] | None = None,
+               envelope: Callable[[Any], Envelope] | None = None) -> Server[Any]:
     """``caller``, when given, names each request's caller from the request the transport
-    attached (over HTTP: the authenticated token's identity); else it is ``tools.caller``."""
+    attached (over HTTP: the authenticated token's identity); else it is ``tools.caller``.
+    ``envelope``, likewise, the swarm envelope the request carried."""
     def tools_for(ctx: ServerRequestContext[Any, Any]) -> ButlerTools:
-        return tools if caller is None else tools.as_caller(caller(ctx.request))
+        if caller is None:
+            return tools
+        return tools.as_caller(caller(ctx.request),
+                               None if envelope is None else envelope(ctx.request))
 
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
