@@ -14,13 +14,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from butler.skills.catalog import SkillCatalog
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 from internal.protocol.a2a.model import (
     ButlerError,
     Envelope,
@@ -176,12 +177,9 @@ def _within(envelope: Envelope, budget: Decimal | None) -> Envelope:
 def _budget(value: Any) -> Decimal | None:
     if value is None:
         return None
-    try:
-        budget = Decimal(str(value))
-    except InvalidOperation:
-        raise RequestError("invalid_params", "budget_usd must be a decimal number") from None
-    if not budget.is_finite() or budget < 0:
-        raise RequestError("invalid_params", "budget_usd must be a finite amount, 0 or more")
+    budget = parse_amount(value)
+    if budget is None or budget < 0:
+        raise RequestError("invalid_params", "budget_usd must be a decimal amount, 0 or more")
     return budget
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from butler.identity.receipts import receipt_claims, result_digest
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.signing import (
     BadSignature,
@@ -38,13 +39,10 @@ class Receipt:
 
 
 def _money(claims: Mapping[str, Any], name: str) -> Decimal:
-    try:
-        value = Decimal(str(claims.get(name)))
-    except InvalidOperation:
-        value = Decimal("NaN")
-    if not value.is_finite():
+    value = parse_amount(claims.get(name))
+    if value is None:  # a huge one too: sums of them would overflow
         raise BadSignature(f"receipt {claims.get('receipt_id')}: {name} is not a "
-                           "decimal")
+                           "decimal amount")
     return value
 
 
