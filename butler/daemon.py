@@ -50,6 +50,7 @@ from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
+from butler.telemetry.logs import quiet_refusals
 from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,
@@ -278,6 +279,8 @@ class Daemon:
     def _incident_log(self, stack: AsyncExitStack, app: web.Application) -> None:
         self.incidents = IncidentLog(logging.getLogger("butler.http"))
         stack.callback(self.incidents.close)
+        if not self.hosted:  # the loggers are the process's: the daemon's own holds them
+            stack.callback(quiet_refusals(self.incidents))
         app[INCIDENTS] = self.incidents
 
     async def _hosted_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> None:

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from internal.http._incidents import (
         IncidentLog as IncidentLog,
     )
+    from internal.http._incidents import (
+        QuietRefusals as QuietRefusals,
+    )
     from internal.http._json_http import (
         ERROR_RENDERERS as ERROR_RENDERERS,
     )
@@ -132,7 +135,7 @@ __all__, _getattr = lazy_exports(__name__, {
     ),
     "_documents": ("document_route", "load",),
     "_gate": ("TokenEntry", "TokenVerifier", "gate_middleware", "hash_token", "new_token",),
-    "_incidents": ("INCIDENTS", "IncidentLog",),
+    "_incidents": ("INCIDENTS", "IncidentLog", "QuietRefusals",),
     "_json_http": (
         "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
         "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",

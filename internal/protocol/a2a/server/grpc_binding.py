@@ -30,6 +30,7 @@ from urllib.parse import unquote
 import grpc
 from a2a.types import a2a_pb2
 from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from multidict import CIMultiDict
 
@@ -41,7 +42,7 @@ from internal.http import (
     limited,
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
-from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
+from internal.protocol.a2a.model import ButlerError, Identity, RequestError, Unavailable
 from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
 
@@ -69,15 +70,18 @@ class GrpcBinding:
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the service, each a unary or server-streaming call."""
         service = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
-        handlers = {}
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for method in service.methods:
             request = message_factory.GetMessageClass(method.input_type)
             response = message_factory.GetMessageClass(method.output_type)
             make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
                     else grpc.unary_unary_rpc_method_handler)
             run = (self._streaming if method.server_streaming else self._unary)(
-                method.name, response)
-            handlers[method.name] = make(run, request_deserializer=request.FromString,
+                method.name, request, response)
+            # The bytes as they came: parsed in the call, where a malformed message can be
+            # answered INVALID_ARGUMENT (gRPC's own deserializer answered UNKNOWN and
+            # logged a traceback per message).
+            handlers[method.name] = make(run, request_deserializer=None,
                                          response_serializer=response.SerializeToString)
         return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
 
@@ -95,16 +99,17 @@ class GrpcBinding:
         check_version(headers)
         return caller, headers
 
-    def _unary(self, name: str, response: type[ProtoMessage]) -> Handler:
+    def _unary(self, name: str, request_type: type[ProtoMessage],
+               response: type[ProtoMessage]) -> Handler:
         lenient = name == "GetExtendedAgentCard"  # the card's 0.3 fields have no proto field
 
-        async def run(request: ProtoMessage,
+        async def run(raw: bytes,
                       context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
             slot = None
             try:
                 caller, headers = self._admit(context)
                 slot = self.load_limits.enter(caller.name)
-                result = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
+                result = await self.dialect.call(name, caller, _parsed(raw, request_type),
                                                  headers)
                 await _activated(context, headers)
                 return a2a_grpc.from_json(result or {}, response(), lenient=lenient)
@@ -117,8 +122,9 @@ class GrpcBinding:
 
         return run
 
-    def _streaming(self, name: str, response: type[ProtoMessage]) -> Handler:
-        async def run(request: ProtoMessage, context: grpc.aio.ServicerContext[Any, Any],
+    def _streaming(self, name: str, request_type: type[ProtoMessage],
+                   response: type[ProtoMessage]) -> Handler:
+        async def run(raw: bytes, context: grpc.aio.ServicerContext[Any, Any],
                       ) -> AsyncIterator[ProtoMessage]:
             inflight = None
             try:
@@ -127,8 +133,8 @@ class GrpcBinding:
                 slot = (self.streams.hold(caller.name) if self.streams is not None
                         else contextlib.nullcontext())
                 with slot:
-                    events = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
-                                                     headers)
+                    events = await self.dialect.call(name, caller,
+                                                     _parsed(raw, request_type), headers)
                     if inflight is not None:  # a stream now: it holds a stream slot instead
                         inflight.release()
                     try:
@@ -144,6 +150,14 @@ class GrpcBinding:
                     inflight.release()
 
         return run
+
+
+def _parsed(raw: bytes, request_type: type[ProtoMessage]) -> dict[str, Any]:
+    """A request message as proto3 JSON; a malformed one is ``invalid_request``."""
+    try:
+        return a2a_grpc.to_json(request_type.FromString(raw))
+    except (DecodeError, ValueError, TypeError, RecursionError):
+        raise RequestError("invalid_request", "malformed request message") from None
 
 
 def remote_address(peer: str) -> str:
