@@ -50,7 +50,7 @@ from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
-from butler.telemetry.logs import quiet_refusals
+from butler.telemetry.logs import quiet_refusals, redact_logs
 from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,
@@ -59,6 +59,7 @@ from internal.http import (
     OutboundGuard,
     listen,
 )
+from internal.redaction import Redactor
 
 log = logging.getLogger("butler.daemon")
 
@@ -97,9 +98,16 @@ class Daemon:
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
+    # What remote words go through before a task's error, an audit record or a log line.
+    redact: Redactor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.redact = Redactor(self.config.secret_values())
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         """The one place every audit record passes: the trail, the metrics and the log."""
+        if self.redact:
+            fields = _redacted(fields, self.redact)
         audit.submit(kind, fields)
         observe_audit(self.metrics, kind, fields)
         log_audit(kind, fields)
@@ -197,6 +205,7 @@ class Daemon:
             audit_room=audit.room,
             max_children=cfg.swarm.max_children_per_task,
             running_tasks=cfg.shares.running_tasks,
+            redact=self.redact,
             workspace=workspace,
             planner=planner,
             seal=lambda task: seal(task, agent, cfg.agent.id, self.url),
@@ -281,6 +290,8 @@ class Daemon:
         stack.callback(self.incidents.close)
         if not self.hosted:  # the loggers are the process's: the daemon's own holds them
             stack.callback(quiet_refusals(self.incidents))
+            if self.redact:
+                stack.callback(redact_logs(self.redact))
         app[INCIDENTS] = self.incidents
 
     async def _hosted_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> None:
@@ -356,3 +367,11 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
         else:
             if purged:
                 log.info("purged %d expired workspace entries", purged)
+
+
+def _redacted(fields: dict[str, Any], redact: Redactor) -> dict[str, Any]:
+    """An audit record's text (and its detail's) without a configured secret's fragments."""
+    out = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}
+    if isinstance(detail := out.get("detail"), dict):
+        out["detail"] = _redacted(detail, redact)
+    return out

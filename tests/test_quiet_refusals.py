@@ -5,6 +5,7 @@ plus a count, not one line each."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,7 @@ async def test_a_malformed_grpc_message_is_invalid_argument_without_a_traceback(
     home = await swarm.start("home", skills=[ECHO], configurations=GRPC)
     assert home.daemon.grpc_url is not None
     async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
-        send = chan.unary_unary("/lf.a2a.v1.A2AService/SendMessage")
+        send: Any = chan.unary_unary("/lf.a2a.v1.A2AService/SendMessage")
         for garbage in (b"\xff\xff\xff\xff", b"\x0a\x05abc", b"\x12" + b"\x80" * 11):
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await send(garbage, metadata=[("a2a-version", "1.0")])

@@ -312,6 +312,20 @@ class Config:
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
 
+    def secret_values(self) -> tuple[str, ...]:
+        """Every token this config sends somewhere (peers, planner, registry, MCP servers;
+        its hosted agents' too): what a remote may quote back and must not be repeated."""
+        found: list[str] = []
+        for peers, skills, registry in ((self.peers, self.skills, self.registry),
+                                        *((a.peers, a.skills, a.registry) for a in self.agents)):
+            found += [p.token for p in peers]
+            found += [s.mcp.token for s in skills if s.mcp is not None]
+            if registry is not None:
+                found += [registry.token, registry.peer_token]
+        if self.planner is not None:
+            found.append(self.planner.token)
+        return tuple(sorted({t for t in found if t}))
+
     @property
     def public_url(self) -> str:
         return self.agent.url or http_url(self.a2a.bind_address, self.a2a.port,

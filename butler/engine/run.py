@@ -117,6 +117,8 @@ class RunDeps:
     audit_room: Callable[[], Awaitable[None]] = _room_always  # waits while audit is behind
     workspace: Workspace = field(default_factory=NoWorkspace)
     max_children: int = 8
+    # What a task's error goes through: secrets a remote quoted back are taken out.
+    redact: Callable[[str], str] = str
     # Running tasks, and each caller's share of them (``shares.running_tasks``).
     running_tasks: Share = field(default_factory=lambda: Share(1_000_000, 1_000_000))
     planner: Planner | None = None  # the config's ``planner:``
@@ -240,6 +242,8 @@ class TaskRun:
         than made and then copied with them; an error ``code`` as ``failed`` makes."""
         node = CostNode(self.deps.agent_id, self.task.skill, self._charged, int(
             (time.monotonic() - started) * 1000), state.value, tuple(self.children))
+        if message is not None:  # often a remote's words: the one place they are redacted
+            message = self.deps.redact(message)
         return Finished(state, error=None if code is None else TaskError(code, message or ""),
                         message=message, budget=Budget(self.ledger.start, self.ledger.spent),
                         cost=node, receipts=tuple(self.child_receipts), **result)

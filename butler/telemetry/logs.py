@@ -103,3 +103,36 @@ def quiet_refusals(incidents: IncidentLog) -> Callable[[], None]:
         for logger, quiet in filters:
             logger.removeFilter(quiet)
     return undo
+
+
+class _Redacting(logging.Filter):
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        super().__init__()
+        self._redact = redact
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self._redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:  # formatted once, here, redacted
+            record.exc_text = self._redact(logging.Formatter().formatException(record.exc_info))
+        kv = getattr(record, "kv", None)
+        if isinstance(kv, dict):
+            record.kv = {k: self._redact(v) if isinstance(v, str) else v for k, v in kv.items()}
+        return True
+
+
+def redact_logs(redact: Callable[[str], str]) -> Callable[[], None]:
+    """Every line the process's log handlers write goes through ``redact`` first (a
+    remote's words quoting a configured secret, in a message, an exception or a field);
+    returns the undoing."""
+    redacting = _Redacting(redact)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(redacting)
+
+    def undo() -> None:
+        for handler in handlers:
+            handler.removeFilter(redacting)
+    return undo
