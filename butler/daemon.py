@@ -45,6 +45,7 @@ from butler.metrics import (
 )
 from butler.planner import Planner
 from butler.push.service import PushNotifications
+from butler.runtime.fd_limit import connection_budget, raise_fd_limit
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
@@ -272,8 +273,8 @@ class Daemon:
         if cfg.a2a.grpc_port is not None:
             await self._serve_grpc(stack, runner.app)
         if cfg.metrics.enabled and cfg.metrics.listen:
-            stack.push_async_callback((await serve_metrics(self.metrics, cfg.metrics.listen))
-                                      .cleanup)
+            stack.push_async_callback(await serve_metrics(self.metrics, cfg.metrics.listen,
+                                                          self.incidents))
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
 
@@ -315,7 +316,8 @@ class Daemon:
         cfg = self.config
         return ListenSettings(
             host=cfg.a2a.bind_address, port=cfg.a2a.port,
-            max_connections=cfg.limits.max_connections,
+            max_connections=connection_budget(cfg.limits.max_connections, raise_fd_limit()),
+            max_connections_per_address=cfg.limits.max_connections_per_address or None,
             header_timeout_seconds=cfg.limits.header_timeout_seconds,
             body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))
 

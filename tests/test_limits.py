@@ -117,7 +117,8 @@ async def test_a_stalled_body_gets_408_and_is_cut_off(swarm: Swarm) -> None:
 
 
 async def test_connection_cap_refuses_the_next_with_503(swarm: Swarm) -> None:
-    home = await swarm.start("home", extra={"server": {"max_connections": 3}})
+    home = await swarm.start("home", extra={"server": {"max_connections": 3,
+                                                    "max_connections_per_address": 3}})
     held = [await connect(home) for _ in range(3)]
     try:
         for reader, writer in held:  # each one is open, served and kept alive
@@ -143,7 +144,8 @@ async def test_connection_cap_refuses_the_next_with_503(swarm: Swarm) -> None:
 async def test_connection_cap_holds_for_a_burst(swarm: Swarm) -> None:
     """Regression: the cap counted connections only once aiohttp registered them, so
     connections accepted in one batch all got past it."""
-    home = await swarm.start("home", extra={"server": {"max_connections": 3}})
+    home = await swarm.start("home", extra={"server": {"max_connections": 3,
+                                                    "max_connections_per_address": 3}})
     held = [await connect(home) for _ in range(2)]
     for reader, writer in held:
         assert await get_healthz(reader, writer) == 200

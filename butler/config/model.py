@@ -22,6 +22,7 @@ class Limits:
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     max_connections: int = 256
+    max_connections_per_address: int = 0  # 0: three quarters of max_connections
     max_inflight: int = 128
     max_streams: int = 256  # open event streams, apart from max_inflight
     max_streams_per_caller: int = 32

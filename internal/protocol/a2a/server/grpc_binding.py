@@ -52,7 +52,16 @@ Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 @dataclass(frozen=True)
 class GrpcLimits:
+    """What one connection may cost before and while it calls: the HTTP/2 preface and
+    settings within ``handshake_seconds``; a connection with no call in flight for
+    ``idle_seconds`` (one that never made a first call included) closed; at most
+    ``max_streams_per_connection`` calls open on one connection (past it the client's
+    HTTP/2 layer waits), so half-open streams cannot pile up memory."""
+
     max_message_bytes: int = 4 * 1024 * 1024
+    handshake_seconds: float = 10.0
+    idle_seconds: float = 10.0
+    max_streams_per_connection: int = 32
 
 
 class GrpcBinding:
@@ -205,6 +214,9 @@ async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimit
         handlers=[binding.handler()],
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+            ("grpc.server_handshake_timeout_ms", int(limits.handshake_seconds * 1000)),
+            ("grpc.max_connection_idle_ms", int(limits.idle_seconds * 1000)),
             # gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
             # share it silently instead of failing to start.
             ("grpc.so_reuseport", 0),
