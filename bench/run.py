@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import bootstrap  # stdlib only: it runs before the venv exists
 
-SCENARIOS = ("inbound", "hops", "registry", "profile")
+SCENARIOS = ("inbound", "hops", "registry", "profile", "fairness")
 DOC = bootstrap.REPO / "docs" / "performance.md"
 DOC_START, DOC_END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 
@@ -125,6 +125,12 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if "profile" in args.only:
         say("profile: py-spy on Butler under 64 connections")
         results["profile"] = profile.run(work, cpus, max(secs + 2, 3))
+    if "fairness" in args.only:
+        from harness import fairness
+
+        say("fairness: a second caller's requests while one caller or address floods")
+        results["fairness"] = fairness.run(work / "fairness", cpus.server)
+        say(fairness.table(results["fairness"]))
     check_speed("at the end")
     results["targets"] = targets.evaluate(results)
     results["max_noise_cpu_pct"] = max(noise.points(results), default=0.0)
