@@ -8,7 +8,6 @@ import asyncio
 import logging
 import socket
 import ssl
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,30 +72,29 @@ class _Refuse(asyncio.Protocol):
 
 
 class _Connection(web.RequestHandler):
-    """aiohttp's connection handler, counted from creation (not from ``connection_made``,
-    which runs later: a burst of accepts would otherwise all pass the cap) and answering
-    malformed HTTP with a JSON error instead of text quoting the raw request. Hostile
-    clients are reported as incidents (rate-limited), never logged once per connection."""
+    """aiohttp's connection handler, admitted in ``connection_made`` (the first moment the
+    peer's address is known) within the cap and the address's share of it, counted and
+    checked in one step, and answering malformed HTTP with a JSON error instead of text
+    quoting the raw request. Hostile clients are reported as incidents (rate-limited),
+    never logged once per connection."""
 
-    def __init__(self, server: web.Server, open_now: weakref.WeakSet[_Connection],
-                 incidents: IncidentLog, by_address: FairPool, **kwargs: Any) -> None:
+    def __init__(self, server: web.Server, connections: FairPool, incidents: IncidentLog,
+                 **kwargs: Any) -> None:
         super().__init__(server, **kwargs)
-        self._open_now = open_now
+        self._connections = connections
         self._incidents = incidents
-        self._by_address = by_address
         self._place: Held | None = None
-        open_now.add(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # The address is known only now: past its share of the connections, the same 503
-        # as past the cap, before aiohttp reads a byte.
+        # Past the cap or the address's share of it: a 503 before aiohttp reads a byte.
         peer = _peer(transport)
         try:
-            self._place = self._by_address.take(peer)
+            self._place = self._connections.take(peer)
         except PoolFull as full:
-            self._open_now.discard(self)
+            key = ("server.max_connections_per_address" if full.mine
+                   else "server.max_connections")
             self._incidents.report(CONNECTION_CAP, f"refused a connection from {peer}: "
-                                   f"{full.message} (server.max_connections_per_address)")
+                                   f"{full.message} ({key})")
             _refuse(transport)
             return
         super().connection_made(transport)
@@ -114,7 +112,6 @@ class _Connection(web.RequestHandler):
                 f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._open_now.discard(self)
         if self._place is None:  # refused in connection_made: aiohttp never saw it
             return
         self._place.release()
@@ -148,15 +145,13 @@ async def listen(server: web.Server, settings: ListenSettings,
     cap = settings.max_connections
     handler_args = settings.handler_args()
     loop = asyncio.get_running_loop()
-    open_now: weakref.WeakSet[_Connection] = weakref.WeakSet()
-    by_address = FairPool("connections", Share(
-        cap, settings.max_connections_per_address or 0, settings.max_connections_per_address
-        or 0))
+    per_address = settings.max_connections_per_address or 0
+    connections = FairPool("connections", Share(cap, per_address, per_address))
 
     def factory() -> asyncio.Protocol:
-        if len(open_now) >= cap:
+        if connections.in_use >= cap:  # full already: no handler built for it
             return _Refuse(incidents, cap)
-        return _Connection(server, open_now, incidents, by_address, loop=loop, **handler_args)
+        return _Connection(server, connections, incidents, loop=loop, **handler_args)
 
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     # A deep accept queue: a burst past the cap is accepted and refused with a 503 at
