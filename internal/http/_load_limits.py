@@ -9,7 +9,7 @@
 - ``StreamSlots``: caps on open event streams, apart from the in-flight cap. A stream can
   stay open for as long as its task runs; counted as an in-flight request it would hold a
   slot all that time, and a caller with enough of them locked everyone else out. So a
-  request that becomes a stream gives its in-flight place back (``InflightSlot``) and
+  request that becomes a stream gives its in-flight place back (``INFLIGHT``) and
   takes a stream slot instead, within the caller's share of the open streams; past it,
   ``429 too_many_streams`` before the stream starts.
 """
