@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import bootstrap  # stdlib only: it runs before the venv exists
 
-SCENARIOS = ("inbound", "hops", "registry", "profile", "intent")
+SCENARIOS = ("inbound", "hops", "registry", "profile", "intent", "fairness")
 # Scenarios that run in-process, without servers, wrk or Debian packages.
 IN_PROCESS = {"intent"}
 DOC = bootstrap.REPO / "docs" / "performance.md"
@@ -136,6 +136,12 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         say("intent: Butler's router, BM25 and TF-IDF on bench/intent's test half")
         results["intent"] = runner.run("test", rounds=2 if args.quick else 5)
+    if "fairness" in args.only:
+        from harness import fairness
+
+        say("fairness: a second caller's requests while one caller or address floods")
+        results["fairness"] = fairness.run(work / "fairness", cpus.server)
+        say(fairness.table(results["fairness"]))
     check_speed("at the end")
     results["targets"] = targets.evaluate(results)
     results["max_noise_cpu_pct"] = max(noise.points(results), default=0.0)
@@ -190,7 +196,7 @@ def main(argv: list[str]) -> int:
         bootstrap.reexec_in_venv(Path(__file__).resolve(), argv)
     if args.render is not None:
         return render(args)
-    if servers and shutil.which("wrk") is None:
+    if servers and shutil.which("wrk") is None and set(args.only) - {"registry", "fairness"}:
         say("wrk is required (apt-get install wrk); run without --no-install to install it")
         return 2
     from harness import report

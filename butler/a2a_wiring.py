@@ -95,6 +95,9 @@ async def serve_grpc(cfg: Config, front: A2AFront) -> tuple[grpc.aio.Server, int
                           per_caller=front.per_caller)
     tls = None if cfg.a2a.tls is None else (cfg.a2a.tls.cert_file.read_bytes(),
                                             cfg.a2a.tls.key_file.read_bytes())
-    limits = GrpcLimits(max_message_bytes=cfg.limits.max_body_bytes)
+    limits = GrpcLimits(max_message_bytes=cfg.limits.max_body_bytes,
+                        handshake_seconds=cfg.limits.header_timeout_seconds,
+                        idle_seconds=cfg.limits.header_timeout_seconds,
+                        max_streams_per_connection=cfg.limits.max_streams_per_caller)
     return await serve(binding, cfg.a2a.bind_address, cfg.a2a.grpc_port, limits=limits,
                        tls=tls)

@@ -42,11 +42,13 @@ from butler.metrics import ButlerMetrics, observe_audit, serve_metrics
 from butler.planner import Planner
 from butler.push.service import PushNotifications
 from butler.reload import LiveParts, reload_config
+from butler.runtime.fd_limit import connection_budget, raise_fd_limit
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
+from butler.telemetry.logs import quiet_refusals, redact_logs
 from butler.telemetry.task_log import log_audit
 from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
@@ -56,6 +58,7 @@ from internal.http import (
     OutboundGuard,
     listen,
 )
+from internal.redaction import Redactor
 
 log = logging.getLogger("butler.daemon")
 
@@ -95,9 +98,16 @@ class Daemon:
     _runner: web.AppRunner | None = field(default=None, init=False)
     _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
     _live: LiveParts | None = field(default=None, init=False)  # what a reload changes
+    # What remote words go through before a task's error, an audit record or a log line.
+    redact: Redactor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.redact = Redactor(self.config.secret_values())
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         """The one place every audit record passes: the trail, the metrics and the log."""
+        if self.redact:
+            fields = _redacted(fields, self.redact)
         audit.submit(kind, fields)
         observe_audit(self.metrics, kind, fields)
         log_audit(kind, fields)
@@ -156,7 +166,8 @@ class Daemon:
         # Then, before any skill can run: what command skills of a crashed daemon left.
         runs = RunLedger(cfg.data_dir / RUNS_FOLDER)
         runs.end_leftovers()
-        memory = await MemoryStore.open(cfg.data_dir / "memory.db")
+        memory = await MemoryStore.open(cfg.data_dir / "memory.db",
+                                        cfg.shares.memory_entries)
         stack.push_async_callback(memory.close)
         skills = build_skills(cfg.skills, memory, runs, cfg.secret_env)
         catalog = self.catalog = SkillCatalog(skills, cfg.mcp_server.allowed_capabilities)
@@ -204,7 +215,8 @@ class Daemon:
             audit=lambda kind, **f: self._record(audit, kind, f),
             audit_room=audit.room,
             max_children=cfg.swarm.max_children_per_task,
-            max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
+            running_tasks=cfg.shares.running_tasks,
+            redact=self.redact,
             workspace=workspace,
             planner=planner,
             seal=lambda task: sealing(task, cfg.agent.id, self.url),
@@ -230,7 +242,7 @@ class Daemon:
         )
         self.metrics.running_tasks = self.engine.running_by_state
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
-                                      self.push_guard)
+                                      self.push_guard, cfg.shares.push_configs)
         stack.push_async_callback(self.push.aclose)
         runner = await self._http_app(stack, catalog) \
             if self.listen and not self.hosted else None
@@ -275,8 +287,8 @@ class Daemon:
         if cfg.a2a.grpc_port is not None:
             await self._serve_grpc(stack, runner.app)
         if cfg.metrics.enabled and cfg.metrics.listen:
-            stack.push_async_callback((await serve_metrics(self.metrics, cfg.metrics.listen))
-                                      .cleanup)
+            stack.push_async_callback(await serve_metrics(self.metrics, cfg.metrics.listen,
+                                                          self.incidents))
         stack.push_async_callback(self.registry_link.stop)
         await self.registry_link.start()
 
@@ -291,6 +303,10 @@ class Daemon:
     def _incident_log(self, stack: AsyncExitStack, app: web.Application) -> None:
         self.incidents = IncidentLog(logging.getLogger("butler.http"))
         stack.callback(self.incidents.close)
+        if not self.hosted:  # the loggers are the process's: the daemon's own holds them
+            stack.callback(quiet_refusals(self.incidents))
+            if self.redact:
+                stack.callback(redact_logs(self.redact))
         app[INCIDENTS] = self.incidents
 
     async def _hosted_app(self, stack: AsyncExitStack, catalog: SkillCatalog) -> None:
@@ -314,7 +330,8 @@ class Daemon:
         cfg = self.config
         return ListenSettings(
             host=cfg.a2a.bind_address, port=cfg.a2a.port,
-            max_connections=cfg.limits.max_connections,
+            max_connections=connection_budget(cfg.limits.max_connections, raise_fd_limit()),
+            max_connections_per_address=cfg.limits.max_connections_per_address or None,
             header_timeout_seconds=cfg.limits.header_timeout_seconds,
             body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))
 
@@ -366,3 +383,11 @@ async def _purge_workspace(workspace: SqliteWorkspace) -> None:
         else:
             if purged:
                 log.info("purged %d expired workspace entries", purged)
+
+
+def _redacted(fields: dict[str, Any], redact: Redactor) -> dict[str, Any]:
+    """An audit record's text (and its detail's) without a configured secret's fragments."""
+    out = {k: redact(v) if isinstance(v, str) else v for k, v in fields.items()}
+    if isinstance(detail := out.get("detail"), dict):
+        out["detail"] = _redacted(detail, redact)
+    return out

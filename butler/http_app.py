@@ -5,12 +5,15 @@ already counted, limited and capped the request."""
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
+from yarl import URL
 
 from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
+from butler.config.loader import is_loopback
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
 from butler.delegation.peers import PeerStatus
@@ -25,12 +28,13 @@ from internal.http import (
     ERROR_RENDERERS,
     STREAM_SLOTS,
     LoadLimits,
-    StreamCaps,
+    OriginPolicy,
     StreamSlots,
     TokenBuckets,
     TokenVerifier,
     error_middleware,
     gate_middleware,
+    host_name,
     json_response,
 )
 from internal.protocol.a2a.model import Identity
@@ -42,6 +46,7 @@ from internal.protocol.a2a.server import (
     RestLimits,
     V1Dialect,
 )
+from internal.shares import ANONYMOUS
 
 PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths,
                 *LOG_PATHS)
@@ -51,7 +56,7 @@ A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 def anonymous_identity(cfg: Config) -> Identity | None:
     """Who a request without a token is (None: refused)."""
     tier = cfg.a2a.anonymous_tier
-    return None if tier is None else Identity(name="anonymous", tier=tier)
+    return None if tier is None else Identity(name=ANONYMOUS, tier=tier)
 
 
 def token_verifier(cfg: Config) -> TokenVerifier:
@@ -77,7 +82,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
     gate = gate_middleware(
         verifier=front.verifier, public_paths=PUBLIC_PATHS, load_limits=front.load_limits,
         per_caller=front.per_caller, never_limited=("/healthz",),
-        inner_gate=inner_gate)
+        inner_gate=inner_gate, origins=None if hosted else origin_policy(cfg))
     app = web.Application(
         client_max_size=cfg.limits.max_body_bytes,
         middlewares=[error_middleware, gate] if hosted
@@ -113,12 +118,25 @@ def a2a_front(cfg: Config, ops: A2AOperations, *, hosted: bool) -> A2AFront:
     A hosted agent's load limits cap nothing and limit no address: the daemon's did."""
     rl = cfg.rate_limits
     load_limits = LoadLimits(None) if hosted else LoadLimits(
-        cfg.limits.max_inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
+        cfg.shares.inflight, _buckets(rl.per_address_per_second, rl.per_address_burst))
     v1 = V1Dialect(ops)
     return A2AFront(
         ops, v1, jsonrpc_dispatcher(cfg, ops, v1), token_verifier(cfg), load_limits,
         _buckets(rl.per_caller_per_second, rl.per_caller_burst),
-        StreamSlots(StreamCaps(cfg.limits.max_streams, cfg.limits.max_streams_per_caller)))
+        StreamSlots(cfg.shares.streams))
+
+
+def origin_policy(cfg: Config) -> OriginPolicy:
+    """The names the daemon's listener answers to and the origins whose pages may call it
+    (``internal.http._origins``)."""
+    bind = cfg.a2a.bind_address
+    names = {*cfg.a2a.public_hosts, bind}
+    if cfg.agent.url:
+        names.add(host_name(URL(cfg.agent.url).raw_authority))
+    # A wildcard bind serves loopback too. bind_address is an IP address or "localhost".
+    if is_loopback(bind) or ipaddress.ip_address(bind).is_unspecified:
+        names.add("localhost")
+    return OriginPolicy(names, cfg.a2a.allowed_origins)
 
 
 def _buckets(rate: float, burst: float) -> TokenBuckets | None:

@@ -31,7 +31,7 @@ from butler.audit.log import DelegationOutcome
 from butler.runtime.clock import now_iso
 from butler.swarm.spend import CallerUsage
 from butler.telemetry import process
-from internal.http import IDENTITY, Handler
+from internal.http import IDENTITY, Handler, IncidentLog, ListenSettings, listen
 
 LabelValues = tuple[str, ...]
 access_log = logging.getLogger("butler.access")
@@ -42,6 +42,7 @@ def _escape(value: str) -> str:
 
 
 # Seconds, from a fast local skill to a long delegation; the task timeout caps the top.
+METRICS_CONNECTIONS = 16  # open at once on the separate metrics port: a scraper or two
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                     30.0, 60.0, 300.0)
 
@@ -376,16 +377,25 @@ def metrics_route(metrics: ButlerMetrics) -> web.RouteDef:
     return web.get("/metrics", handler)
 
 
-async def serve_metrics(metrics: ButlerMetrics, listen: str) -> web.AppRunner:
-    """The unauthenticated metrics port: loopback only (checked when the config loads)."""
-    host, _, port = listen.rpartition(":")
+async def serve_metrics(metrics: ButlerMetrics, listen_on: str,
+                        incidents: IncidentLog) -> Callable[[], Awaitable[None]]:
+    """The unauthenticated metrics port: loopback only (checked when the config loads),
+    behind the same listener as the main port (a connection cap, one address's share of
+    it, the header deadline); returns its stopping."""
+    host, _, port = listen_on.rpartition(":")
     app = web.Application()
     app.add_routes([metrics_route(metrics)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
+    assert runner.server is not None
     try:
-        await web.TCPSite(runner, host.strip("[]"), int(port)).start()
+        server = await listen(runner.server, ListenSettings(
+            host.strip("[]"), int(port), max_connections=METRICS_CONNECTIONS), incidents)
     except BaseException:
         await runner.cleanup()
         raise
-    return runner
+
+    async def stop() -> None:
+        server.close()
+        await runner.cleanup()
+    return stop

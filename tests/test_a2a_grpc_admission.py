@@ -67,7 +67,9 @@ async def grpc_card(inst: Instance, chan: grpc.aio.Channel) -> Any:
 @pytest.fixture
 async def capped(swarm: Swarm) -> AsyncIterator[Instance]:
     yield await swarm.start("home", skills=[ECHO, WAIT], configurations=GRPC,
-                            extra={"server": {"max_inflight": 2}})
+                            extra={"server": {"max_inflight": 2},
+                                   # one caller may fill the pool here (its share is all)
+                                   "shares": {"inflight": {"per_caller": 2}}})
 
 
 async def test_requests_held_over_http_fill_the_cap_for_grpc(capped: Instance) -> None:
@@ -111,7 +113,7 @@ async def test_a_grpc_stream_gives_its_place_back(capped: Instance) -> None:
         for call in streams:
             await call.read()  # the stream has begun: its first event
         await until_inflight(capped, 0)
-        assert capped.daemon.app[A2A_FRONT].streams.open == 3
+        assert capped.daemon.app[A2A_FRONT].streams.in_use == 3
         assert (await grpc_card(capped, chan)).name == "home butler"
         for call in streams:
             call.cancel()

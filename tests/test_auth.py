@@ -159,7 +159,7 @@ async def test_tier_restricted_skill_request_is_403(
 async def test_odd_authorization_headers_are_4xx_never_500(swarm: Swarm) -> None:
     home = await swarm.start("home")
     token = home.tokens["operator"].encode()
-    head = b"GET /v2/card HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: "
+    head = b"GET /v2/card HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: "
     cases = [
         ("Bearer tökén".encode(), 401, "unauthenticated"),            # UTF-8, non-ASCII
         (b"Bearer t\xf6k\xe9n", 401, "unauthenticated"),               # not even UTF-8
@@ -205,7 +205,7 @@ async def test_tokens_never_reach_the_log(tmp_path: Path) -> None:
                     assert resp.status < 500
             # Past the parser's header limit: the parser's own error path.
             reader, writer = await asyncio.open_connection(*server.url[7:].split(":"))
-            writer.write(b"GET /v2/card HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+            writer.write(b"GET /v2/card HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
                          + token.encode() + b"x" * 9000 + b"\r\n\r\n")
             async with asyncio.timeout(5):
                 assert (await reader.read()).startswith(b"HTTP/1.")

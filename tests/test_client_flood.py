@@ -75,7 +75,7 @@ async def test_a_flood_of_idle_and_slow_clients(
         async with asyncio.timeout(15):
             return await reader.read()
 
-    dribbled_head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    dribbled_head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     dribbled_bytes: list[int] = []
 
     async def dribble() -> bytes:  # a request head at one byte a second
@@ -102,7 +102,7 @@ async def test_a_flood_of_idle_and_slow_clients(
 
     async def stall() -> bytes:  # headers, then half a body, then nothing
         reader, writer = await connect(home)
-        writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
                      b"\r\nContent-Length: 100\r\nAuthorization: Bearer " + token.encode()
                      + b'\r\n\r\n{"task": ')
         try:

@@ -80,7 +80,7 @@ class RawClient:
         if self.conn is None:
             self.conn = await asyncio.open_connection("127.0.0.1", self.port)
         reader, writer = self.conn
-        writer.write(b"GET " + self.path.encode() + b" HTTP/1.1\r\nHost: fuzz\r\n"
+        writer.write(b"GET " + self.path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                      b"Authorization: " + value + b"\r\n\r\n")
         async with asyncio.timeout(10):
             head = await reader.readuntil(b"\r\n\r\n")

@@ -74,7 +74,7 @@ async def test_routing_errors_are_json(swarm: Swarm, http: aiohttp.ClientSession
 async def test_slow_headers_are_cut_off(swarm: Swarm) -> None:
     home = await swarm.start("home", extra={"server": {"header_timeout_seconds": 1}})
     reader, writer = await connect(home)
-    head = (b"GET /v2/card HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+    head = (b"GET /v2/card HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
             + home.tokens["operator"].encode() + b"\r\n\r\n")
     sent = 0
 
@@ -102,7 +102,7 @@ async def test_slow_headers_are_cut_off(swarm: Swarm) -> None:
 async def test_a_stalled_body_gets_408_and_is_cut_off(swarm: Swarm) -> None:
     home = await swarm.start("home", extra={"server": {"body_timeout_seconds": 1}})
     reader, writer = await connect(home)
-    writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    writer.write(b"POST /v2/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 1000\r\nAuthorization: Bearer "
                  + home.tokens["operator"].encode() + b'\r\n\r\n{"task": "half of it')
     try:
@@ -117,7 +117,8 @@ async def test_a_stalled_body_gets_408_and_is_cut_off(swarm: Swarm) -> None:
 
 
 async def test_connection_cap_refuses_the_next_with_503(swarm: Swarm) -> None:
-    home = await swarm.start("home", extra={"server": {"max_connections": 3}})
+    home = await swarm.start("home", extra={"server": {"max_connections": 3,
+                                                    "max_connections_per_address": 3}})
     held = [await connect(home) for _ in range(3)]
     try:
         for reader, writer in held:  # each one is open, served and kept alive
@@ -143,7 +144,8 @@ async def test_connection_cap_refuses_the_next_with_503(swarm: Swarm) -> None:
 async def test_connection_cap_holds_for_a_burst(swarm: Swarm) -> None:
     """Regression: the cap counted connections only once aiohttp registered them, so
     connections accepted in one batch all got past it."""
-    home = await swarm.start("home", extra={"server": {"max_connections": 3}})
+    home = await swarm.start("home", extra={"server": {"max_connections": 3,
+                                                    "max_connections_per_address": 3}})
     held = [await connect(home) for _ in range(2)]
     for reader, writer in held:
         assert await get_healthz(reader, writer) == 200

@@ -107,7 +107,7 @@ async def test_an_odd_query_and_a_slow_body_get_clear_answers(swarm: Swarm) -> N
         assert resp.status == 200 and resp.headers["Mcp-Session-Id"]
     reader, writer = await asyncio.open_connection("127.0.0.1", inst.daemon.port)
     try:
-        head = (f"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 f"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n"
                 f"Authorization: {inst.headers()['Authorization']}\r\n\r\n{{\"jsonrpc\"")
         writer.write(head.encode())

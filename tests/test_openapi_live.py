@@ -56,7 +56,8 @@ class Walker:
         """Headers, then a body that never finishes: 408 after the body timeout."""
         reader, writer = await asyncio.open_connection("127.0.0.1", self.inst.daemon.port)
         path = template.replace("{id}", id)
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/json\r\n"
                      f"Authorization: {self.inst.headers(who)['Authorization']}\r\n"
                      "Content-Length: 100\r\n\r\n{".encode())
         async with asyncio.timeout(10):

@@ -195,7 +195,8 @@ async def test_a_streams_last_status_update_carries_the_receipt(swarm: Swarm,
 
 async def test_hostile_claims_signed_by_a_real_key_are_refused_not_crashes(mesh: Mesh) -> None:
     """A signer can sign anything: a NaN cost, children that are not receipt ids, a result
-    that is not parts. Each is a BadSignature naming it, never a traceback."""
+    that is not parts, an amount past any decimal context. Each is a BadSignature naming
+    it, never a traceback."""
     from butler.identity.key_file import load_identity
     from butler.identity.receipts import RECEIPT_TYPE
     from internal.signing import canonical, sign_jws
@@ -211,8 +212,10 @@ async def test_hostile_claims_signed_by_a_real_key_are_refused_not_crashes(mesh:
         return sign_jws(key, canonical(claims), {"typ": RECEIPT_TYPE, "jwk": key.public.jwk})
 
     cases = []
+    # 1e1000000 is past the decimal context's exponent: a sum with it raised decimal.Overflow.
     for changes in ({"total_usd": "NaN"}, {"cost_usd": "sNaN"}, {"children": 5},
-                    {"children": [{"id": 1}]}):
+                    {"children": [{"id": 1}]}, {"total_usd": "1e1000000"},
+                    {"cost_usd": "1e1000000", "total_usd": "1e1000000"}):
         case = copy.deepcopy(raw)
         case["receipts"][leaf] = signed(**changes)
         cases.append(case)

@@ -32,6 +32,7 @@ from typing import Any, Final
 from butler.audit.log import AuditLog, VerifyResult, failed
 from butler.audit.rows import hash_before, live_base, record_from_row
 from butler.audit.schema import COLUMNS, GENESIS_HASH, seal
+from butler.runtime.children import die_with_parent
 from butler.storage import write_private
 from internal.signing import Encoded, canonical
 
@@ -101,7 +102,8 @@ def export_in_child(log: AuditLog, segment: Segment, folder: Path) -> Path:
     done = subprocess.run(
         [sys.executable, "-m", "butler.audit.segments", str(log.path), str(folder),
          str(segment.first_seq), str(segment.last_seq), segment.last_hash, segment.last_at],
-        capture_output=True, text=True, check=False)
+        capture_output=True, text=True, check=False,
+        preexec_fn=die_with_parent)  # the thread waits on it: it dies with the daemon
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise RuntimeError(f"exporting audit records {segment.first_seq}..{segment.last_seq} "

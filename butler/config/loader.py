@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ from butler.config.operations import (
     parse_logging,
     parse_metrics,
     parse_rate_limits,
+    parse_shares,
     parse_tasks,
     parse_telemetry,
 )
@@ -58,7 +60,7 @@ def parse_config(
     top = root.mapping({
         "agent", "data_dir", "configurations", "server", "skills", "peers", "tasks",
         "audit", "telemetry", "logging", "rate_limits", "metrics", "planner", "agents",
-        "hosting",
+        "hosting", "shares",
     })
     base = base_dir or Path.cwd()
     agent = _agent(top.get("agent"))
@@ -79,6 +81,8 @@ def parse_config(
                 node.fail("the planner skill needs a planner: section (its endpoint)")
     if registry.self_register and registry.url:
         check_registrable(top.get("agent"), confs.get("registry"), agent.id, registry)
+    limits = parse_limits(top.get("server"))
+    rates = parse_rate_limits(top.get("rate_limits"))
     return m.Config(
         source=file,
         agent=agent,
@@ -87,12 +91,13 @@ def parse_config(
         swarm=parse_swarm(confs.get("swarm")),
         registry=registry,
         mcp_server=_mcp(confs.get("mcp_server")),
-        limits=parse_limits(top.get("server")),
+        limits=limits,
         tasks=parse_tasks(top.get("tasks")),
         audit=parse_audit(top.get("audit")),
         telemetry=parse_telemetry(top.get("telemetry")),
         logging=parse_logging(top.get("logging")),
-        rate_limits=parse_rate_limits(top.get("rate_limits")),
+        rate_limits=rates,
+        shares=parse_shares(top.get("shares"), limits, rates),
         metrics=parse_metrics(top.get("metrics")),
         skills=skills,
         peers=peers,
@@ -132,7 +137,8 @@ def _a2a(node: Node | None) -> m.A2AConfig:
     if node is None:
         return d
     k = node.mapping({"enabled", "port", "bind_address", "grpc_port", "token_hashes", "tls",
-                      "legacy_v03_card", "push_notifications", "anonymous"})
+                      "legacy_v03_card", "push_notifications", "anonymous", "public_hosts",
+                      "allowed_origins"})
     bind = k["bind_address"].string() if "bind_address" in k else d.bind_address
     if "bind_address" in k:
         try:
@@ -155,7 +161,25 @@ def _a2a(node: Node | None) -> m.A2AConfig:
         else d.legacy_v03_card,
         push_notifications=push_notifications(k.get("push_notifications")),
         anonymous_tier=_anonymous(k.get("anonymous"), bind),
+        public_hosts=tuple(_host(n) for n in k["public_hosts"].items())
+        if "public_hosts" in k else (),
+        allowed_origins=tuple(_origin(n) for n in k["allowed_origins"].items())
+        if "allowed_origins" in k else (),
     )
+
+
+def _host(node: Node) -> str:
+    name = node.string(max_len=253).lower().rstrip(".")
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", name):
+        node.fail(f"expected a host name without scheme or port, got {name!r}")
+    return name
+
+
+def _origin(node: Node) -> str:
+    origin = node.string(max_len=300).lower().rstrip("/")
+    if origin != "null" and not re.fullmatch(r"https?://[^/?#\s]+", origin):
+        node.fail(f"expected an origin such as https://app.example.com, got {origin!r}")
+    return origin
 
 
 def _grpc_port(node: Node | None) -> int | None:

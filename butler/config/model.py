@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from internal.http import TokenEntry
+from internal.shares import Share
 
 DEFAULT_PORT = 8081
 DEFAULT_BIND = "127.0.0.1"
@@ -21,6 +22,7 @@ class Limits:
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     max_connections: int = 256
+    max_connections_per_address: int = 0  # 0: three quarters of max_connections
     max_inflight: int = 128
     max_streams: int = 256  # open event streams, apart from max_inflight
     max_streams_per_caller: int = 32
@@ -83,6 +85,10 @@ class A2AConfig:
     legacy_v03_card: bool = True  # the 0.3 fields (url, preferredTransport...) in the card
     # Callers without a token get this tier (None: refused). Loopback binds only.
     anonymous_tier: str | None = None
+    # Host names the listener answers to besides IP addresses, localhost (loopback and
+    # wildcard binds) and agent.url's host; and other sites' origins whose pages may call.
+    public_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
     push_notifications: PushNotificationsConfig = field(
         default_factory=PushNotificationsConfig)
 
@@ -96,6 +102,20 @@ class RateLimitConfig:
     per_address_per_second: float = 2000.0
     per_address_burst: float = 4000.0
     max_inflight_tasks_per_caller: int = 256
+
+
+@dataclass(frozen=True)
+class SharesConfig:
+    """Each shared pool's size and the parts one caller, and all unauthenticated clients
+    together, may hold (``shares:``; ``internal.shares``; the table in docs/security.md).
+    The in-flight and stream totals are ``server.max_inflight`` and ``server.max_streams``."""
+
+    inflight: Share = field(default_factory=lambda: Share(128))
+    streams: Share = field(default_factory=lambda: Share(256, 32))
+    running_tasks: Share = field(default_factory=lambda: Share(4096, 256))
+    mcp_sessions: Share = field(default_factory=lambda: Share(1000))
+    push_configs: Share = field(default_factory=lambda: Share(10_000))
+    memory_entries: Share = field(default_factory=lambda: Share(100_000))
 
 
 @dataclass(frozen=True)
@@ -294,8 +314,23 @@ class Config:
     planner: PlannerConfig | None = None
     agents: tuple[HostedAgentConfig, ...] = ()  # served under /{id}/ beside this one
     hosting: HostingConfig = field(default_factory=HostingConfig)
+    shares: SharesConfig = field(default_factory=SharesConfig)
     # Names of the environment variables tokens were read from (never their values).
     secret_env: frozenset[str] = frozenset()
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every token this config sends somewhere (peers, planner, registry, MCP servers;
+        its hosted agents' too): what a remote may quote back and must not be repeated."""
+        found: list[str] = []
+        for peers, skills, registry in ((self.peers, self.skills, self.registry),
+                                        *((a.peers, a.skills, a.registry) for a in self.agents)):
+            found += [p.token for p in peers]
+            found += [s.mcp.token for s in skills if s.mcp is not None]
+            if registry is not None:
+                found += [registry.token, registry.peer_token]
+        if self.planner is not None:
+            found.append(self.planner.token)
+        return tuple(sorted({t for t in found if t}))
 
     @property
     def public_url(self) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 from butler.config import model as m
 from butler.config.common import url
 from butler.config.node import Node
+from internal.shares import Share
 
 
 def parse_limits(node: Node | None) -> m.Limits:
@@ -94,6 +95,42 @@ def parse_rate_limits(node: Node | None) -> m.RateLimitConfig:
         else:
             values[key] = sub.number(minimum=0)
     return m.RateLimitConfig(**values)
+
+
+SHARE_KEYS = {"total", "per_caller", "anonymous"}
+
+
+def parse_shares(node: Node | None, limits: m.Limits, rates: m.RateLimitConfig,
+                 ) -> m.SharesConfig:
+    """``shares:``, a mapping of pool to ``{total, per_caller, anonymous}``. The totals of
+    the in-flight and stream pools are ``server.max_inflight`` and ``server.max_streams``
+    (and a caller's streams ``server.max_streams_per_caller``); a caller's running tasks
+    are ``rate_limits.max_inflight_tasks_per_caller`` (0: no share below the total)."""
+    d = m.SharesConfig()
+    tasks = rates.max_inflight_tasks_per_caller
+    base = {
+        "inflight": Share(limits.max_inflight),
+        "streams": Share(limits.max_streams, limits.max_streams_per_caller),
+        "running_tasks": Share(d.running_tasks.total, tasks or d.running_tasks.total),
+        "mcp_sessions": d.mcp_sessions,
+        "push_configs": d.push_configs,
+        "memory_entries": d.memory_entries,
+    }
+    if node is None:
+        return m.SharesConfig(**base)
+    pools = node.mapping(set(base))
+    for name, sub in pools.items():
+        k = sub.mapping(SHARE_KEYS)
+        if "total" in k and name in ("inflight", "streams"):
+            k["total"].fail(f"is server.max_{name} (set it there)")
+        share = base[name]
+        total = k["total"].integer(minimum=1) if "total" in k else share.total
+        per_caller = k["per_caller"].integer(minimum=1, maximum=total) \
+            if "per_caller" in k else share.per_caller
+        anonymous = k["anonymous"].integer(minimum=1, maximum=total) \
+            if "anonymous" in k else share.anonymous
+        base[name] = Share(total, min(per_caller, total), anonymous)
+    return m.SharesConfig(**base)
 
 
 def parse_metrics(node: Node | None) -> m.MetricsConfig:

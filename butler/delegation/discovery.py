@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from butler.config.model import PeerConfig
@@ -16,6 +16,7 @@ from butler.delegation.peers import Candidate
 from butler.registry.client import RegistryClient
 from butler.registry.model import AgentEntry
 from internal.http import OutboundGuard
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 from internal.protocol.a2a.model import OutboundRefused, agent_key
 
 log = logging.getLogger("butler.delegation")
@@ -155,8 +156,7 @@ def _price(card: Any, caps: tuple[str, ...]) -> Decimal:
     for skill in card.get("skills", []) if isinstance(card, dict) else []:
         if not isinstance(skill, dict) or not set(caps) <= set(skill.get("capabilities") or []):
             continue
-        try:
-            prices.append(Decimal(str(skill.get("cost_usd", "0"))))
-        except InvalidOperation:
-            continue
-    return min((p for p in prices if p.is_finite() and p >= 0), default=Decimal("0"))
+        price = parse_amount(skill.get("cost_usd", "0"))
+        if price is not None and price >= 0:
+            prices.append(price)
+    return min(prices, default=Decimal("0"))

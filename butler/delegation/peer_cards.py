@@ -13,11 +13,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from butler.delegation.peers import Candidate
 from butler.routing import RouteCandidate
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 
 log = logging.getLogger("butler.delegation")
 
@@ -100,8 +101,5 @@ def _texts(value: Any) -> tuple[str, ...]:
 
 
 def _price(value: Any) -> Decimal:
-    try:
-        price = Decimal(str(value)) if value is not None else Decimal("0")
-    except InvalidOperation:
-        return Decimal("0")
-    return price if price.is_finite() and price >= 0 else Decimal("0")
+    price = parse_amount(value)
+    return price if price is not None and price >= 0 else Decimal("0")

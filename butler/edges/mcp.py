@@ -13,7 +13,8 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import mcp.types as types
@@ -26,6 +27,7 @@ from butler.skills.mcp_servers.content import (
     structured_content_in,
     to_content,
 )
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 from internal.protocol.a2a.codec.input_schema import SchemaCheck
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -79,14 +81,18 @@ class ButlerTools:
     their calls, as tasks of ``service``."""
 
     def __init__(self, service: TaskService, catalog: SkillCatalog,
-                 caller: Identity = MCP_IDENTITY, names: _Names | None = None) -> None:
+                 caller: Identity = MCP_IDENTITY, names: _Names | None = None,
+                 envelope: Envelope | None = None) -> None:
+        """``envelope``: the swarm envelope the transport carried (over HTTP, the
+        ``X-Swarm-*`` headers, read as on ``/v2``): every call's tasks are within it."""
         self.service = service
         self.catalog = catalog
         self.caller = caller
         self._names = names or _Names(catalog)
+        self.envelope = envelope or Envelope()
 
-    def as_caller(self, caller: Identity) -> ButlerTools:
-        return ButlerTools(self.service, self.catalog, caller, self._names)
+    def as_caller(self, caller: Identity, envelope: Envelope | None = None) -> ButlerTools:
+        return ButlerTools(self.service, self.catalog, caller, self._names, envelope)
 
     def tools(self) -> list[types.Tool]:
         tools = [types.Tool(
@@ -132,15 +138,16 @@ class ButlerTools:
             # ``task`` string among them is the text as well.
             return (TaskRequest(text=text if isinstance(text, str) else "",
                                 input=dict(arguments), skill=skill.id, blocking=False),
-                    Envelope())
+                    self.envelope)
         if skill is not None:
             _own_schema("task").check("", arguments)
             rest = {k: v for k, v in arguments.items() if k != "task"}
-            return TaskRequest(text=text, input=rest, skill=skill.id, blocking=False), Envelope()
+            return (TaskRequest(text=text, input=rest, skill=skill.id, blocking=False),
+                    self.envelope)
         _own_schema(DELEGATE).check("", arguments)
         return (TaskRequest(text=text, capabilities_needed=tuple(arguments["capabilities"]),
                             blocking=False),
-                Envelope(budget_usd=_budget(arguments.get("budget_usd"))))
+                _within(self.envelope, _budget(arguments.get("budget_usd"))))
 
     async def call(self, name: str, arguments: dict[str, Any],
                    ctx: ServerRequestContext[Any, Any] | None = None) -> types.CallToolResult:
@@ -199,15 +206,19 @@ def _own_schema(tool: str) -> SchemaCheck:
     return SchemaCheck(DELEGATE_SCHEMA if tool == DELEGATE else TASK_SCHEMA)
 
 
+def _within(envelope: Envelope, budget: Decimal | None) -> Envelope:
+    """A tool's own ``budget_usd`` can only lower the envelope's."""
+    if budget is None or (envelope.budget_usd is not None and envelope.budget_usd <= budget):
+        return envelope
+    return replace(envelope, budget_usd=budget)
+
+
 def _budget(value: Any) -> Decimal | None:
     if value is None:
         return None
-    try:
-        budget = Decimal(str(value))
-    except InvalidOperation:
-        raise RequestError("invalid_params", "budget_usd must be a decimal number") from None
-    if not budget.is_finite() or budget < 0:
-        raise RequestError("invalid_params", "budget_usd must be a finite amount, 0 or more")
+    budget = parse_amount(value)
+    if budget is None or budget < 0:
+        raise RequestError("invalid_params", "budget_usd must be a decimal amount, 0 or more")
     return budget
 
 
@@ -261,11 +272,16 @@ class _Names:
 
 
 def mcp_server(tools: ButlerTools, name: str, version: str,
-               caller: Callable[[Any], Identity] | None = None) -> Server[Any]:
+               caller: Callable[[Any], Identity] | None = None,
+               envelope: Callable[[Any], Envelope] | None = None) -> Server[Any]:
     """``caller``, when given, names each request's caller from the request the transport
-    attached (over HTTP: the authenticated token's identity); else it is ``tools.caller``."""
+    attached (over HTTP: the authenticated token's identity); else it is ``tools.caller``.
+    ``envelope``, likewise, the swarm envelope the request carried."""
     def tools_for(ctx: ServerRequestContext[Any, Any]) -> ButlerTools:
-        return tools if caller is None else tools.as_caller(caller(ctx.request))
+        if caller is None:
+            return tools
+        return tools.as_caller(caller(ctx.request),
+                               None if envelope is None else envelope(ctx.request))
 
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:

@@ -26,18 +26,21 @@ from typing import Any
 from aiohttp import web
 
 from butler.config.model import Config
+from butler.edges.mcp_sessions import SessionPlaces, shared_manager
 from butler.skills.catalog import SkillCatalog
 from internal.http import IDENTITY, read_body
-from internal.protocol.a2a.model import Identity
+from internal.protocol.a2a.codec import swarm_envelope
+from internal.protocol.a2a.model import Envelope, Identity
 from internal.protocol.a2a.server import TaskService
+from internal.shares import ANONYMOUS
 
 log = logging.getLogger("butler.mcp")
 
 MCP_PATH = "/mcp"
-MAX_SESSIONS = 1000  # past it a new session is refused (the SDK's 503) until one ends
 SESSION_IDLE_SECONDS = 30 * 60.0  # a session unused this long is ended
 # Where the authenticated caller rides in the ASGI scope, for the tools to read back.
 SCOPE_IDENTITY = "butler.identity"
+SCOPE_ENVELOPE = "butler.envelope"
 
 Message = MutableMapping[str, Any]
 AsgiApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Message]],
@@ -65,6 +68,7 @@ class _McpEdge:
 
     def __init__(self, cfg: Config, service: TaskService, catalog: SkillCatalog) -> None:
         self._cfg, self._service, self._catalog = cfg, service, catalog
+        self._sessions = SessionPlaces(cfg.shares.mcp_sessions)
         self._handler: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
         self._running: Running | None = None
         self._starting = asyncio.Lock()
@@ -74,21 +78,24 @@ class _McpEdge:
             async with self._starting:
                 if self._handler is None:
                     self._handler = await self._start()
+        if request.method == "POST" and "Mcp-Session-Id" not in request.headers:
+            ident = request.get(IDENTITY)
+            with self._sessions.opening(ANONYMOUS if ident is None else ident.name):
+                return await self._handler(request)
         return await self._handler(request)
 
     async def _start(self) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
         from butler.edges.mcp import ButlerTools, mcp_server
 
         # Its "started" and "shutting down" lines at info say nothing the daemon's log does not.
         logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.WARNING)
         cfg = self._cfg
         server = mcp_server(ButlerTools(self._service, self._catalog), cfg.agent.name,
-                            package_version(), caller=caller_of)
-        manager = StreamableHTTPSessionManager(
+                            package_version(), caller=caller_of, envelope=envelope_of)
+        manager = shared_manager(
             app=server, stateless=False, json_response=False,
-            max_request_body_size=cfg.limits.max_body_bytes, max_sessions=MAX_SESSIONS,
+            max_request_body_size=cfg.limits.max_body_bytes,
+            max_sessions=cfg.shares.mcp_sessions.total,
             session_idle_timeout=SESSION_IDLE_SECONDS)
         self._running = await _run(manager.run)
         return asgi_handler(manager.handle_request, cfg.limits.body_timeout_seconds)
@@ -115,6 +122,14 @@ def caller_of(request: Any) -> Identity:
     if not isinstance(ident, Identity):
         raise PermissionError("no authenticated caller for this MCP request")
     return ident
+
+
+def envelope_of(request: Any) -> Envelope:
+    """The swarm envelope of an MCP request over HTTP: its ``X-Swarm-*`` headers, read by
+    the one function ``/v2`` reads them with (``asgi_handler``, before the SDK)."""
+    scope = getattr(request, "scope", None)
+    envelope = scope.get(SCOPE_ENVELOPE) if isinstance(scope, dict) else None
+    return envelope if isinstance(envelope, Envelope) else Envelope()
 
 
 Running = tuple[asyncio.Task[None], asyncio.Event]
@@ -149,11 +164,13 @@ def asgi_handler(asgi: AsgiApp,
                  body_seconds: float) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         # Within the app's client_max_size, and cut off as slow as any other body.
+        # The caller chain, depth and budget, checked as on /v2 (400 invalid_envelope).
+        envelope = swarm_envelope.decode_v2_envelope({}, request.headers)
         body = await read_body(request, body_seconds=body_seconds)
         over = asyncio.Event()
         replies = _Replies(request)
         try:
-            await asgi(_scope(request), _receiver(body, over), replies.send)
+            await asgi(_scope(request, envelope), _receiver(body, over), replies.send)
         finally:
             over.set()
         return await replies.response()
@@ -161,7 +178,7 @@ def asgi_handler(asgi: AsgiApp,
     return handle
 
 
-def _scope(request: web.Request) -> dict[str, Any]:
+def _scope(request: web.Request, envelope: Envelope) -> dict[str, Any]:
     ident = request.get(IDENTITY)
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return {
@@ -172,6 +189,7 @@ def _scope(request: web.Request) -> dict[str, Any]:
         "headers": [(k.lower(), v) for k, v in request.raw_headers],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
         "server": None, SCOPE_IDENTITY: ident, "user": _session_owner(ident),
+        SCOPE_ENVELOPE: envelope,
     }
 
 

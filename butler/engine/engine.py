@@ -65,9 +65,9 @@ from internal.protocol.a2a.model import (
     TaskPage,
     TaskRequest,
     TaskState,
-    Unavailable,
     scoped_task_id,
 )
+from internal.shares import FairPool, Held
 
 log = logging.getLogger("butler.engine")
 
@@ -96,8 +96,10 @@ class TaskEngine:
         self._default_timeout = default_timeout
         self._live: dict[str, Task] = {}
         self._runs: dict[str, TaskRun] = {}
-        # How many of ``_runs`` each caller has: the per-caller cap is checked per request.
-        self._running: dict[str, int] = {}
+        # Running tasks, each caller within its share (``shares.running_tasks``); each run
+        # holds its place from admission (``_places``) until it ends.
+        self._running = FairPool("running tasks", deps.running_tasks)
+        self._places: dict[str, Held] = {}
         self._claims: dict[str, asyncio.Event] = {}
         self._waiters = OutcomeWaiters()
         self._purger: asyncio.Task[None] | None = None
@@ -160,10 +162,56 @@ class TaskEngine:
         written once, finished, instead of twice. Its caller is answered only with the
         outcome, which is committed first."""
         await self.deps.audit_room()  # back-pressure: the audit trail must keep up
-        cap = self.deps.max_tasks_per_caller
-        if cap and self._running.get(caller.name, 0) >= cap:
-            raise Unavailable("rate_limited", f"{caller.name} already has {cap} tasks running",
-                              retry_after=1)
+        # Checked and counted in one step, before the decision's awaits: concurrent submits
+        # are counted exactly. The run holds the place from its start; anything that ends
+        # the request before gives it back.
+        place = self._running.take(caller.name)
+        try:
+            run = await self._admit(caller, request, envelope, task_id)
+        except BaseException:
+            place.release()
+            raise
+        if isinstance(run, Task):  # no plan: it ended at once, failed, saying why
+            place.release()
+            return run, None
+        task = run.task
+        if not request.blocking or request.id is not None:
+            # Committed first: a stream that follows the task sees every change it makes,
+            # and a task with the caller's own id runs at most once, even across a crash.
+            try:
+                await self._first_write(task)
+            except BaseException:
+                place.release()
+                raise
+            self._start(run, place)
+            return task, None
+        outcome = self._waiters.watch(task.id)
+        self._start(run, place)
+        try:
+            await self.store.put(task, FIRST_WRITE_DEFER_SECONDS)
+        except Exception:
+            self._abandon(run, outcome)
+            raise
+        except BaseException:  # the caller went away: its task goes on without it
+            self._waiters.unwatch(task.id, outcome)
+            raise
+        return task, outcome
+
+    async def _first_write(self, task: Task) -> Sealed:
+        """The commit that acknowledges a task not yet running (or ended already). When it
+        fails the task was never acknowledged: it ends here, with its final record (its
+        reservation settled)."""
+        try:
+            return await self._store(task)
+        except Exception:
+            why = "the task could not be stored"
+            self._audit_final(interrupted(task, "store_unavailable", why, now_iso()))
+            raise
+
+    async def _admit(self, caller: Identity, request: TaskRequest,
+                     envelope: Envelope, task_id: str | None) -> TaskRun | Task:
+        """The swarm's decision on a request: the run to start, or the task already ended
+        (failed, saying why) when there is no plan for it."""
         trace_id, incoming = trace_of(envelope)
         TRACE_ID.set(trace_id)
         task_id = task_id or IDS.ordered128()
@@ -195,44 +243,15 @@ class TaskEngine:
         if task.state.terminal:  # no plan: it ends here, failed, saying why
             sealed = await self._first_write(task)
             self._audit_final(sealed.task, sealed=sealed)
-            return sealed.task, None
-        run = TaskRun(self, self.swarm, self.deps, task, skill, admitted, caller,
-                      self._timeout(skill, request), incoming, self.delegator,
-                      plan.delegation if isinstance(plan, Delegate) else None)
-        if not request.blocking or request.id is not None:
-            # Committed first: a stream that follows the task sees every change it makes,
-            # and a task with the caller's own id runs at most once, even across a crash.
-            await self._first_write(task)
-            self._start(run)
-            return task, None
-        outcome = self._waiters.watch(task.id)
-        self._start(run)
-        try:
-            await self.store.put(task, FIRST_WRITE_DEFER_SECONDS)
-        except Exception:
-            self._abandon(run, outcome)
-            raise
-        except BaseException:  # the caller went away: its task goes on without it
-            self._waiters.unwatch(task.id, outcome)
-            raise
-        return task, outcome
+            return sealed.task
+        return TaskRun(self, self.swarm, self.deps, task, skill, admitted, caller,
+                       self._timeout(skill, request), incoming, self.delegator,
+                       plan.delegation if isinstance(plan, Delegate) else None)
 
-    async def _first_write(self, task: Task) -> Sealed:
-        """The commit that acknowledges a task not yet running (or ended already). When it
-        fails the task was never acknowledged: it ends here, with its final record (its
-        reservation settled)."""
-        try:
-            return await self._store(task)
-        except Exception:
-            why = "the task could not be stored"
-            self._audit_final(interrupted(task, "store_unavailable", why, now_iso()))
-            raise
-
-    def _start(self, run: TaskRun) -> None:
+    def _start(self, run: TaskRun, place: Held) -> None:
         self._live[run.task_id] = run.task
         self._runs[run.task_id] = run
-        name = run.caller.name
-        self._running[name] = self._running.get(name, 0) + 1
+        self._places[run.task_id] = place
         run.start()
 
     def _abandon(self, run: TaskRun, outcome: asyncio.Future[Task] | None) -> None:
@@ -430,9 +449,10 @@ class TaskEngine:
 
     def _finalise(self, task: Task) -> None:
         self._live.pop(task.id, None)
-        run = self._runs.pop(task.id, None)
-        if run is not None and (left := self._running.pop(run.caller.name) - 1) > 0:
-            self._running[run.caller.name] = left
+        self._runs.pop(task.id, None)
+        place = self._places.pop(task.id, None)
+        if place is not None:
+            place.release()
 
     def _audit_final(self, task: Task, at: datetime | None = None,
                      sealed: Sealed | None = None) -> None:

@@ -58,6 +58,7 @@ from internal.protocol.a2a.model import (
     TaskRequest,
     TaskState,
 )
+from internal.shares import Share
 
 log = logging.getLogger("butler.engine")
 
@@ -116,7 +117,10 @@ class RunDeps:
     audit_room: Callable[[], Awaitable[None]] = _room_always  # waits while audit is behind
     workspace: Workspace = field(default_factory=NoWorkspace)
     max_children: int = 8
-    max_tasks_per_caller: int = 0  # running at once; 0: no cap
+    # What a task's error goes through: secrets a remote quoted back are taken out.
+    redact: Callable[[str], str] = str
+    # Running tasks, and each caller's share of them (``shares.running_tasks``).
+    running_tasks: Share = field(default_factory=lambda: Share(1_000_000, 1_000_000))
     planner: Planner | None = None  # the config's ``planner:``
     # A terminal task and its receipt's claims, which its commit turns into its receipt
     # (``butler.identity.receipt_log``); None: no receipts.
@@ -239,6 +243,8 @@ class TaskRun:
         than made and then copied with them; an error ``code`` as ``failed`` makes."""
         node = CostNode(self.deps.agent_id, self.task.skill, self._charged, int(
             (time.monotonic() - started) * 1000), state.value, tuple(self.children))
+        if message is not None:  # often a remote's words: the one place they are redacted
+            message = self.deps.redact(message)
         return Finished(state, error=None if code is None else TaskError(code, message or ""),
                         message=message, budget=Budget(self.ledger.start, self.ledger.spent),
                         cost=node, receipts=tuple(self.child_receipts), **result)

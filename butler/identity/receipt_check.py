@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from butler.identity.receipts import (
@@ -18,6 +18,7 @@ from butler.identity.receipts import (
     verify_receipt,
 )
 from internal.protocol.a2a.client import offered_interfaces
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 from internal.protocol.a2a.codec.card_signature import claimed_agent, key_rotations, verify_card
 from internal.protocol.a2a.model import agent_key
 from internal.signing import (
@@ -52,13 +53,10 @@ class Receipt:
 
 
 def _money(claims: Mapping[str, Any], name: str) -> Decimal:
-    try:
-        value = Decimal(str(claims.get(name)))
-    except InvalidOperation:
-        value = Decimal("NaN")
-    if not value.is_finite():
+    value = parse_amount(claims.get(name))
+    if value is None:  # a huge one too: sums of them would overflow
         raise BadSignature(f"receipt {claims.get('receipt_id')}: {name} is not a "
-                           "decimal")
+                           "decimal amount")
     return value
 
 

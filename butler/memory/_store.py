@@ -26,6 +26,7 @@ from butler.memory._model import (
 )
 from butler.memory._query import MAX_SEARCH_LIMIT, build_match_expression
 from butler.storage import Database, DatabaseClosed
+from internal.shares import ANONYMOUS, PoolFull, Share
 
 SNIPPET_OPEN: Final = "["
 SNIPPET_CLOSE: Final = "]"
@@ -67,6 +68,7 @@ CREATE TRIGGER IF NOT EXISTS memories_au AFTER UPDATE ON memories BEGIN
     INSERT INTO memories_fts(rowid, text, key, tags)
     VALUES (new.seq, new.text, new.key, new.tags);
 END;
+CREATE INDEX IF NOT EXISTS memories_source ON memories(source);
 PRAGMA user_version = 1;
 COMMIT;
 """
@@ -94,12 +96,16 @@ def _optimize(conn: sqlite3.Connection) -> None:
 class MemoryStore:
     """``await MemoryStore.open(path)``; every method is a coroutine."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, share: Share | None = None) -> None:
+        """``share``: how many memories there may be, and how many of them one source (the
+        caller that wrote them) may have; None: no cap."""
         self._db = db
+        self._share = share
 
     @classmethod
-    async def open(cls, path: Path) -> MemoryStore:
-        return cls(await Database.open(Path(path), name="memory", setup=_create_schema))
+    async def open(cls, path: Path, share: Share | None = None) -> MemoryStore:
+        return cls(await Database.open(Path(path), name="memory", setup=_create_schema),
+                   share)
 
     @property
     def path(self) -> Path:
@@ -114,14 +120,15 @@ class MemoryStore:
         source: str = "",
     ) -> Memory:
         """Store a memory. With a key, upsert: replaces text/tags/source, keeps id and
-        created_at. Raises ValueError on invalid input."""
+        created_at. Raises ValueError on invalid input, ``PoolFull`` past the source's
+        share of the store."""
         text = validate_text(text)
         key = validate_key(key)
         tags_json = json.dumps(list(validate_tags(tags)), ensure_ascii=False)
         source = validate_source(source)
         now = datetime.now(UTC).isoformat(timespec="microseconds")
         row = await self._db.transaction(_write, uuid.uuid4().hex, key, text, tags_json,
-                                         source, now)
+                                         source, now, self._share)
         return row_to_memory(row)
 
     async def read(self, ref: str) -> Memory | None:
@@ -177,7 +184,16 @@ class MemoryStore:
 
 
 def _write(conn: sqlite3.Connection, new_id: str, key: str | None, text: str,
-           tags_json: str, source: str, now: str) -> tuple[Any, ...]:
+           tags_json: str, source: str, now: str, share: Share | None) -> tuple[Any, ...]:
+    # Counted in the transaction that adds: concurrent writes cannot both pass the check.
+    if share is not None and (key is None or conn.execute(
+            "SELECT 1 FROM memories WHERE key = ?", (key,)).fetchone() is None):
+        mine = conn.execute("SELECT COUNT(*) FROM memories WHERE source = ?",
+                            (source,)).fetchone()[0]
+        everyone = conn.execute("SELECT COUNT(*) FROM memories").fetchone()[0]
+        why = share.refusal("memories", source or ANONYMOUS, mine, everyone)
+        if why is not None:
+            raise PoolFull(why, mine=mine >= share.limit_for(source or ANONYMOUS))
     conn.execute(
         "INSERT INTO memories (id, key, text, tags, source, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)"

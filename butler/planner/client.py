@@ -81,10 +81,9 @@ class ChatClient:
                                              allow_redirects=False,
                                              timeout=client_timeout) as resp:
                     if resp.status != 200:
-                        said = await _http_error(resp)
-                        if cfg.token:  # an endpoint that quotes the token back
-                            said = said.replace(cfg.token, "[token]")
-                        raise SkillFailed(UNAVAILABLE, said)
+                        # An endpoint may quote the token back: the task's error is
+                        # redacted (RunDeps.redact), as every remote's words are.
+                        raise SkillFailed(UNAVAILABLE, await _http_error(resp))
                     streamed = resp.content_type == "text/event-stream"
                     try:
                         if streamed:

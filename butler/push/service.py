@@ -12,15 +12,18 @@ from butler.push.dispatcher import PushDispatcher
 from butler.push.store import SqlitePushStore
 from internal.http import OutboundGuard, OutboundRules
 from internal.protocol.a2a.model import Identity, PushConfig, RequestError
+from internal.shares import PoolFull, Share
 
 log = logging.getLogger("butler.push")
 
 
 class PushNotifications:
     def __init__(self, config: PushNotificationsConfig, engine: TaskEngine, data_dir: Path,
-                 guard: OutboundGuard | None = None) -> None:
-        """``guard``: tests may pass their own (a resolver mapping test host names)."""
+                 guard: OutboundGuard | None = None, share: Share | None = None) -> None:
+        """``guard``: tests may pass their own (a resolver mapping test host names);
+        ``share``: how many configs there may be, and one caller may have."""
         self.config = config
+        self.share = share
         self.engine = engine
         key = "configurations.a2a.push_notifications."
         self.guard = guard or OutboundGuard(OutboundRules(
@@ -72,7 +75,11 @@ class PushNotifications:
                             token=config.token, auth_scheme=config.auth_scheme,
                             auth_credentials=config.auth_credentials, wire=config.wire)
         self.dispatcher.track(stored)
-        await self.store.put(stored)
+        try:
+            await self.store.put(stored, caller.name, self.share)
+        except PoolFull:  # only a new config is refused: it goes again
+            self.dispatcher.untrack(task_id, config_id)
+            raise
         return stored
 
     async def get(self, caller: Identity, task_id: str, config_id: str) -> PushConfig:

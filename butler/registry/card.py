@@ -19,6 +19,7 @@ from butler.registry.model import (
     normalise_term,
 )
 from internal.protocol.a2a.codec import exact_json
+from internal.protocol.a2a.codec.butler_v2 import parse_amount
 from internal.protocol.a2a.model import RequestError
 
 MAX_LIST = 64
@@ -172,11 +173,8 @@ def _skill(skill: Any, path: str) -> tuple[list[str], list[str], list[str]]:
         cost = skill["cost_usd"]
         if isinstance(cost, bool) or not isinstance(cost, str | int):
             raise bad(f"{path}.cost_usd", "expected a decimal amount")
-        try:
-            ok = Decimal(str(cost)).is_finite() and Decimal(str(cost)) >= 0
-        except ArithmeticError:
-            ok = False
-        if not ok:
+        amount = parse_amount(cost)
+        if amount is None or amount < 0:
             raise bad(f"{path}.cost_usd", "expected a finite amount >= 0")
     if "input_schema" in skill and (not isinstance(skill["input_schema"], dict)
                                     or skill["input_schema"].get("type") != "object"):

@@ -56,6 +56,7 @@ from internal.http import (
     read_json,
 )
 from internal.protocol.a2a.model import RequestError, Unavailable
+from internal.shares import Share
 
 log = logging.getLogger("butler.registry")
 
@@ -88,7 +89,7 @@ def build_registry_app(
             error_middleware,
             gate_middleware(verifier=TokenVerifier(config.tokens),
                             public_paths={"/healthz", OPENAPI_PATH, *REGISTRY_PAGE.paths},
-                            load_limits=LoadLimits(config.max_inflight)),
+                            load_limits=LoadLimits(Share(config.max_inflight))),
         ],
     )
     per_minute = config.max_writes_per_minute

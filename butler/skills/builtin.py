@@ -8,6 +8,7 @@ from butler.memory import MemoryStore
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
 from butler.skills.fidelity import LOSSLESS
 from internal.protocol.a2a.model import Part
+from internal.shares import PoolFull
 
 # Builtins run in the daemon, on the skill API itself.
 FIDELITY = LOSSLESS
@@ -42,6 +43,8 @@ def memory_skills(store: MemoryStore) -> dict[str, SkillFunction]:
             memory = await store.write(text, key=key, tags=tags, source=ctx.caller)
         except ValueError as exc:
             raise SkillFailed("invalid_input", str(exc)) from None
+        except PoolFull as exc:  # the caller's share of the memories (shares.memory_entries)
+            raise SkillFailed("memory_full", exc.message) from None
         return SkillResult(parts=(
             Part(text=f"saved memory {memory.key or memory.id}"),
             Part(data={"memory": memory.to_json()}),

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import secrets
 import signal
-import sys
 from collections.abc import Collection, Sequence
 
+from butler.runtime.children import die_with_parent
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
 from butler.skills.child_env import child_environment
 from butler.skills.fidelity import Fidelity
@@ -48,7 +47,7 @@ def command_skill(argv: Sequence[str], *, max_output_bytes: int,
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 env=child_environment(secret_env, **{RUN_ID_ENV: run_id}),
             )
         except OSError as exc:
@@ -163,23 +162,6 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
         while stream is not None and await stream.read(65536):
             pass
     await proc.wait()
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: on Linux the kernel sends it SIGKILL when the daemon
-    dies, even by SIGKILL, so the command never outlives its daemon (what it started in
-    its group does: the next start-up ends that, ``RunLedger.end_leftovers``). Elsewhere
-    it runs on until its own end (the daemon ends its group on any orderly stop)."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-# Loaded here, not in the child: between fork and exec a threaded process's child must
-# not dlopen (it could wait forever on a lock another thread held at the fork).
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def _parse(stdout: bytes) -> SkillOutput:

@@ -1,5 +1,6 @@
 """Logging set-up: key=value or JSON lines, chosen in config, with the trace id of the
-task a line is about. Tokens never reach a logger: nothing here is handed one."""
+task a line is about, and refusal lines a client can cause held to a rate
+(``quiet_refusals``). Tokens never reach a logger: nothing here is handed one."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 from butler.config.model import LoggingConfig
+from internal.http import IncidentLog, QuietRefusals
 
 TRACE_ID: contextvars.ContextVar[str] = contextvars.ContextVar("butler_trace_id", default="")
 
@@ -97,3 +100,62 @@ def setup_logging(config: LoggingConfig) -> None:
 
 def _utc(seconds: float | None) -> time.struct_time:
     return time.gmtime(seconds)
+
+
+# Loggers whose refusal lines a client can cause, and each line's reason (None: not a
+# refusal). The MCP SDK's warnings name sessions a client made up.
+_REFUSAL_LINES: dict[str, Callable[[logging.LogRecord], str | None]] = {
+    "butler.tasks": lambda r: f"task refused ({getattr(r, 'kv', {}).get('code')})"
+    if r.msg == "task refused" else None,
+    "butler.a2a": lambda r: str(r.msg) if r.levelno >= logging.WARNING else None,
+    "mcp.server.streamable_http_manager": lambda r: str(r.msg)
+    if r.levelno >= logging.INFO else None,
+    "mcp.server.streamable_http": lambda r: str(r.msg) if r.levelno >= logging.INFO else None,
+}
+
+
+def quiet_refusals(incidents: IncidentLog) -> Callable[[], None]:
+    """Hold the refusal lines of every logger a client can fill to the incident log's
+    rule (``QuietRefusals``); returns the undoing."""
+    filters = [(logging.getLogger(name), QuietRefusals(incidents, reason))
+               for name, reason in _REFUSAL_LINES.items()]
+    for logger, quiet in filters:
+        logger.addFilter(quiet)
+
+    def undo() -> None:
+        for logger, quiet in filters:
+            logger.removeFilter(quiet)
+    return undo
+
+
+class _Redacting(logging.Filter):
+    def __init__(self, redact: Callable[[str], str]) -> None:
+        super().__init__()
+        self._redact = redact
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self._redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:  # formatted once, here, redacted
+            record.exc_text = self._redact(logging.Formatter().formatException(record.exc_info))
+        kv = getattr(record, "kv", None)
+        if isinstance(kv, dict):
+            record.kv = {k: self._redact(v) if isinstance(v, str) else v for k, v in kv.items()}
+        return True
+
+
+def redact_logs(redact: Callable[[str], str]) -> Callable[[], None]:
+    """Every line the process's log handlers write goes through ``redact`` first (a
+    remote's words quoting a configured secret, in a message, an exception or a field);
+    returns the undoing."""
+    redacting = _Redacting(redact)
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(redacting)
+
+    def undo() -> None:
+        for handler in handlers:
+            handler.removeFilter(redacting)
+    return undo

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from internal.http._incidents import (
         IncidentLog as IncidentLog,
     )
+    from internal.http._incidents import (
+        QuietRefusals as QuietRefusals,
+    )
     from internal.http._json_http import (
         ERROR_RENDERERS as ERROR_RENDERERS,
     )
@@ -80,13 +83,7 @@ if TYPE_CHECKING:
         STREAM_SLOTS as STREAM_SLOTS,
     )
     from internal.http._load_limits import (
-        InflightSlot as InflightSlot,
-    )
-    from internal.http._load_limits import (
         LoadLimits as LoadLimits,
-    )
-    from internal.http._load_limits import (
-        StreamCaps as StreamCaps,
     )
     from internal.http._load_limits import (
         StreamSlots as StreamSlots,
@@ -97,6 +94,8 @@ if TYPE_CHECKING:
     from internal.http._load_limits import (
         limited as limited,
     )
+    from internal.http._origins import OriginPolicy as OriginPolicy
+    from internal.http._origins import host_name as host_name
     from internal.http._outbound import ConnectionCheck as ConnectionCheck
     from internal.http._outbound import outbound_session as outbound_session
     from internal.http._outbound_guard import (
@@ -136,16 +135,17 @@ __all__, _getattr = lazy_exports(__name__, {
     ),
     "_documents": ("document_route", "load",),
     "_gate": ("TokenEntry", "TokenVerifier", "gate_middleware", "hash_token", "new_token",),
-    "_incidents": ("INCIDENTS", "IncidentLog",),
+    "_incidents": ("INCIDENTS", "IncidentLog", "QuietRefusals",),
     "_json_http": (
         "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
         "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
         "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
+    "_origins": ("OriginPolicy", "host_name",),
     "_outbound": ("ConnectionCheck", "outbound_session",),
     "_load_limits": (
-        "STREAM_SLOTS", "InflightSlot", "LoadLimits", "StreamCaps", "StreamSlots", "TokenBuckets",
+        "STREAM_SLOTS", "LoadLimits", "StreamSlots", "TokenBuckets",
         "limited",
     ),
     "_outbound_guard": (

@@ -19,7 +19,9 @@ from aiohttp import web
 
 from internal.http._json_http import IDENTITY, Handler
 from internal.http._load_limits import INFLIGHT, LoadLimits, TokenBuckets, limited
+from internal.http._origins import OriginPolicy
 from internal.protocol.a2a.model import AuthError, Identity, RequestError
+from internal.shares import ANONYMOUS
 from internal.tokens import hash_token as hash_token
 from internal.tokens import new_token as new_token
 
@@ -75,12 +77,15 @@ class TokenVerifier:
 def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
                     load_limits: LoadLimits, per_caller: TokenBuckets | None = None,
                     never_limited: Collection[str] = (),
-                    inner_gate: Callable[[str], bool] | None = None) -> Any:
-    """In this order: ``load_limits`` (the per-address limit, before auth so floods of bad
-    tokens are limited too, then the in-flight cap: 503 with Retry-After instead of
-    queueing; the daemon's gRPC binding shares it), the bearer token, then the caller's
-    own bucket. ``never_limited`` paths (a health check) skip all of it. A request that
-    becomes an event stream leaves the in-flight count (``_load_limits``).
+                    inner_gate: Callable[[str], bool] | None = None,
+                    origins: OriginPolicy | None = None) -> Any:
+    """In this order: the ``Host`` and ``Origin`` check (``origins``), the per-address
+    limit (before auth, so floods of bad tokens are limited too), the bearer token and the
+    caller's own bucket, then a place in the in-flight pool within the caller's share of
+    it (``load_limits``, which the daemon's gRPC binding shares: 429 past the share, 503
+    past the pool, with Retry-After instead of queueing). ``never_limited`` paths (a
+    health check) skip all of it. A request that becomes an event stream leaves the
+    in-flight count (``_load_limits``).
 
     Nested gates (the agents one daemon hosts, each an app of its own behind the daemon's):
     the outer gate limits per address and caps in-flight requests, and leaves the paths
@@ -93,26 +98,41 @@ def gate_middleware(*, verifier: TokenVerifier, public_paths: Collection[str],
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in exempt:
             return await handler(request)
+        if origins is not None:
+            origins.check(request.headers)
         load_limits.address(request.remote or "?")
-        slot = load_limits.enter()
+        if inner_gate is not None and inner_gate(request.path):
+            caller = _unverified_caller(request.headers.get("Authorization"))
+        else:
+            caller = authenticate(request)
+        slot = load_limits.enter(caller)
         if slot is None:
-            authenticate(request)
             return await handler(request)
         request[INFLIGHT] = slot
         try:
-            if inner_gate is None or not inner_gate(request.path):
-                authenticate(request)
             return await handler(request)
         finally:
             slot.release()
 
-    def authenticate(request: web.Request) -> None:
-        if request.path not in public:
-            ident = verifier.identify(request.headers.get("Authorization"))
-            request[IDENTITY] = ident
-            if per_caller is not None:
-                wait = per_caller.take(ident.name)
-                if wait:
-                    raise limited("per caller", wait)
+    def authenticate(request: web.Request) -> str:
+        """Who calls, as the shares count callers: unauthenticated requests (public
+        paths, the anonymous tier) are one caller, ``ANONYMOUS``."""
+        if request.path in public:
+            return ANONYMOUS
+        ident = verifier.identify(request.headers.get("Authorization"))
+        request[IDENTITY] = ident
+        if per_caller is not None:
+            wait = per_caller.take(ident.name)
+            if wait:
+                raise limited("per caller", wait)
+        return ident.name
 
     return middleware
+
+
+def _unverified_caller(authorization: str | None) -> str:
+    """A hosted agent's caller, before its own gate verifies the token: the token's digest
+    stands for it (a made-up token holds its place only until that gate refuses it)."""
+    if not authorization:
+        return ANONYMOUS
+    return "token:" + hashlib.sha256(authorization.encode("utf-8", "replace")).hexdigest()[:16]

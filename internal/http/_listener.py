@@ -1,5 +1,6 @@
-"""The listening socket: a cap on open connections, the header deadline, and JSON
-answers to malformed HTTP. Shared by the daemon and the registry service."""
+"""The listening socket: a cap on open connections and one address's share of them, the
+header deadline, and JSON answers to malformed HTTP. Shared by the daemon, its metrics
+port and the registry service."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import asyncio
 import logging
 import socket
 import ssl
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ from aiohttp.web_request import BaseRequest
 from internal.http._incidents import CONNECTION_CAP, MALFORMED_HTTP, SLOW_HEADERS, IncidentLog
 from internal.http._json_http import error_response, protocol_error
 from internal.protocol.a2a.codec import exact_json
+from internal.shares import FairPool, Held, PoolFull, Share
 
 log = logging.getLogger("butler.http")
 
@@ -26,6 +27,8 @@ class ListenSettings:
     host: str
     port: int
     max_connections: int = 256
+    # One address's part of them (None: the shares' default, three quarters).
+    max_connections_per_address: int | None = None
     header_timeout_seconds: float = 10.0
     body_timeout_seconds: float = 30.0
     tls: ssl.SSLContext | None = None
@@ -49,33 +52,52 @@ _REFUSE_503 = (
 )
 
 
+def _refuse(transport: asyncio.BaseTransport) -> None:
+    body = exact_json.dumps_bytes({"error": {"code": "overloaded",
+                                           "message": "too many connections"}})
+    assert isinstance(transport, asyncio.Transport)
+    transport.write(_REFUSE_503 % (len(body), body))
+    transport.close()
+
+
 class _Refuse(asyncio.Protocol):
     def __init__(self, incidents: IncidentLog, cap: int) -> None:
         self._incidents = incidents
         self._cap = cap
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        body = exact_json.dumps_bytes({"error": {"code": "overloaded",
-                                               "message": "too many connections"}})
-        assert isinstance(transport, asyncio.Transport)
         self._incidents.report(CONNECTION_CAP, f"refused a connection from "
                                f"{_peer(transport)}: {self._cap} open (server.max_connections)")
-        transport.write(_REFUSE_503 % (len(body), body))
-        transport.close()
+        _refuse(transport)
 
 
 class _Connection(web.RequestHandler):
-    """aiohttp's connection handler, counted from creation (not from ``connection_made``,
-    which runs later: a burst of accepts would otherwise all pass the cap) and answering
-    malformed HTTP with a JSON error instead of text quoting the raw request. Hostile
-    clients are reported as incidents (rate-limited), never logged once per connection."""
+    """aiohttp's connection handler, admitted in ``connection_made`` (the first moment the
+    peer's address is known) within the cap and the address's share of it, counted and
+    checked in one step, and answering malformed HTTP with a JSON error instead of text
+    quoting the raw request. Hostile clients are reported as incidents (rate-limited),
+    never logged once per connection."""
 
-    def __init__(self, server: web.Server, open_now: weakref.WeakSet[_Connection],
-                 incidents: IncidentLog, **kwargs: Any) -> None:
+    def __init__(self, server: web.Server, connections: FairPool, incidents: IncidentLog,
+                 **kwargs: Any) -> None:
         super().__init__(server, **kwargs)
-        self._open_now = open_now
+        self._connections = connections
         self._incidents = incidents
-        open_now.add(self)
+        self._place: Held | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Past the cap or the address's share of it: a 503 before aiohttp reads a byte.
+        peer = _peer(transport)
+        try:
+            self._place = self._connections.take(peer)
+        except PoolFull as full:
+            key = ("server.max_connections_per_address" if full.mine
+                   else "server.max_connections")
+            self._incidents.report(CONNECTION_CAP, f"refused a connection from {peer}: "
+                                   f"{full.message} ({key})")
+            _refuse(transport)
+            return
+        super().connection_made(transport)
 
     def _process_keepalive(self) -> None:
         # aiohttp's keep-alive timer is the header timeout (see handler_args). Closing an
@@ -90,7 +112,9 @@ class _Connection(web.RequestHandler):
                 f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._open_now.discard(self)
+        if self._place is None:  # refused in connection_made: aiohttp never saw it
+            return
+        self._place.release()
         super().connection_lost(exc)
 
     def handle_error(self, request: BaseRequest, status: int = 500,
@@ -121,12 +145,13 @@ async def listen(server: web.Server, settings: ListenSettings,
     cap = settings.max_connections
     handler_args = settings.handler_args()
     loop = asyncio.get_running_loop()
-    open_now: weakref.WeakSet[_Connection] = weakref.WeakSet()
+    per_address = settings.max_connections_per_address or 0
+    connections = FairPool("connections", Share(cap, per_address, per_address))
 
     def factory() -> asyncio.Protocol:
-        if len(open_now) >= cap:
+        if connections.in_use >= cap:  # full already: no handler built for it
             return _Refuse(incidents, cap)
-        return _Connection(server, open_now, incidents, loop=loop, **handler_args)
+        return _Connection(server, connections, incidents, loop=loop, **handler_args)
 
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     # A deep accept queue: a burst past the cap is accepted and refused with a 503 at

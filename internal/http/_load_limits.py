@@ -4,14 +4,14 @@
 - ``LoadLimits``: the daemon's, one for the HTTP gate and the gRPC binding alike, so a
   client holds one share of the daemon whichever port it calls (not one per port). The
   remote address's bucket first (before authentication, so a flood of bad tokens is
-  limited too), then a place in the in-flight count (refused with ``overloaded`` and a
-  retry hint, instead of queueing).
+  limited too), then a place in the in-flight pool, within the caller's share of it
+  (``internal.shares``; refused with a retry hint instead of queueing).
 - ``StreamSlots``: caps on open event streams, apart from the in-flight cap. A stream can
   stay open for as long as its task runs; counted as an in-flight request it would hold a
   slot all that time, and a caller with enough of them locked everyone else out. So a
-  request that becomes a stream gives its in-flight place back (``InflightSlot``) and
-  takes a stream slot instead: at most ``per_caller`` for one caller and ``total`` in all;
-  past either, ``429 too_many_streams`` before the stream starts.
+  request that becomes a stream gives its in-flight place back (``INFLIGHT``) and
+  takes a stream slot instead, within the caller's share of the open streams; past it,
+  ``429 too_many_streams`` before the stream starts.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from __future__ import annotations
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from aiohttp import web
 
 from internal.protocol.a2a.model import Unavailable
+from internal.shares import FairPool, Held, PoolFull, Share
 
 MAX_TRACKED = 10_000
 
@@ -63,13 +62,16 @@ def limited(what: str, wait: float) -> Unavailable:
 
 
 class LoadLimits:
-    def __init__(self, max_inflight: int | None,
+    def __init__(self, inflight: Share | None,
                  per_address: TokenBuckets | None = None) -> None:
-        """``max_inflight``: None for no cap (a hosted agent's inner gate: the daemon's
-        own limits already counted the request)."""
-        self.max_inflight = max_inflight
+        """``inflight``: the in-flight pool and each caller's share of it; None for no cap
+        (a hosted agent's inner gate: the daemon's own limits already counted the request)."""
+        self.pool = None if inflight is None else FairPool("requests in flight", inflight)
         self.per_address = per_address
-        self.inflight = 0
+
+    @property
+    def inflight(self) -> int:
+        return 0 if self.pool is None else self.pool.in_use
 
     def address(self, remote: str) -> None:
         """Takes from ``remote``'s bucket; ``rate_limited`` when it is empty."""
@@ -78,65 +80,23 @@ class LoadLimits:
             if wait:
                 raise limited("per address", wait)
 
-    def enter(self) -> InflightSlot | None:
-        """A place in the in-flight count, to release once the request is answered (or
-        becomes a stream); None when nothing is capped."""
-        if self.max_inflight is None:
-            return None
-        if self.inflight >= self.max_inflight:
-            raise Unavailable("overloaded", "too many requests in flight", retry_after=1)
-        self.inflight += 1
-        return InflightSlot(self._give_back)
-
-    def _give_back(self) -> None:
-        self.inflight -= 1
+    def enter(self, caller: str) -> Held | None:
+        """A place in the in-flight count for ``caller``, to release once the request is
+        answered (or becomes a stream); None when nothing is capped. Past the caller's
+        share, 429 ``rate_limited``; past the pool, 503 ``overloaded``."""
+        return None if self.pool is None else self.pool.take(caller)
 
 
-@dataclass(frozen=True, slots=True)
-class StreamCaps:
-    total: int = 256
-    per_caller: int = 32
+def _too_many_streams(full: PoolFull) -> Unavailable:
+    return Unavailable("too_many_streams", full.message, retry_after=1)
 
 
-class StreamSlots:
-    def __init__(self, caps: StreamCaps) -> None:
-        self.caps = caps
-        self.open = 0
-        self._by_caller: dict[str, int] = {}
+class StreamSlots(FairPool):
+    """Open event streams: a share per caller of ``max_streams``."""
 
-    @contextmanager
-    def hold(self, caller: str) -> Iterator[None]:
-        mine = self._by_caller.get(caller, 0)
-        if mine >= self.caps.per_caller:
-            raise Unavailable("too_many_streams", f"{caller} already has {mine} open event "
-                              f"streams (at most {self.caps.per_caller})", retry_after=1)
-        if self.open >= self.caps.total:
-            raise Unavailable("too_many_streams", f"{self.open} event streams are open (at "
-                              f"most {self.caps.total})", retry_after=1)
-        self.open += 1
-        self._by_caller[caller] = mine + 1
-        try:
-            yield
-        finally:
-            self.open -= 1
-            left = self._by_caller[caller] - 1
-            if left:
-                self._by_caller[caller] = left
-            else:
-                del self._by_caller[caller]
-
-
-class InflightSlot:
-    """A request's place in the gate's in-flight count, given back once."""
-
-    def __init__(self, give_back: Callable[[], None]) -> None:
-        self._give_back: Callable[[], None] | None = give_back
-
-    def release(self) -> None:
-        if self._give_back is not None:
-            give_back, self._give_back = self._give_back, None
-            give_back()
+    def __init__(self, share: Share) -> None:
+        super().__init__("open event streams", share, _too_many_streams)
 
 
 STREAM_SLOTS = web.AppKey("butler.stream_slots", StreamSlots)
-INFLIGHT = web.RequestKey("butler.inflight", InflightSlot)
+INFLIGHT = web.RequestKey("butler.inflight", Held)

@@ -27,6 +27,7 @@ from mcp.types import PaginatedRequestParams, Tool
 from butler.config.common import ID
 from butler.config.model import McpToolsConfig, SkillConfig
 from butler.config.skills_peers import MAX_INPUT_SCHEMA_BYTES
+from butler.runtime.children import dying_with_parent
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.child_env import child_environment
 from butler.skills.fidelity import Fidelity
@@ -142,7 +143,7 @@ class McpServer:
                 streamable_http_client(self.mcp.url, http_client=client))
         else:
             assert self.mcp.command is not None
-            argv = self.mcp.command
+            argv = dying_with_parent(self.mcp.command)  # kill -9 of the daemon ends it
             # The daemon's environment without its tokens, as a command skill gets it.
             params = StdioServerParameters(command=argv[0], args=list(argv[1:]),
                                            env=child_environment(self.secret_env))

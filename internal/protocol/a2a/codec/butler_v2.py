@@ -6,7 +6,7 @@ Amounts travel as decimal strings; numbers are accepted on input (parsed as Deci
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from internal.protocol.a2a.codec.exact_json import dumps_bytes, plain_numbers
@@ -53,14 +53,32 @@ def _strings(value: Any, where: str, pattern: re.Pattern[str], limit: int = 64) 
     return tuple(value)
 
 
-def decode_money(value: Any, where: str) -> Decimal:
+MAX_AMOUNT = Decimal("1e15")  # USD; past it no amount in any document is believable
+_MAX_AMOUNT_CHARS = 64
+
+
+def parse_amount(value: Any) -> Decimal | None:
+    """The one parse of a USD amount from a document someone else wrote (a request, a
+    card, a receipt): a finite decimal of at most ``MAX_AMOUNT`` either way, from a string,
+    an int or a Decimal (a JSON number), or None. Bounded, so that sums and comparisons of
+    such amounts never raise (``decimal.Overflow`` from ``1e999999`` plus itself)."""
     if isinstance(value, bool) or not isinstance(value, Decimal | int | str):
-        raise _bad(f"{where} must be a decimal amount in USD", "invalid_envelope")
+        return None
+    if isinstance(value, str) and len(value) > _MAX_AMOUNT_CHARS:
+        return None
     try:
         amount = Decimal(value.strip()) if isinstance(value, str) else Decimal(value)
-    except InvalidOperation:
-        raise _bad(f"{where} must be a decimal amount in USD", "invalid_envelope") from None
-    if not amount.is_finite() or amount < 0 or amount > MAX_BUDGET:
+    except (ArithmeticError, ValueError):
+        return None
+    # copy_abs, not abs(): abs() rounds to the context, and overflows past its exponent.
+    return amount if amount.is_finite() and amount.copy_abs() <= MAX_AMOUNT else None
+
+
+def decode_money(value: Any, where: str) -> Decimal:
+    amount = parse_amount(value)
+    if amount is None:
+        raise _bad(f"{where} must be a decimal amount in USD", "invalid_envelope")
+    if amount < 0 or amount > MAX_BUDGET:
         raise _bad(f"{where} must be between 0 and {MAX_BUDGET}", "invalid_envelope")
     return amount
 

@@ -30,11 +30,11 @@ from urllib.parse import unquote
 import grpc
 from a2a.types import a2a_pb2
 from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from multidict import CIMultiDict
 
 from internal.http import (
-    InflightSlot,
     LoadLimits,
     StreamSlots,
     TokenBuckets,
@@ -42,7 +42,7 @@ from internal.http import (
     limited,
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
-from internal.protocol.a2a.model import ButlerError, Identity, Unavailable
+from internal.protocol.a2a.model import ButlerError, Identity, RequestError, Unavailable
 from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
 
@@ -52,7 +52,16 @@ Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
 
 @dataclass(frozen=True)
 class GrpcLimits:
+    """What one connection may cost before and while it calls: the HTTP/2 preface and
+    settings within ``handshake_seconds``; a connection with no call in flight for
+    ``idle_seconds`` (one that never made a first call included) closed; at most
+    ``max_streams_per_connection`` calls open on one connection (past it the client's
+    HTTP/2 layer waits), so half-open streams cannot pile up memory."""
+
     max_message_bytes: int = 4 * 1024 * 1024
+    handshake_seconds: float = 10.0
+    idle_seconds: float = 10.0
+    max_streams_per_connection: int = 32
 
 
 class GrpcBinding:
@@ -70,26 +79,26 @@ class GrpcBinding:
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the service, each a unary or server-streaming call."""
         service = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
-        handlers = {}
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for method in service.methods:
             request = message_factory.GetMessageClass(method.input_type)
             response = message_factory.GetMessageClass(method.output_type)
             make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
                     else grpc.unary_unary_rpc_method_handler)
             run = (self._streaming if method.server_streaming else self._unary)(
-                method.name, response)
-            handlers[method.name] = make(run, request_deserializer=request.FromString,
+                method.name, request, response)
+            # The bytes as they came: parsed in the call, where a malformed message can be
+            # answered INVALID_ARGUMENT (gRPC's own deserializer answered UNKNOWN and
+            # logged a traceback per message).
+            handlers[method.name] = make(run, request_deserializer=None,
                                          response_serializer=response.SerializeToString)
         return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
 
-    def _enter(self, context: grpc.aio.ServicerContext[Any, Any]) -> InflightSlot | None:
-        """The gate's load limits: the peer address's bucket, then the in-flight count."""
-        self.load_limits.address(remote_address(context.peer()))
-        return self.load_limits.enter()
-
     def _admit(self, context: grpc.aio.ServicerContext[Any, Any],
                ) -> tuple[Identity, CIMultiDict[str]]:
-        """Who calls, and the call's metadata as (case-insensitive) headers."""
+        """The gate, as HTTP's: the peer address's bucket, then who calls, and the call's
+        metadata as (case-insensitive) headers."""
+        self.load_limits.address(remote_address(context.peer()))
         headers: CIMultiDict[str] = CIMultiDict(
             (key, value) for key, value in context.invocation_metadata() or ()
             if isinstance(value, str))
@@ -99,16 +108,17 @@ class GrpcBinding:
         check_version(headers)
         return caller, headers
 
-    def _unary(self, name: str, response: type[ProtoMessage]) -> Handler:
+    def _unary(self, name: str, request_type: type[ProtoMessage],
+               response: type[ProtoMessage]) -> Handler:
         lenient = name == "GetExtendedAgentCard"  # the card's 0.3 fields have no proto field
 
-        async def run(request: ProtoMessage,
+        async def run(raw: bytes,
                       context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
             slot = None
             try:
-                slot = self._enter(context)
                 caller, headers = self._admit(context)
-                result = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
+                slot = self.load_limits.enter(caller.name)
+                result = await self.dialect.call(name, caller, _parsed(raw, request_type),
                                                  headers)
                 await _activated(context, headers)
                 return a2a_grpc.from_json(result or {}, response(), lenient=lenient)
@@ -121,18 +131,19 @@ class GrpcBinding:
 
         return run
 
-    def _streaming(self, name: str, response: type[ProtoMessage]) -> Handler:
-        async def run(request: ProtoMessage, context: grpc.aio.ServicerContext[Any, Any],
+    def _streaming(self, name: str, request_type: type[ProtoMessage],
+                   response: type[ProtoMessage]) -> Handler:
+        async def run(raw: bytes, context: grpc.aio.ServicerContext[Any, Any],
                       ) -> AsyncIterator[ProtoMessage]:
             inflight = None
             try:
-                inflight = self._enter(context)
                 caller, headers = self._admit(context)
+                inflight = self.load_limits.enter(caller.name)
                 slot = (self.streams.hold(caller.name) if self.streams is not None
                         else contextlib.nullcontext())
                 with slot:
-                    events = await self.dialect.call(name, caller, a2a_grpc.to_json(request),
-                                                     headers)
+                    events = await self.dialect.call(name, caller,
+                                                     _parsed(raw, request_type), headers)
                     if inflight is not None:  # a stream now: it holds a stream slot instead
                         inflight.release()
                     try:
@@ -148,6 +159,14 @@ class GrpcBinding:
                     inflight.release()
 
         return run
+
+
+def _parsed(raw: bytes, request_type: type[ProtoMessage]) -> dict[str, Any]:
+    """A request message as proto3 JSON; a malformed one is ``invalid_request``."""
+    try:
+        return a2a_grpc.to_json(request_type.FromString(raw))
+    except (DecodeError, ValueError, TypeError, RecursionError):
+        raise RequestError("invalid_request", "malformed request message") from None
 
 
 def remote_address(peer: str) -> str:
@@ -195,6 +214,9 @@ async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimit
         handlers=[binding.handler()],
         options=[
             ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+            ("grpc.server_handshake_timeout_ms", int(limits.handshake_seconds * 1000)),
+            ("grpc.max_connection_idle_ms", int(limits.idle_seconds * 1000)),
             # gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
             # share it silently instead of failing to start.
             ("grpc.so_reuseport", 0),

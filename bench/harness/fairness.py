@@ -1,0 +1,150 @@
+"""Fairness under floods (issue 36): one caller, or clients without a token, floods one
+shared pool of a Butler with the default limits, while a second caller measures its own
+requests. Target: the second caller sees 0 errors and a p99 within 2x its unloaded p99;
+after the flood, RSS within 10 % and descriptors within 5 of the baseline.
+
+Floods: ``blocking``, 400 concurrent blocking requests of a slow skill from one token
+(the in-flight pool and the running tasks); ``idle``, 600 connections from one address
+that never send a request (slowloris: the connection cap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from harness.butlers import ECHO_SKILL, _config, _serve
+from harness.procs import Server
+from internal.http import new_token
+
+SLOW = {"id": "slow", "command": ["sleep", "20"], "expose": True, "timeout_seconds": 60}
+PROBES = 300  # the second caller's requests per measurement
+BLOCKING, IDLE = 400, 600
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def _probe(url: str, token: str) -> tuple[dict[int, int], float]:
+    """The second caller: ``PROBES`` echo tasks one after another; (errors by status,
+    p99 ms)."""
+    errors: dict[int, int] = {}
+    took = []
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
+        for n in range(PROBES):
+            began = time.perf_counter()
+            async with http.post(f"{url}/v2/tasks", json={"task": f"hi {n}", "skill": "echo"},
+                                 ) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    errors[resp.status] = errors.get(resp.status, 0) + 1
+            took.append((time.perf_counter() - began) * 1000)
+    took.sort()
+    return errors, took[int(len(took) * 0.99) - 1]
+
+
+async def _blocking(url: str, token: str) -> None:
+    async with aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {token}"},
+            # Another address than the second caller's: the per-address rate is not
+            # what is measured.
+            connector=aiohttp.TCPConnector(limit=0, local_addr=("127.0.0.2", 0)),
+            timeout=aiohttp.ClientTimeout(total=120)) as http:
+        async def one() -> None:
+            while True:
+                async with http.post(f"{url}/v2/tasks", json={"task": "x", "skill": "slow"}) as r:
+                    await r.read()
+                    if r.status != 200:
+                        await asyncio.sleep(0.2)  # refused: its share is full; try again
+        await asyncio.gather(*(one() for _ in range(BLOCKING)))
+
+
+async def _idle(url: str) -> None:
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    async def keep_one() -> None:
+        while True:  # reconnect whenever the header deadline (or the cap) cuts it off
+            try:
+                reader, writer = await asyncio.open_connection(host, int(port),
+                                                               local_addr=("127.0.0.2", 0))
+            except OSError:
+                await asyncio.sleep(0.2)
+                continue
+            writer.write(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+            with contextlib.suppress(OSError):  # cut off: a 503, a reset
+                await reader.read()
+            writer.close()
+            await asyncio.sleep(0.2)
+
+    await asyncio.gather(*(keep_one() for _ in range(IDLE)))
+
+
+def _flood(name: str, url: str, token: str) -> None:
+    """In a process of its own, until terminated: the probe's timings are not the
+    flooding client's event loop."""
+    asyncio.run(_blocking(url, token) if name == "blocking" else _idle(url))
+
+
+async def _settled(pid: int, fds: int, seconds: float) -> None:
+    """Until ``pid`` has at most ``fds`` descriptors open, for up to ``seconds`` (the
+    server is another process: there is nothing to wait on but its /proc entry)."""
+    for _ in range(int(seconds * 2)):
+        if _fds(pid) <= fds:
+            return
+        await asyncio.sleep(0.5)
+
+
+async def _one(name: str, server: Server, tokens: dict[str, str]) -> dict[str, Any]:
+    pid = server.pid
+    _, quiet_p99 = await _probe(server.url, tokens["other"])  # and a warm baseline
+    rss, fds = server.rss_mb(), _fds(pid)
+    flood = multiprocessing.get_context("spawn").Process(
+        target=_flood, args=(name, server.url, tokens["flood"]), daemon=True)
+    flood.start()
+    await asyncio.sleep(3)  # the flood fills its pool
+    errors, loaded_p99 = await _probe(server.url, tokens["other"])
+    flood.kill()
+    flood.join()
+    await _settled(pid, fds + 5, 30)  # tasks end, connections time out
+    after_rss, after_fds = server.rss_mb(), _fds(pid)
+    return {"flood": name, "errors": sum(errors.values()), "error_statuses": errors,
+            "quiet_p99_ms": round(quiet_p99, 2),
+            "loaded_p99_ms": round(loaded_p99, 2),
+            "p99_ratio": round(loaded_p99 / quiet_p99, 2) if quiet_p99 else None,
+            "rss_mb": [round(rss, 1), round(after_rss, 1)], "fds": [fds, after_fds],
+            "ok": not errors and loaded_p99 <= 2 * quiet_p99
+            and after_rss <= rss * 1.1 and after_fds <= fds + 5}
+
+
+def run(work: Path, cpu: str | None) -> list[dict[str, Any]]:
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in ("blocking", "idle"):
+        tokens = {"flood": new_token(), "other": new_token()}
+        cfg = _config(f"fair-{name}", work, 0, tokens, [ECHO_SKILL, SLOW], [])
+        cfg["rate_limits"] = {}  # the defaults: they are part of what is measured
+        server = _serve(f"fair-{name}", cfg, work, cpu)
+        try:
+            rows.append(asyncio.run(_one(name, server, tokens)))
+        finally:
+            server.stop()
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'flood':10} {'errors':>6} {'p99 quiet':>10} {'p99 flood':>10} {'ratio':>6} "
+            f"{'RSS MB before/after':>20} {'fds before/after':>17}  target")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['flood']:10} {r['errors']:>6} {r['quiet_p99_ms']:>10} "
+                     f"{r['loaded_p99_ms']:>10} {r['p99_ratio']!s:>6} "
+                     f"{'/'.join(map(str, r['rss_mb'])):>20} "
+                     f"{'/'.join(map(str, r['fds'])):>17}  {'met' if r['ok'] else 'MISSED'}")
+    return "\n".join(lines)

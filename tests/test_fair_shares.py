@@ -1,0 +1,198 @@
+"""No caller can take a shared pool from the others (issue 36): each flood below comes from
+one caller (or from clients without a token), is bounded in count, and runs against a real
+daemon with small pools; meanwhile another caller's requests all succeed, and afterwards
+the process's descriptors are back where they were."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from butler.http_app import A2A_FRONT
+from butler.memory import MemoryStore
+from butler.push.store import SqlitePushStore
+from internal.protocol.a2a.model import Identity, PushConfig
+from internal.shares import FairPool, PoolFull, Share
+from tests.a2a_support import WAIT
+from tests.support import ECHO, Instance, Swarm, post_task, wait_until
+
+CALLERS: dict[str, dict[str, Any]] = {"flood": {}, "other": {}}
+SMALL = {"server": {"max_inflight": 8, "max_streams": 8},
+         "shares": {"running_tasks": {"total": 8}, "mcp_sessions": {"total": 8}}}
+OPENING = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "raw", "version": "1"}}}
+ADMIN = Identity("test", "admin")
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def fds_back_to(baseline: int) -> None:
+    await wait_until(lambda: open_fds() <= baseline + 2,
+                     what=f"descriptors back to {baseline} (now {open_fds()})")
+
+
+@pytest.fixture
+async def daemon(swarm: Swarm) -> AsyncIterator[Instance]:
+    yield await swarm.start("home", skills=[ECHO, WAIT], callers=CALLERS, extra=SMALL)
+
+
+async def others_all_succeed(inst: Instance, count: int = 10) -> None:
+    for _ in range(count):
+        status, task = await post_task(inst, {"task": "hi", "skill": "echo"}, who="other")
+        assert status == 200 and task["state"] == "completed"
+
+
+async def cancel_all(inst: Instance) -> None:
+    engine = inst.daemon.engine
+    page = await engine.list_tasks(ADMIN, state=None, context_id=None, cursor=None, limit=100)
+    for task in page.tasks:
+        if not task.state.terminal:
+            await engine.cancel(ADMIN, task.id)
+
+
+def test_the_share_rule() -> None:
+    share = Share(128)
+    assert (share.caller_limit, share.anonymous_limit) == (96, 16)
+    assert Share(1).caller_limit == 1 and Share(4).caller_limit == 3
+    pool = FairPool("things", Share(4))
+    held = [pool.take("a") for _ in range(3)]
+    with pytest.raises(PoolFull) as mine:
+        pool.take("a")
+    assert mine.value.mine and "its share is 3 of 4" in mine.value.message
+    last = pool.take("b")
+    with pytest.raises(PoolFull) as full:
+        pool.take("c")
+    assert not full.value.mine
+    for place in [*held, last, last]:  # a second release gives nothing back twice
+        place.release()
+    assert pool.in_use == 0 and pool.held_by("a") == 0
+
+
+async def test_blocking_requests_of_one_caller_leave_room_for_another(daemon: Instance) -> None:
+    baseline = open_fds()
+    flood_count = 12
+    async with aiohttp.ClientSession() as flood:
+        async def hold() -> int:
+            async with flood.post(f"{daemon.url}/v2/tasks", headers=daemon.headers("flood"),
+                                  json={"task": "x", "skill": "wait"}) as resp:
+                return resp.status
+
+        holders = [asyncio.create_task(hold()) for _ in range(flood_count)]
+        pool = daemon.daemon.app[A2A_FRONT].load_limits
+        # 6 of the 8 places are the flooding caller's share; the rest are refused at once.
+        await wait_until(lambda: sum(h.done() for h in holders) == flood_count - 6
+                         and pool.inflight == 6, what="the flood holding its share")
+        refused = [h.result() for h in holders if h.done()]
+        assert refused == [429] * (flood_count - 6)
+        await others_all_succeed(daemon)
+        await cancel_all(daemon)
+        await asyncio.gather(*holders)
+    await wait_until(lambda: pool.inflight == 0, what="every place given back")
+    await fds_back_to(baseline)
+
+
+async def test_running_tasks_are_counted_exactly(daemon: Instance) -> None:
+    """Concurrent submits once overshot the per-caller cap (261 running against 256)."""
+    async def submit(who: str) -> int:
+        status, _ = await post_task(daemon, {"task": "x", "skill": "wait", "mode": "async"},
+                                    who=who)
+        return status
+
+    statuses = await asyncio.gather(*(submit("flood") for _ in range(20)))
+    accepted = [s for s in statuses if s < 300]
+    assert len(accepted) == 6 and statuses.count(429) == 14
+    assert await submit("other") < 300  # the quarter left for everyone else
+    await others_all_succeed(daemon, 1)
+    await cancel_all(daemon)
+
+
+async def test_mcp_sessions_of_one_token_leave_room_for_another(daemon: Instance) -> None:
+    pytest.importorskip("mcp")
+    sessions = []
+
+    async def initialize(who: str) -> tuple[int, Any]:
+        async with daemon.session.post(f"{daemon.url}/mcp", json=OPENING,
+                                       headers={**ACCEPT, **daemon.headers(who)}) as resp:
+            await resp.read()
+            return resp.status, resp.headers.get("Mcp-Session-Id")
+
+    for _ in range(6):
+        status, session_id = await initialize("flood")
+        assert status == 200
+        sessions.append(session_id)
+    status, _ = await initialize("flood")
+    assert status == 429
+    status, theirs = await initialize("other")
+    assert status == 200 and theirs
+    ending = {**ACCEPT, **daemon.headers("flood"), "Mcp-Session-Id": sessions[0],
+              "Mcp-Protocol-Version": "2025-06-18"}
+    async with daemon.session.delete(f"{daemon.url}/mcp", headers=ending) as resp:
+        assert resp.status == 200
+    status, _ = await initialize("flood")  # an ended session gave its place back
+    assert status == 200
+
+
+async def test_clients_without_a_token_share_one_small_part(swarm: Swarm) -> None:
+    inst = await swarm.start("home", skills=[ECHO, WAIT], callers={"other": {}},
+                             configurations={"a2a": {"anonymous": {"enabled": True}}},
+                             extra=SMALL)
+
+    async def anonymous() -> int:
+        async with inst.session.post(f"{inst.url}/v2/tasks",
+                                     json={"task": "x", "skill": "wait"}) as resp:
+            return resp.status
+
+    holders = [asyncio.create_task(anonymous()) for _ in range(4)]
+    pool = inst.daemon.app[A2A_FRONT].load_limits
+    await wait_until(lambda: sum(h.done() for h in holders) == 3 and pool.inflight == 1,
+                     what="anonymous clients holding their one place")
+    assert [h.result() for h in holders if h.done()] == [429] * 3
+    await others_all_succeed(inst)
+    await cancel_all(inst)
+    await asyncio.gather(*holders)
+
+
+async def test_memory_entries_are_shared_out_by_writer(tmp_path: Path) -> None:
+    store = await MemoryStore.open(tmp_path / "memory.db", Share(4))
+    try:
+        async def write_all(source: str, *texts: str) -> None:
+            await asyncio.gather(*(store.write(t, source=source) for t in texts))
+
+        with pytest.raises(PoolFull, match="its share is 3 of 4"):
+            await write_all("flood", "a", "b", "c", "d", "e")  # at once: counted exactly
+        assert await store.count() == 3
+        await store.write("mine", key="k", source="other")
+        with pytest.raises(PoolFull, match="all 4 memories"):
+            await store.write("late", source="third")
+        await store.write("replaced", key="k", source="other")  # not one more
+    finally:
+        await store.close()
+
+
+async def test_push_configs_are_shared_out_by_caller(tmp_path: Path) -> None:
+    store = SqlitePushStore(tmp_path / "push.db")
+    await store.open()
+    try:
+        def config(task: str, n: int) -> PushConfig:
+            return PushConfig(id=f"c{n}", task_id=task, url="https://hook.example/")
+
+        share = Share(4)
+        for n in range(3):
+            await store.put(config("t1", n), "flood", share)
+        with pytest.raises(PoolFull, match="its share is 3 of 4"):
+            await store.put(config("t2", 9), "flood", share)
+        await store.put(config("t1", 0), "flood", share)  # a replaced config is not one more
+        await store.put(config("t3", 0), "other", share)
+        assert len(await store.all_configs()) == 4
+    finally:
+        await store.close()
