@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from aiohttp import web
 
 from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
+from butler.catalog import CATALOG_PATH
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
 from butler.delegation.peers import PeerStatus
@@ -41,7 +42,8 @@ from internal.protocol.a2a.server import (
     V1Dialect,
 )
 
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths)
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", CATALOG_PATH, BUTLER_V2_PATH,
+                *DAEMON_PAGE.paths)
 A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 
 
