@@ -258,8 +258,11 @@ def card_entry(card: Mapping[str, Any], *, publisher: str, base_url: str) -> dic
     }
     if card.get("description"):
         entry["description"] = str(card["description"])[:MAX_TEXT]
-    if isinstance(card.get("capabilities"), list) and card["capabilities"]:
-        entry["capabilities"] = [str(c) for c in card["capabilities"]][:MAX_LIST]
+    top = card.get("capabilities")
+    caps = dict.fromkeys(str(c) for c in top if isinstance(top, list) else [])
+    caps.update(dict.fromkeys(str(c) for s in skills for c in s.get("capabilities") or []))
+    if caps:
+        entry["capabilities"] = list(caps)[:MAX_LIST]
     tags = dict.fromkeys(str(t) for s in skills for t in s.get("tags") or [])
     if tags:
         entry["tags"] = list(tags)[:MAX_LIST]
