@@ -259,7 +259,7 @@ def card_entry(card: Mapping[str, Any], *, publisher: str, base_url: str) -> dic
     if card.get("description"):
         entry["description"] = str(card["description"])[:MAX_TEXT]
     top = card.get("capabilities")
-    caps = dict.fromkeys(str(c) for c in top if isinstance(top, list) else [])
+    caps = dict.fromkeys(str(c) for c in (top if isinstance(top, list) else []))
     caps.update(dict.fromkeys(str(c) for s in skills for c in s.get("capabilities") or []))
     if caps:
         entry["capabilities"] = list(caps)[:MAX_LIST]
