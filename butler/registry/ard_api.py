@@ -76,6 +76,7 @@ class Ard:
     federation: Federation
     pages: PageTokens
     pending: set[asyncio.Task[Any]] = field(default_factory=set)
+    crawled: asyncio.Event = field(default_factory=asyncio.Event)  # a first round is done
     gossip_batches: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
@@ -91,6 +92,11 @@ class Ard:
         return cls(config, store, clock, source, identifier, index,
                    Crawler(fed, index, source), Federation(fed, index, identifier),
                    PageTokens(secret))
+
+    def bound(self, host: str, port: int) -> None:
+        """Without ``public_url``, results name the address it listens on."""
+        if not self.config.federation.public_url:
+            self.source = self.crawler.source = f"http://{host}:{port}"
 
     # --- the index, fed from /v1 ------------------------------------------------------
 
@@ -202,6 +208,7 @@ async def _crawl_forever(ard: Ard) -> None:
             await ard.crawl_due()
         except Exception as exc:  # the next round tries again
             log.warning("registry crawl round failed: %s", exc)
+        ard.crawled.set()
         await asyncio.sleep(tick)
 
 

@@ -328,4 +328,6 @@ async def start_registry(config: RegistryServiceConfig, store: RegistryStore,
     except BaseException:
         await runner.cleanup()
         raise
-    return RunningRegistry(runner, server)
+    running = RunningRegistry(runner, server)
+    app[ARD].bound(*running.address)
+    return running
