@@ -365,9 +365,9 @@ async def gossip(request: web.Request) -> web.Response:
             continue
         why = ard.index.admit(entry, origin=origin, source=upstream.url, trust="trusted",
                               expires_at=now + ttl, now=now)
-        if why is None:
-            batch.add(entry["identifier"])
-        else:
+        # Refused or not, it was pushed: a copy verified before stays until it lapses.
+        batch.add(entry["identifier"])
+        if why is not None:
             refused.append(why)
     if body.get("complete", True) is True:
         ard.index.replace_origin(origin, batch)
