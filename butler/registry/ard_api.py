@@ -64,6 +64,11 @@ _ERROR_CODES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSIO
                 404: "NOT_FOUND", 429: "RATE_LIMIT_EXCEEDED", 503: "UNAVAILABLE"}
 
 
+def ard_error_code(status: int) -> str:
+    """ARD's code for an HTTP status (its Appendix B; 503 is ours)."""
+    return _ERROR_CODES.get(status, "INVALID_ARGUMENT" if status < 500 else "INTERNAL_ERROR")
+
+
 @dataclass
 class Ard:
     config: RegistryServiceConfig
@@ -217,8 +222,8 @@ def render_ard_error(request: web.Request, err: ButlerError) -> web.Response | N
     if request.path not in ARD_PATHS:
         return None
     status = err.status
-    code = _ERROR_CODES.get(status, "INVALID_ARGUMENT" if status < 500 else "INTERNAL_ERROR")
-    return json_response({"errorCode": code, "message": err.message}, status=status,
+    return json_response({"errorCode": ard_error_code(status), "message": err.message},
+                         status=status,
                          headers=error_headers(err))
 
 
