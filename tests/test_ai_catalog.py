@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import jsonschema
 import pytest
+import yaml
 
 from butler.registry.catalog_entry import (
     A2A_CARD,
@@ -21,7 +22,7 @@ from butler.registry.catalog_entry import (
 )
 from internal.signing import BadSignature
 from tests.hosting_support import hosted_entry
-from tests.support import Instance, Swarm
+from tests.support import Instance, Swarm, run_cli
 
 SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "ai-catalog.schema.json").read_text())
 
@@ -99,3 +100,43 @@ async def test_a_changed_entry_no_longer_verifies(
     forged = dict(doc["entries"][0], url="https://evil.example/card.json")
     with pytest.raises(BadSignature):
         entry_key(forged)
+
+
+async def test_butler_catalog_prints_and_checks_a_catalog(
+        swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    home = await swarm.start("home", skills=SKILLS)
+    code, out, err = await run_cli("catalog", home.url)
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["IDENTIFIER", "TYPE", "CHECK"]
+    assert rows[0].startswith("urn:air:127.0.0.1:agent:home")
+    assert f"signed by {home.daemon.identity.kid}" in rows[0]
+    # -c: the daemon's own, at agent.url (its config listens on port 0: any port)
+    cfg = yaml.safe_load(home.config_path.read_text())
+    cfg["agent"]["url"] = home.url
+    home.config_path.with_name("own.yaml").write_text(yaml.safe_dump(cfg))
+    code, out, _ = await run_cli("catalog", "-c", str(home.config_path.with_name("own.yaml")),
+                                 "--json")
+    assert code == 0 and json.loads(out)["specVersion"] == "1.0"
+
+
+async def test_butler_catalog_names_each_problem(tmp_path: Path) -> None:
+    from internal.signing import IdentityKey
+    from tests.registry.catalog_support import Site, entry, manifest
+
+    key = IdentityKey.generate()
+    async with Site().running() as site:
+        tampered = {**entry("127.0.0.1", "ok", key=key), "description": "edited"}
+        site.pages["/.well-known/ai-catalog.json"] = manifest(
+            entry("127.0.0.1", "plain"), tampered, entry("google.com", "taxes"))
+        code, out, err = await run_cli("catalog", site.url)
+        assert code == 1
+        verdicts = {line.split()[0]: line for line in out.splitlines()[1:]}
+        assert verdicts["urn:air:127.0.0.1:agent:plain"].endswith("unsigned")
+        assert "signature does not match" in verdicts["urn:air:127.0.0.1:agent:ok"]
+        assert "publisher google.com is not 127.0.0.1" in verdicts[
+            "urn:air:google.com:agent:taxes"]
+        assert "3 entries, 2 with problems" in err
+        site.pages["/.well-known/ai-catalog.json"] = b"[" * 50 + b"]" * 50
+        code, _, err = await run_cli("catalog", site.url + "/.well-known/ai-catalog.json")
+        assert code == 1 and "nest" in err

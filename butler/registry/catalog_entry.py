@@ -25,6 +25,7 @@ from typing import Any
 
 from butler.config.common import DOMAIN
 from butler.registry.model import bad, check_url, has_control
+from internal.protocol.a2a.model import RequestError
 from internal.signing import (
     BadSignature,
     IdentityKey,
@@ -283,3 +284,36 @@ def mcp_entry(agent: Mapping[str, Any], *, base_url: str) -> dict[str, Any]:
     entry["type"] = MCP_CARD
     entry["url"] = base_url.rstrip("/") + "/mcp"
     return entry
+
+
+# --- a whole catalog, read by a person --------------------------------------------------
+
+def review_catalog(document: Any, host: str) -> list[tuple[str, str, str]]:
+    """Each entry of a manifest fetched from ``host``: (identifier, type, verdict), the
+    verdict ``signed by <kid>``, ``unsigned``, or ``problem: ...``. ``RequestError`` when
+    the document is no catalog at all."""
+    if not isinstance(document, dict) or document.get("specVersion") != SPEC_VERSION:
+        raise bad("specVersion", f"expected {SPEC_VERSION!r}")
+    if not isinstance(document.get("entries"), list):
+        raise bad("entries", "expected a list")
+    unknown = sorted(set(document) - {"specVersion", "host", "entries"})
+    if unknown:
+        raise bad(unknown[0][:64], "unknown field")
+    found = []
+    for i, raw in enumerate(document["entries"]):
+        shown = raw.get("identifier", f"entries[{i}]") if isinstance(raw, dict) else \
+            f"entries[{i}]"
+        kind = raw.get("type", "?") if isinstance(raw, dict) else "?"
+        try:
+            entry = check_entry(raw, f"entries[{i}]")
+            publisher = publisher_of(entry["identifier"])
+            if not serves_publisher(host, publisher):
+                raise bad(f"entries[{i}].identifier",
+                          f"publisher {publisher} is not {host}, where it was fetched")
+            key = entry_key(entry)
+        except RequestError as exc:
+            found.append((str(shown), str(kind), f"problem: {exc.message}"))
+            continue
+        found.append((entry["identifier"], entry["type"],
+                      f"signed by {key.kid}" if key is not None else "unsigned"))
+    return found
