@@ -12,6 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
+from butler.config.loader import load_config
+from butler.config.node import ConfigError
 from butler.registry.catalog_entry import (
     A2A_CARD,
     MCP_CARD,
@@ -22,7 +24,7 @@ from butler.registry.catalog_entry import (
 )
 from internal.signing import BadSignature
 from tests.hosting_support import hosted_entry
-from tests.support import Instance, Swarm, run_cli
+from tests.support import Instance, Swarm, config_dict, run_cli, write_config
 
 SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "ai-catalog.schema.json").read_text())
 
@@ -140,3 +142,10 @@ async def test_butler_catalog_names_each_problem(tmp_path: Path) -> None:
         site.pages["/.well-known/ai-catalog.json"] = b"[" * 50 + b"]" * 50
         code, _, err = await run_cli("catalog", site.url + "/.well-known/ai-catalog.json")
         assert code == 1 and "nest" in err
+
+
+def test_a_publisher_that_is_no_domain_stops_start_up(tmp_path: Path) -> None:
+    cfg, _ = config_dict(tmp_path, "home", extra={"agent": {"id": "home",
+                                                            "publisher": "not a domain"}})
+    with pytest.raises(ConfigError, match="agent.publisher: expected a domain name"):
+        load_config(write_config(tmp_path, "home", cfg))

@@ -150,12 +150,26 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text: how many agents are live now (authenticated like the rest)."""
+    """Prometheus text: how many agents are live now, the ARD index's size, what
+    federation dropped (authenticated like the rest)."""
     reg = request.app[REGISTRY]
     live = await reg.store.count_live(now=reg.clock.now())
+    ard = request.app[ARD]
     text = ("# HELP butler_registry_agents Live registered agents\n"
             "# TYPE butler_registry_agents gauge\n"
-            f"butler_registry_agents {live}\n")
+            f"butler_registry_agents {live}\n"
+            "# HELP butler_registry_catalog_entries Catalog entries in the ARD index\n"
+            "# TYPE butler_registry_catalog_entries gauge\n"
+            f"butler_registry_catalog_entries {len(ard.index.entries)}\n"
+            "# HELP butler_registry_catalog_quarantined Catalog entries held back, with a "
+            "reason\n"
+            "# TYPE butler_registry_catalog_quarantined gauge\n"
+            f"butler_registry_catalog_quarantined {len(ard.index.quarantine)}\n"
+            "# HELP butler_registry_federation_dropped_total Upstream results dropped, by "
+            "why\n"
+            "# TYPE butler_registry_federation_dropped_total counter\n"
+            + "".join(f'butler_registry_federation_dropped_total{{reason="{why}"}} {n}\n'
+                      for why, n in sorted(ard.federation.dropped.items())))
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 

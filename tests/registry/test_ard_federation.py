@@ -74,6 +74,11 @@ async def test_auto_merges_by_trust_dedupes_and_marks_the_source(tmp_path: Path)
             assert marks == {"localweather": ("local", a.url), "shared": ("trusted", b.url),
                              "weather": ("trusted", b.url), "listedonly": ("listed", c.url)}
             assert a.ard.federation.dropped["key_conflict"] == 1  # c's weather, other key
+            async with aiohttp.ClientSession() as http, http.get(
+                    a.url + "/metrics", headers=auth("alice")) as resp:
+                metrics = await resp.text()
+            assert 'butler_registry_federation_dropped_total{reason="key_conflict"} 1' in metrics
+            assert "butler_registry_catalog_entries 1\n" in metrics
             assert all(0 <= r["score"] <= 100 for r in answer["results"])
             assert "referrals" not in answer
 
