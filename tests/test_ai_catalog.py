@@ -147,5 +147,5 @@ async def test_butler_catalog_names_each_problem(tmp_path: Path) -> None:
 def test_a_publisher_that_is_no_domain_stops_start_up(tmp_path: Path) -> None:
     cfg, _ = config_dict(tmp_path, "home", extra={"agent": {"id": "home",
                                                             "publisher": "not a domain"}})
-    with pytest.raises(ConfigError, match="agent.publisher: expected a domain name"):
+    with pytest.raises(ConfigError, match=r"agent\.publisher: expected a domain name"):
         load_config(write_config(tmp_path, "home", cfg))
