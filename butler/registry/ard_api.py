@@ -248,19 +248,18 @@ async def search(request: web.Request) -> web.Response:
     tokens = query_tokens(req.text)
     want = offset + req.page_size
     now = ard.clock.now()
-    local = list(ard.index.matching(req.filters, now, tokens))
+    local = ard.index.ranked(tokens, req.filters, now, want + 1)
     answers = await ard.federation.ask_upstreams(req, want, hop_from(request.headers,
                                                                     ard.config.federation)) \
         if req.federation == "auto" else []
-    if answers:
-        merged = [c for c in ard.federation.merge(_local(local), answers)
+    if answers:  # merged, then all scored here: an upstream's scores are its claims
+        merged = [c for c in ard.federation.merge(_local(i for _, i in local), answers)
                   if matches_filters(c.entry, c.source, req.filters)]
-        scored = [(score(entry_fields(c.entry), tokens), c) for c in merged]
-    else:  # the common case, with no upstream: the index's own words
-        scored = [(score(i.fields, tokens), c) for i, c in zip(local, _local(local),
-                                                                strict=True)]
-    ranked = heapq.nsmallest(want + 1, ((s, c) for s, c in scored if s > 0), key=lambda sc: (
-        -sc[0], TRUST_RANK[sc[1].trust], sc[1].entry["identifier"]))
+        ranked = heapq.nsmallest(want + 1, (
+            (s, c) for c in merged if (s := score(entry_fields(c.entry), tokens)) > 0),
+            key=lambda sc: (-sc[0], TRUST_RANK[sc[1].trust], sc[1].entry["identifier"]))
+    else:
+        ranked = [(s, c) for (s, _), c in zip(local, _local(i for _, i in local), strict=True)]
     page = ranked[offset:want]
     answer: dict[str, Any] = {"results": [_result(c, s) for s, c in page]}
     if req.federation == "referrals":

@@ -22,6 +22,7 @@ its lifetime, so a restarted registry fills it again from the store and the netw
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -140,7 +141,8 @@ class CatalogIndex:
     entries: dict[str, Indexed] = field(default_factory=dict)
     quarantine: dict[tuple[str, str], Quarantined] = field(default_factory=dict)
     pins: dict[str, PublicKey] = field(default_factory=dict)
-    _words: dict[str, set[str]] = field(default_factory=dict)
+    # word -> {identifier: the weight of the field it is in (the heaviest)}
+    _words: dict[str, dict[str, int]] = field(default_factory=dict)
     _terms: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _origins: dict[str, set[str]] = field(default_factory=dict)
     version: int = 0  # bumped on every change: gossip pushes what changed since
@@ -177,9 +179,8 @@ class CatalogIndex:
                        entry_fields(entry), current.indexed_at if current is not None else now)
         self.entries[identifier] = item
         self._origins.setdefault(origin, set()).add(identifier)
-        for words_ in item.fields.values():
-            for word in words_:
-                self._words.setdefault(word, set()).add(identifier)
+        for word, weight in _weights(item.fields).items():
+            self._words.setdefault(word, {})[identifier] = weight
         for path in INDEXED_TERMS:
             for value in values_at(entry, path):
                 self._terms.setdefault((path, fold(value)), set()).add(identifier)
@@ -197,9 +198,12 @@ class CatalogIndex:
         if item is None:
             return
         self._origins.get(item.origin, set()).discard(identifier)
-        for words_ in item.fields.values():
-            for word in words_:
-                _discard(self._words, word, identifier)
+        for word in _weights(item.fields):
+            postings = self._words.get(word)
+            if postings is not None:
+                postings.pop(identifier, None)
+                if not postings:
+                    del self._words[word]
         for path in INDEXED_TERMS:
             for value in values_at(item.entry, path):
                 _discard(self._terms, (path, fold(value)), identifier)
@@ -241,24 +245,66 @@ class CatalogIndex:
         if tokens:
             hit: set[str] = set()
             for token in tokens:
-                hit |= self._words.get(token, set())
+                hit.update(self._words.get(token, ()))
             sets.append(hit)
-        for path in INDEXED_TERMS:
-            if path in filters:
-                sets.append(set().union(*(self._terms.get((path, fold(v)), set())
-                                          for v in filters[path])))
-        rest = {p: frozenset(fold(v) for v in vs) for p, vs in filters.items()
-                if p not in INDEXED_TERMS}
-        candidates: Iterable[str] = sorted(sets, key=len)[0] if sets else list(self.entries)
+        sets += self._term_sets(filters)
+        sets.sort(key=len)
+        candidates: Iterable[str] = sets[0].intersection(*sets[1:]) if sets \
+            else list(self.entries)
+        entries = self.entries
         for identifier in candidates:
-            item = self.entries.get(identifier)
-            if item is None or item.expires_at <= now:
-                continue
-            if any(identifier not in s for s in sets):
-                continue
-            if all(any(fold(v) in wanted for v in item.values(p))
-                   for p, wanted in rest.items()):
+            item = entries[identifier]
+            if self._passes(item, filters, now):
                 yield item
+
+    def ranked(self, tokens: tuple[str, ...], filters: Mapping[str, tuple[str, ...]],
+               now: float, limit: int) -> list[tuple[int, Indexed]]:
+        """The ``limit`` best live matches of ``tokens`` that pass ``filters``, with
+        their scores (``score``'s, from the postings: only entries with a query word are
+        read, and only the best of them are looked at)."""
+        if not tokens:
+            return []
+        raw: dict[str, int] = {}
+        for token in tokens:
+            for identifier, weight in self._words.get(token, {}).items():
+                raw[identifier] = raw.get(identifier, 0) + weight
+        sets = self._term_sets(filters)
+        pool = [(i, r) for i, r in raw.items() if all(i in s for s in sets)] if sets \
+            else list(raw.items())
+        entries, whole = self.entries, _MAX_WEIGHT * len(tokens)
+
+        def order(pair: tuple[str, int]) -> tuple[int, int, str]:
+            return -pair[1], TRUST_RANK[entries[pair[0]].trust], pair[0]
+
+        wanted = limit
+        while True:  # a few more than asked, in case some fail the other filters
+            best = heapq.nsmallest(wanted, pool, key=order)
+            found = [(round(100 * r / whole), entries[i]) for i, r in best
+                     if self._passes(entries[i], filters, now)]
+            if len(found) >= limit or len(best) < wanted:
+                return found[:limit]
+            wanted *= 4
+
+    def _term_sets(self, filters: Mapping[str, tuple[str, ...]]) -> list[set[str]]:
+        return [set().union(*(self._terms.get((path, fold(v)), set()) for v in filters[path]))
+                for path in INDEXED_TERMS if path in filters]
+
+    @staticmethod
+    def _passes(item: Indexed, filters: Mapping[str, tuple[str, ...]], now: float) -> bool:
+        """Live, and every filter not answered by a term index passes."""
+        if item.expires_at <= now:
+            return False
+        return all(any(fold(v) in {fold(w) for w in wanted} for v in item.values(path))
+                   for path, wanted in filters.items() if path not in INDEXED_TERMS)
+
+
+def _weights(fields: Mapping[str, frozenset[str]]) -> dict[str, int]:
+    """Each word of an entry with the weight of the heaviest field it is in."""
+    found: dict[str, int] = {}
+    for name, weight in _FIELD_WEIGHTS:
+        for word in fields.get(name, ()):
+            found[word] = max(found.get(word, 0), weight)
+    return found
 
 
 def _discard(index: dict[Any, set[str]], key: Any, identifier: str) -> None:
