@@ -36,15 +36,15 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from butler.registry.ard_api import ARD  # noqa: E402 -- after the path is set
-from butler.registry.catalog_entry import A2A_CARD, MCP_CARD  # noqa: E402
-from butler.registry.clock import SystemClock  # noqa: E402
-from butler.registry.config import RegistryServiceConfig  # noqa: E402
-from butler.registry.federation_config import FederationConfig, Upstream  # noqa: E402
-from butler.registry.service import RunningRegistry, start_registry  # noqa: E402
-from butler.registry.sqlite_store import SqliteStore  # noqa: E402
-from internal.http import TokenEntry, hash_token  # noqa: E402
-from internal.protocol.a2a.model import Identity  # noqa: E402
+from butler.registry.ard_api import ARD
+from butler.registry.catalog_entry import A2A_CARD, MCP_CARD
+from butler.registry.clock import SystemClock
+from butler.registry.config import RegistryServiceConfig
+from butler.registry.federation_config import FederationConfig, Upstream
+from butler.registry.service import RunningRegistry, start_registry
+from butler.registry.sqlite_store import SqliteStore
+from internal.http import TokenEntry, hash_token
+from internal.protocol.a2a.model import Identity
 
 VOCABULARY = 3000
 TOKEN = "bench-token-0123456789"
