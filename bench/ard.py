@@ -36,6 +36,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# The intent bench's synthetic words (bench/ is on the path when a bench runs).
+from intent import VOCABULARY, _word
+
 from butler.registry.ard_api import ARD
 from butler.registry.catalog_entry import A2A_CARD, MCP_CARD
 from butler.registry.clock import SystemClock
@@ -46,17 +49,7 @@ from butler.registry.sqlite_store import SqliteStore
 from internal.http import TokenEntry, hash_token
 from internal.protocol.a2a.model import Identity
 
-VOCABULARY = 3000
 TOKEN = "bench-token-0123456789"
-
-
-def _word(n: int) -> str:
-    syllables = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "pa", "qu", "do")
-    out, n = "", n + 1
-    while n:
-        n, r = divmod(n, len(syllables))
-        out += syllables[r]
-    return out + "x"
 
 
 def entries(n: int, seed: int = 7, publisher: str | None = None) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from internal.protocol.a2a.model import ButlerError
 log = logging.getLogger("butler.registry")
 
 MAX_JSON_DEPTH = 32
+RETRY_SECONDS = 300.0
 _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*(\d{1,9})", re.IGNORECASE)
 
 
@@ -110,6 +111,9 @@ class Crawler:
         except CrawlFailed as exc:
             report.status, report.reason = "failed", str(exc)
             log.info("crawl of %s failed: %s", url, exc)
+            # Tried again after a while, not at every round; a new registration retries now.
+            known = self._known.setdefault(f"{origin} {url}", _Known())
+            known.due = now + min(self.config.crawl_interval_seconds, RETRY_SECONDS)
             self.reports[url] = report
             return report
         report.fetched = len(visited)

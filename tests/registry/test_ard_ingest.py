@@ -106,6 +106,8 @@ async def test_bad_catalogs_fail_with_a_reason_and_keep_what_was_indexed(
             reg.ard.crawler._known.clear()  # due again, no ETag
             report = await crawl(reg, url)
             assert report.status == "failed" and why in report.reason, report.reason
+            now = reg.ard.clock.now()  # not asked again at every round
+            assert not reg.ard.crawler.due(f"catalog:{url}", url, now + 60)
             assert await ids(reg) == [f"urn:air:{PUB}:agent:kept"]
 
 
