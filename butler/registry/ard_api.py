@@ -297,13 +297,23 @@ async def list_agents(request: web.Request) -> web.Response:
     req = parse_list(request.query)
     offset = ard.pages.offset(req.page_token, req.digest())
     items = [i for i in ard.index.matching(req.filters, ard.clock.now()) if _listed(i, req)]
-    items.sort(key=lambda i: i.identifier)
-    for name, descending in reversed(req.order):
-        items.sort(key=lambda i, n=name: _order_value(i, n), reverse=descending)  # type: ignore[misc]
-    page = items[offset:offset + req.page_size]
+    end = offset + req.page_size
+    directions = {descending for _, descending in req.order}
+    if len(directions) == 1:  # one direction: only the first ``end`` are put in order
+        def key(i: Indexed) -> tuple[Any, ...]:
+            return (*(_order_value(i, name) for name, _ in req.order), i.identifier)
+
+        pick = heapq.nlargest if directions == {True} else heapq.nsmallest
+        page = pick(end, items, key=key)[offset:]
+    else:
+        items.sort(key=lambda i: i.identifier)
+        for name, descending in reversed(req.order):
+            items.sort(key=lambda i, n=name: _order_value(i, n),  # type: ignore[misc]
+                       reverse=descending)
+        page = items[offset:end]
     answer: dict[str, Any] = {"items": [i.entry for i in page], "total": len(items)}
-    if offset + req.page_size < len(items):
-        answer["pageToken"] = ard.pages.issue(offset + req.page_size, req.digest())
+    if end < len(items):
+        answer["pageToken"] = ard.pages.issue(end, req.digest())
     return json_response(answer)
 
 

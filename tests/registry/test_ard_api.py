@@ -158,6 +158,8 @@ async def test_agents_lists_deterministically_with_filters_order_and_pages(
         "urn:air:travel.example:agent:travel", "urn:air:weather.example:agent:weather"]
     _, desc = await list_ids(client, orderBy="displayName DESC")
     assert [i["displayName"] for i in desc["items"]] == ["Weather", "Travel"]
+    _, mixed = await list_ids(client, orderBy="type ASC, displayName DESC")
+    assert [i["displayName"] for i in mixed["items"]] == ["Weather", "Travel"]
     _, flt = await list_ids(client, filter="type = 'application/a2a-agent-card+json' AND "
                             "publisherId = 'travel.example,nowhere.example'")
     assert [i["displayName"] for i in flt["items"]] == ["Travel"]
