@@ -60,6 +60,7 @@ log = logging.getLogger("butler.registry")
 
 ARD_PATHS = frozenset({"/search", "/explore", "/agents"})
 CATALOG_FILE = "/.well-known/ai-catalog.json"
+RESYNC_SECONDS = 300.0
 _ERROR_CODES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
                 404: "NOT_FOUND", 429: "RATE_LIMIT_EXCEEDED", 503: "UNAVAILABLE"}
 
@@ -82,6 +83,7 @@ class Ard:
     pages: PageTokens
     pending: set[asyncio.Task[Any]] = field(default_factory=set)
     crawled: asyncio.Event = field(default_factory=asyncio.Event)  # a first round is done
+    resynced: float = float("-inf")  # when the index last read the store's agents
     gossip_batches: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
@@ -154,7 +156,10 @@ class Ard:
         jobs: list[tuple[str, str, float, str | None]] = [
             (url, f"catalog:{url}", now + 3 * fed.crawl_interval_seconds, None)
             for url in fed.catalogs if self.crawler.due(f"catalog:{url}", url, now)]
-        if fed.crawl_registered:
+        if now >= self.resynced + min(fed.crawl_interval_seconds, RESYNC_SECONDS):
+            # The store's agents: registered or refreshed through another replica, or
+            # before a restart (this replica's own writes reach the index at once).
+            self.resynced = now
             after: str | None = None
             while True:
                 agents, after = await self.store.query(Query(), now=now, limit=500, after=after)
@@ -162,7 +167,10 @@ class Ard:
                     origin = f"agent:{agent.name}"
                     if not self.index.origin_of(origin):
                         self.on_registered(agent)
-                    elif self.crawler.due(origin, catalog_url(agent.url), now):
+                        continue
+                    self.index.extend_origin(origin, agent.expires_at)
+                    if fed.crawl_registered and self.crawler.due(origin, catalog_url(agent.url),
+                                                                 now):
                         jobs.append((catalog_url(agent.url), origin, agent.expires_at,
                                      agent.url))
                 if after is None:

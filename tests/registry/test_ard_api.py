@@ -188,3 +188,23 @@ async def test_expired_agents_leave_search(client: Client, clock: ManualClock) -
     clock.advance(10_000)
     _, body = await post(client, "/search", {"query": {"text": "agent"}})
     assert body["results"] == []
+
+
+async def test_a_replica_finds_agents_registered_through_another(
+        aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+        client: Client, store: RegistryStore, clock: ManualClock) -> None:
+    # A second registry on the same store: a restart, or another replica on Redis.
+    federation = FederationConfig(crawl_registered=False)
+    other = await aiohttp_client(build_registry_app(config(federation=federation), store,
+                                                    clock))
+    ard = other.app[ARD]
+    await ard.crawled.wait()  # its round at start-up read the store
+    assert set(ard.index.entries) == {"urn:air:travel.example:agent:travel",
+                                      "urn:air:weather.example:agent:weather"}
+    # Refreshed through the first replica: the second extends its copy when it reads again.
+    clock.advance(250)
+    resp = await client.post("/v1/agents/travel/heartbeat", headers=auth("alice"))
+    assert resp.status == 200
+    clock.advance(150)  # past the first TTL, within the refreshed one, past a resync period
+    await ard.crawl_due()
+    assert set(ard.index.entries) == {"urn:air:travel.example:agent:travel"}
