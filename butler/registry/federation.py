@@ -49,6 +49,7 @@ DEADLINE_HEADER = "ARD-Deadline-Ms"
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
 RESULT_ONLY = ("score", "source", "sourceTrust")
 GOSSIP_BATCH = 500
+PUSH_GAP_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,8 @@ class Federation:
             except Exception as exc:  # the next round tries again
                 failures += 1
                 log.warning("gossip push failed (%d time(s) in a row): %s", failures, exc)
+            # Changes that come in a burst (many registrations) make one push, not many.
+            await asyncio.sleep(min(PUSH_GAP_SECONDS, self.config.gossip_interval_seconds))
 
     async def push(self) -> None:
         """Every own signed entry, to every trusted upstream."""
