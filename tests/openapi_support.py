@@ -135,7 +135,7 @@ def _codes(doc: ApiDoc, schema: Mapping[str, Any]) -> set[str]:
     """Codes named by ``error.code`` enums and consts, through ``$ref`` and ``allOf``."""
     schema = doc.resolve(schema)
     found: set[str] = set()
-    for part in schema.get("allOf", []):
+    for part in (*schema.get("allOf", []), *schema.get("oneOf", [])):
         found |= _codes(doc, part)
     props = schema.get("properties", {})
     # ``{"error": {"code"}}``, or ARD's ``{"errorCode"}`` on the registry's ARD routes.
