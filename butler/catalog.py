@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from yarl import URL
 
 from butler.identity.key_file import AgentIdentity
 from butler.registry.catalog_entry import (
     SPEC_VERSION,
     card_entry,
-    is_domain,
     mcp_entry,
+    publisher_of_url,
     sign_entry,
 )
 from internal.protocol.a2a.codec import exact_json
@@ -43,13 +42,8 @@ class ExposedAgent:
 
 
 def publisher_for(configured: str, url: str) -> str:
-    """The configured publisher domain, else the host the daemon is reached at (a host
-    that is no domain name, an IPv6 literal, becomes ``agent.localhost``, the URN
-    guide's placeholder)."""
-    if configured:
-        return configured
-    host = (URL(url).raw_host or "").lower()
-    return host if is_domain(host) else "agent.localhost"
+    """The configured publisher domain, else the host the daemon is reached at."""
+    return configured or publisher_of_url(url)
 
 
 def build_catalog(name: str, publisher: str, agents: Iterable[ExposedAgent]) -> dict[str, Any]:

@@ -37,7 +37,13 @@ from butler.registry.ard_query import (
     parse_list,
     parse_search,
 )
-from butler.registry.catalog_entry import CATALOG, card_entry, check_entry, is_domain, urn
+from butler.registry.catalog_entry import (
+    CATALOG,
+    card_entry,
+    check_entry,
+    publisher_of_url,
+    urn,
+)
 from butler.registry.catalog_index import (
     TRUST_RANK,
     CatalogIndex,
@@ -90,8 +96,7 @@ class Ard:
     def build(cls, config: RegistryServiceConfig, store: RegistryStore, clock: Clock) -> Ard:
         fed = config.federation
         source = fed.public_url or f"http://{config.bind_address}:{config.port}"
-        host = (URL(source).raw_host or "").lower()
-        publisher = fed.publisher or (host if is_domain(host) else "agent.localhost")
+        publisher = fed.publisher or publisher_of_url(source)
         identifier = urn(publisher, "registry", fed.name)
         index = CatalogIndex()
         # Replicas sharing a config share the key: a page token works on any of them.
@@ -110,9 +115,8 @@ class Ard:
     def on_registered(self, agent: AgentEntry) -> None:
         """Its card's entry now; its catalog's entries once crawled."""
         now = self.clock.now()
-        host = (URL(agent.url).raw_host or "").lower()
-        publisher = host if is_domain(host) else "agent.localhost"
-        entry = card_entry({**agent.card, "agent_id": agent.name}, publisher=publisher,
+        entry = card_entry({**agent.card, "agent_id": agent.name},
+                           publisher=publisher_of_url(agent.url),
                            base_url=agent.url)
         entry["metadata"] = {"registryName": agent.name, "registrant": agent.owner}
         origin = f"agent:{agent.name}"

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from yarl import URL
+
 from butler.config.common import DOMAIN
 from butler.registry.model import bad, check_url, has_control
 from internal.protocol.a2a.model import RequestError
@@ -61,6 +63,13 @@ MAX_DATA_BYTES = 64 * 1024
 
 def is_domain(text: str) -> bool:
     return bool(DOMAIN.fullmatch(text))
+
+
+def publisher_of_url(url: str) -> str:
+    """The publisher a URL's host can be: itself when it is a domain name (or a dotted
+    IPv4 address), else ``agent.localhost``, the URN guide's placeholder."""
+    host = (URL(url).raw_host or "").lower()
+    return host if is_domain(host) else "agent.localhost"
 
 
 def urn(publisher: str, namespace: str, name: str) -> str:

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from yarl import URL
-
 from butler.config.common import domain, secret, url
 from butler.config.node import Node
-from butler.registry.catalog_entry import REGISTRY, is_domain, urn
+from butler.registry.catalog_entry import REGISTRY, publisher_of_url, urn
 
 TRUST_LEVELS = ("trusted", "listed", "referral")
 FEDERATION_KEYS = ("public_url", "publisher", "name", "catalogs", "crawl", "upstreams",
@@ -27,8 +25,7 @@ class Upstream:
 
     @property
     def identifier(self) -> str:
-        host = (URL(self.url).raw_host or "").lower()
-        return urn(host if is_domain(host) else "agent.localhost", "registry", self.name)
+        return urn(publisher_of_url(self.url), "registry", self.name)
 
     def referral(self) -> dict[str, str]:
         return {"identifier": self.identifier, "displayName": self.display_name or self.name,
