@@ -54,9 +54,10 @@ def build_catalog(name: str, publisher: str, agents: Iterable[ExposedAgent]) -> 
         for item in found:
             entries.append(sign_entry(item, agent.identity.key, agent.identity.rotations)
                            if agent.identity is not None else item)
-    return {"specVersion": SPEC_VERSION,
-            "host": {"displayName": name, "identifier": f"did:web:{publisher}"},
-            "entries": entries}
+    host: dict[str, str] = {"displayName": name}
+    if not publisher.replace(".", "").isdigit():  # did:web names a domain, never an address
+        host["identifier"] = f"did:web:{publisher}"
+    return {"specVersion": SPEC_VERSION, "host": host, "entries": entries}
 
 
 class CatalogRoute:

@@ -78,6 +78,7 @@ async def test_catalog_is_public_valid_signed_and_cacheable(
     hosted_key = home.daemon.agents.running["helper"].daemon.identity.key.public
     assert entry_key(helper) == hosted_key
     assert [e["url"] for e in by_type[MCP_CARD]] == [f"{home.url}/mcp"]
+    assert doc["host"] == {"displayName": "home butler"}  # no did:web for an address
 
     status, _, again = await catalog(http, home, {"If-None-Match": etag})
     assert (status, again) == (304, etag)
