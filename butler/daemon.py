@@ -22,6 +22,7 @@ from butler.audit import AuditLog
 from butler.audit.log import AuditWriter
 from butler.audit.retention import ARCHIVE, retention_loop
 from butler.card import build_card
+from butler.catalog import CatalogRoute, ExposedAgent, publisher_for
 from butler.config.loader import is_loopback
 from butler.config.model import Config, http_url
 from butler.delegation.peers import Discovery
@@ -344,7 +345,10 @@ class Daemon:
                                     self.push, lambda: self.grpc_url, self.identity,
                                     inner_gate=agents.inner_gate, admin_routes=admin.routes())
         self._incident_log(stack, app)
-        await mount_mcp(app, stack, cfg, self.engine, catalog)  # before the app is frozen
+        mcp = await mount_mcp(app, stack, cfg, self.engine, catalog)  # before the app is frozen
+        app.add_routes(CatalogRoute(cfg.agent.name,
+                                    lambda: publisher_for(cfg.agent.publisher, self.url),
+                                    lambda: self._exposed(catalog, mcp=mcp)).routes())
         agents.mount(app)  # last: the daemon's own routes come first
         runner = self._runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=cfg.limits.shutdown_grace_seconds,
@@ -353,6 +357,20 @@ class Daemon:
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
         return runner
+
+
+    def _exposed(self, catalog: SkillCatalog, *, mcp: bool) -> list[ExposedAgent]:
+        """The agents its AI catalog lists: its own, then each hosted one, as their
+        public cards show them."""
+        found = [ExposedAgent(build_card(self.config, catalog, None, self.url, self.identity),
+                              self.url, self.identity, mcp)]
+        for agent_id, hosted in (self.agents.running if self.agents else {}).items():
+            assert self.agents is not None
+            url = self.agents.agent_url(agent_id)
+            found.append(ExposedAgent(build_card(hosted.daemon.config, hosted.daemon.catalog,
+                                                 None, url, hosted.daemon.identity),
+                                      url, hosted.daemon.identity))
+        return found
 
 
 async def _stop_serving(server: asyncio.Server, runner: web.AppRunner) -> None:

@@ -13,6 +13,7 @@ from aiohttp import web
 from yarl import URL
 
 from butler.a2a_wiring import A2AFront, a2a_operations, jsonrpc_dispatcher, standard_a2a
+from butler.catalog import CATALOG_PATH
 from butler.config.loader import is_loopback
 from butler.config.model import Config
 from butler.dashboard import DAEMON_PAGE
@@ -48,7 +49,8 @@ from internal.protocol.a2a.server import (
 )
 from internal.shares import ANONYMOUS
 
-PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAEMON_PAGE.paths,
+PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", CATALOG_PATH, BUTLER_V2_PATH,
+                *DAEMON_PAGE.paths,
                 *LOG_PATHS)
 A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 

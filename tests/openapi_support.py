@@ -135,13 +135,20 @@ def _codes(doc: ApiDoc, schema: Mapping[str, Any]) -> set[str]:
     """Codes named by ``error.code`` enums and consts, through ``$ref`` and ``allOf``."""
     schema = doc.resolve(schema)
     found: set[str] = set()
-    for part in schema.get("allOf", []):
+    for part in (*schema.get("allOf", []), *schema.get("oneOf", [])):
         found |= _codes(doc, part)
-    code = schema.get("properties", {}).get("error", {}).get("properties", {}).get("code", {})
+    props = schema.get("properties", {})
+    # ``{"error": {"code"}}``, or ARD's ``{"errorCode"}`` on the registry's ARD routes.
+    code = props.get("errorCode") or props.get("error", {}).get("properties", {}).get("code", {})
     if "const" in code:
         found.add(code["const"])
     found |= set(code.get("enum", []))
     return found
+
+
+def error_code(data: Any) -> str:
+    """An error answer's code: ``error.code``, or ARD's ``errorCode``."""
+    return str(data["error"]["code"] if "error" in data else data["errorCode"])
 
 
 def fuzz_operation(doc: ApiDoc, schema: Any, method: str, path: str, mode: Any, *,
@@ -159,7 +166,7 @@ def fuzz_operation(doc: ApiDoc, schema: Any, method: str, path: str, mode: Any, 
             response = case.call(base_url=base_url, session=session, headers=auth, timeout=10)
             case.validate_response(response, checks=checks)
             if response.status_code >= 400:
-                code = response.json()["error"]["code"]
+                code = error_code(response.json())
                 listed = doc.error_codes(method, path, response.status_code)
                 assert code in listed, (f"{code} is not listed for {method} {path} "
                                         f"{response.status_code}: {sorted(listed)}")

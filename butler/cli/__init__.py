@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "generate bearer tokens and their SHA-256 hashes"),
     "card": ("butler.cli.card_cmd", "add_parsers",
              "show any A2A agent's card: interfaces, skills, extensions, security, signature"),
+    "catalog": ("butler.cli.catalog_cmd", "add_parsers",
+                "print and check an AI catalog (ARD), this daemon's or anyone's"),
     "send": ("butler.cli.remote", "add_parsers", "submit a task and follow it until it ends"),
     "tasks": ("butler.cli.remote", "add_parsers",
               "list, show, cancel, watch or answer tasks on a Butler"),

@@ -18,6 +18,18 @@ def ident(node: Node) -> str:
     return text
 
 
+# A domain name in lower case (a publisher in catalog URNs: urn:air:<domain>:...).
+DOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+                    r"(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+
+
+def domain(node: Node) -> str:
+    text = node.string(max_len=253).lower()
+    if not DOMAIN.fullmatch(text):
+        node.fail(f"expected a domain name such as example.com, got {text!r}")
+    return text
+
+
 def url(node: Node) -> str:
     text = node.string()
     if not re.fullmatch(r"https?://[^\s/@]+(:\d+)?(/\S*)?", text):

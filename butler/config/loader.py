@@ -12,7 +12,7 @@ from pathlib import Path
 
 from butler.config import model as m
 from butler.config.a2a_standard import push_notifications
-from butler.config.common import ident, url
+from butler.config.common import domain, ident, url
 from butler.config.hosted import parse_hosted_list, parse_hosting
 from butler.config.node import Node, read_config_file, yaml_root
 from butler.config.operations import (
@@ -121,7 +121,7 @@ def _agent(node: Node | None) -> m.AgentConfig:
     d = m.AgentConfig()
     if node is None:
         return d
-    k = node.mapping({"id", "name", "description", "url", "version"})
+    k = node.mapping({"id", "name", "description", "url", "version", "publisher"})
     return m.AgentConfig(
         id=ident(k["id"]) if "id" in k else d.id,
         name=k["name"].string(max_len=200) if "name" in k else d.name,
@@ -129,6 +129,7 @@ def _agent(node: Node | None) -> m.AgentConfig:
         else d.description,
         url=url(k["url"]) if "url" in k else d.url,
         version=k["version"].string(max_len=64) if "version" in k else d.version,
+        publisher=domain(k["publisher"]) if "publisher" in k else d.publisher,
     )
 
 

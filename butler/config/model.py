@@ -261,6 +261,9 @@ class AgentConfig:
     description: str = "A Butler A2A delegation agent"
     url: str = ""
     version: str = "0.1.0"
+    # The domain its catalog entries' URNs name (urn:air:<publisher>:...); "": the host
+    # of its URL.
+    publisher: str = ""
 
 
 @dataclass(frozen=True)

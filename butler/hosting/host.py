@@ -26,6 +26,8 @@ from butler.config.hosted import AGENT_ID, hosted_config, parse_hosted_json
 from butler.config.model import Config, HostedAgentConfig
 from butler.config.node import ConfigError
 from butler.hosting.store import HostedStore
+from butler.identity.key_file import AgentIdentity
+from butler.skills.catalog import SkillCatalog
 from internal.http import IDENTITY, render_error
 from internal.protocol.a2a.model import RequestError, SetupError, StateConflict, Unavailable
 
@@ -36,6 +38,8 @@ class HostedDaemon(Protocol):
     """What the host needs of a hosted agent's daemon (``butler.daemon.Daemon``)."""
 
     config: Config
+    catalog: SkillCatalog  # its skills, for the daemon's AI catalog
+    identity: AgentIdentity  # the key its catalog entry is signed by
 
     @property
     def app(self) -> web.Application: ...

@@ -1,4 +1,4 @@
-"""``butler registry serve | find | list``.
+"""``butler registry serve | find | list | search``.
 
 The main CLI calls ``add_registry_parser`` on its subparsers and hands parsed arguments
 whose command is ``registry`` to ``run_registry_command``.
@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from butler.config.node import ConfigError
 from butler.registry.client import RegistryClient, RegistryError
@@ -47,7 +47,17 @@ def add_registry_parser(subparsers: argparse._SubParsersAction[argparse.Argument
     listing = sub.add_parser("list", help="all live agents")
     listing.add_argument("-q", "--text", help="only agents whose names or descriptions "
                          "contain these words")
-    for p in (find, listing):
+    search = sub.add_parser("search", help="ARD search: catalog entries ranked by relevance "
+                            "to a text, from this registry and the ones it federates with")
+    search.add_argument("text", metavar="TEXT")
+    search.add_argument("--federation", choices=("auto", "referrals", "none"), default="auto",
+                        help="ask upstream registries too (auto), list them (referrals), or "
+                        "not (none); default auto")
+    search.add_argument("--filter", action="append", default=[], metavar="PATH=VALUE",
+                        help="only entries with VALUE at PATH (type, tags, capabilities, "
+                        "publisher, trustManifest.*...); repeat for more")
+    search.add_argument("--limit", type=int, default=10, help="results to show (1-100)")
+    for p in (find, listing, search):
         p.add_argument("--url", help=f"registry URL (default: ${URL_ENV})")
         p.add_argument("--token-env", default=BEARER_ENV, metavar="VAR",
                        help=f"environment variable holding the bearer token "
@@ -73,6 +83,8 @@ def run_registry_command(args: argparse.Namespace) -> int:
     if not token:
         return _fail(f"no registry token: set the environment variable {args.token_env} "
                      "(or use --token-file)")
+    if args.registry_command == "search":
+        return _search_command(args, url, token)
     capability = args.capability if args.registry_command == "find" else None
     text = getattr(args, "text", None)
     try:
@@ -100,18 +112,62 @@ async def _find(url: str, token: str, *, capability: str | None,
 
 def print_table(entries: Sequence[AgentEntry], *, now: float, out: TextIO) -> None:
     rows = [("NAME", "URL", "CAPABILITIES", "EXPIRES IN")]
-    rows += [(e.name, _cell(e.url), _cell(", ".join(e.capabilities) or "-"),
+    rows += [(e.name, e.url, ", ".join(e.capabilities) or "-",
               _duration(e.expires_at - now)) for e in entries]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    print_rows(rows, out=out)
+
+
+def print_rows(rows: Sequence[Sequence[str]], *, out: TextIO) -> None:
+    """Columns padded to their widest cell, the last one as it is."""
+    rows = [[*(_cell(c) for c in row[:-1]), _cell(row[-1], whole=True)] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        out.write("  ".join([*cells, row[3]]) + "\n")
+        out.write("  ".join([*cells, row[-1]]).rstrip() + "\n")
 
 
-def _cell(text: str) -> str:
+def _search_command(args: argparse.Namespace, url: str, token: str) -> int:
+    filters: dict[str, list[str]] = {}
+    for item in args.filter:
+        path, sep, value = item.partition("=")
+        if not sep or not path:
+            return _fail(f"--filter {item!r}: expected PATH=VALUE")
+        filters.setdefault(path, []).append(value)
+    if not 1 <= args.limit <= 100:
+        return _fail("--limit: expected 1 to 100")
+
+    async def ask() -> dict[str, Any]:
+        async with RegistryClient(url, token) as client:
+            return await client.search(args.text, filters=filters,
+                                       federation=args.federation, page_size=args.limit)
+
+    try:
+        answer = asyncio.run(ask())
+    except (RegistryError, ValueError) as exc:
+        return _fail(str(exc), code=1)
+    if args.json:
+        print(json.dumps(answer, indent=2, ensure_ascii=False, default=str))
+        return 0
+    results = answer.get("results") or []
+    rows = [("SCORE", "IDENTIFIER", "TYPE", "SOURCE")]
+    rows += [(str(r.get("score")), str(r.get("identifier")), str(r.get("type")),
+              f"{r.get('source')} ({r.get('sourceTrust', '?')})")
+             for r in results if isinstance(r, dict)]
+    if len(rows) > 1:
+        print_rows(rows, out=sys.stdout)
+    else:
+        print("nothing found")
+    for ref in answer.get("referrals") or []:
+        if isinstance(ref, dict):
+            print(f"also ask: {_cell(str(ref.get('displayName')))} at "
+                  f"{_cell(str(ref.get('url')))}")
+    return 0
+
+
+def _cell(text: str, *, whole: bool = False) -> str:
     # Cards are validated, but a table must never let a value rewrite the terminal.
     text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+    return text if whole or len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
 
 
 def _duration(seconds: float) -> str:

@@ -125,6 +125,19 @@ class RegistryClient:
             params["cursor"] = cursor
         return found[:max_results]
 
+    async def search(self, text: str, *, filters: Mapping[str, list[str]] | None = None,
+                     federation: str = "auto", page_size: int = 10) -> dict[str, Any]:
+        """ARD ``POST /search``: the answer as sent (``results``, ``referrals``...)."""
+        query: dict[str, Any] = {"text": text}
+        if filters:
+            query["filter"] = dict(filters)
+        answer = await self._call("POST", "/search", body={
+            "query": query, "federation": federation, "pageSize": page_size})
+        if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
+            raise RegistryError("registry answered a search without results", status=200,
+                                code="bad_response")
+        return answer
+
     async def _call(
         self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None
     ) -> Any:
@@ -174,6 +187,8 @@ def _decode(raw: bytes, status: int) -> Any:
 
 def _error(decoded: Any, status: int, retry_after: str | None) -> RegistryError:
     err = decoded.get("error") if isinstance(decoded, dict) else None
+    if isinstance(decoded, dict) and "errorCode" in decoded:  # ARD's shape
+        err = {"code": decoded["errorCode"], "message": decoded.get("message", "")}
     code = str(err.get("code", "")) if isinstance(err, dict) else ""
     message = str(err.get("message", "")) if isinstance(err, dict) else ""
     code = code or f"http_{status}"

@@ -11,6 +11,11 @@ from urllib.parse import urlsplit
 
 from butler.config.node import Node, read_config_file, yaml_root
 from butler.config.sections import parse_token_entry
+from butler.registry.federation_config import (
+    FEDERATION_KEYS,
+    FederationConfig,
+    parse_federation,
+)
 from butler.registry.store import redact_url
 from internal.http import TokenEntry
 
@@ -36,6 +41,8 @@ class RegistryServiceConfig:
     max_writes_per_minute: int = 120
     max_inflight: int = 256
     body_timeout_seconds: float = 10.0
+    # ARD: its identity, what it crawls, the registries it federates with.
+    federation: FederationConfig = field(default_factory=FederationConfig)
 
     @property
     def store_display(self) -> str:
@@ -77,7 +84,7 @@ def parse_registry_config(
     node = top["registry"]
     k = node.mapping({
         "bind_address", "port", "store", "data_dir", "token_hashes", "sweep_interval_seconds",
-        "body_timeout_seconds", *_INT_KEYS,
+        "body_timeout_seconds", *_INT_KEYS, *FEDERATION_KEYS,
     })
     base = base_dir or Path.cwd()
     d = RegistryServiceConfig()
@@ -96,6 +103,7 @@ def parse_registry_config(
         bind_address=_bind(k["bind_address"]) if "bind_address" in k else d.bind_address,
         port=k["port"].integer(minimum=0, maximum=65535) if "port" in k else d.port,
         data_dir=data_dir, store=store, tokens=tokens, **limits,
+        federation=parse_federation(k, base),
     )
     if not config.min_ttl_seconds <= config.default_ttl_seconds <= config.max_ttl_seconds:
         bad = k.get("default_ttl_seconds") or k.get("max_ttl_seconds") \

@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from butler.dashboard import REGISTRY_PAGE
+from butler.registry.ard_api import ARD, Ard, ard_background, ard_routes, render_ard_error
 from butler.registry.card import build_entry, validate_card
 from butler.registry.clock import Clock
 from butler.registry.config import RegistryServiceConfig
@@ -40,7 +41,9 @@ from butler.registry.model import (
 )
 from butler.registry.store import AgentNotFound, NameOwned, Query, RegistryStore
 from internal.http import (
+    ERROR_RENDERERS,
     INCIDENTS,
+    ErrorRenderer,
     IncidentLog,
     ListenSettings,
     LoadLimits,
@@ -95,6 +98,9 @@ def build_registry_app(
     per_minute = config.max_writes_per_minute
     limits = TokenBuckets(rate=per_minute / 60, burst=per_minute, clock=clock.now)
     app[REGISTRY] = Registry(config, store, clock, limits)
+    app[ARD] = Ard.build(config, store, clock)
+    renderers: list[ErrorRenderer] = [render_ard_error]
+    app[ERROR_RENDERERS] = renderers
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/agents", list_agents)
@@ -103,8 +109,9 @@ def build_registry_app(
     app.router.add_delete("/v1/agents/{name}", delete_agent)
     app.router.add_post("/v1/agents/{name}/heartbeat", heartbeat)
     app.add_routes([document_route(OPENAPI_PATH, "butler.registry", "openapi.yaml"),
-                    *REGISTRY_PAGE.routes()])
+                    *REGISTRY_PAGE.routes(), *ard_routes()])
     app.cleanup_ctx.append(_sweeper)
+    app.cleanup_ctx.append(ard_background)
     return app
 
 
@@ -144,12 +151,26 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text: how many agents are live now (authenticated like the rest)."""
+    """Prometheus text: how many agents are live now, the ARD index's size, what
+    federation dropped (authenticated like the rest)."""
     reg = request.app[REGISTRY]
     live = await reg.store.count_live(now=reg.clock.now())
+    ard = request.app[ARD]
     text = ("# HELP butler_registry_agents Live registered agents\n"
             "# TYPE butler_registry_agents gauge\n"
-            f"butler_registry_agents {live}\n")
+            f"butler_registry_agents {live}\n"
+            "# HELP butler_registry_catalog_entries Catalog entries in the ARD index\n"
+            "# TYPE butler_registry_catalog_entries gauge\n"
+            f"butler_registry_catalog_entries {len(ard.index.entries)}\n"
+            "# HELP butler_registry_catalog_quarantined Catalog entries held back, with a "
+            "reason\n"
+            "# TYPE butler_registry_catalog_quarantined gauge\n"
+            f"butler_registry_catalog_quarantined {len(ard.index.quarantine)}\n"
+            "# HELP butler_registry_federation_dropped_total Upstream results dropped, by "
+            "why\n"
+            "# TYPE butler_registry_federation_dropped_total counter\n"
+            + "".join(f'butler_registry_federation_dropped_total{{reason="{why}"}} {n}\n'
+                      for why, n in sorted(ard.federation.dropped.items())))
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
@@ -172,6 +193,7 @@ async def put_agent(request: web.Request) -> web.Response:
     stored, created = await reg.store.upsert(
         entry, now=now, max_names=reg.config.max_names_per_identity
     )
+    request.app[ARD].on_registered(stored)
     return json_response(stored.to_json(now), status=201 if created else 200)
 
 
@@ -180,6 +202,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     body = await _body(request, reg, allowed={"ttl_seconds"}) if request.body_exists else {}
     now = reg.clock.now()
     entry = await reg.store.heartbeat(name, owner, now=now, ttl_seconds=_ttl(body, reg.config))
+    request.app[ARD].on_heartbeat(entry)
     return json_response(entry.to_json(now))
 
 
@@ -187,6 +210,7 @@ async def delete_agent(request: web.Request) -> web.Response:
     reg, owner, name = _write_prelude(request)
     force = identity_of(request).is_admin
     await reg.store.delete(name, owner, now=reg.clock.now(), force=force)
+    request.app[ARD].on_deleted(name)
     return web.Response(status=204)
 
 
@@ -321,4 +345,6 @@ async def start_registry(config: RegistryServiceConfig, store: RegistryStore,
     except BaseException:
         await runner.cleanup()
         raise
-    return RunningRegistry(runner, server)
+    running = RunningRegistry(runner, server)
+    app[ARD].bound(*running.address)
+    return running

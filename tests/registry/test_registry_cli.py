@@ -125,6 +125,17 @@ def test_find_and_list_against_a_live_registry(served: str) -> None:
     result = run_cli("list", "-q", "office agent", "--url", served, **token)
     assert len(result.stdout.splitlines()) == 3  # both cards share the description
 
+    result = run_cli("search", "office agent", "--federation", "none", "--url", served,
+                     **token)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["SCORE", "IDENTIFIER", "TYPE", "SOURCE"]
+    assert sorted(r.split()[1] for r in rows) == ["urn:air:127.0.0.1:agent:home",
+                                                  "urn:air:127.0.0.1:agent:office"]
+    assert all(r.endswith("(local)") for r in rows)
+    result = run_cli("search", "x", "--filter", "nope=1", "--url", served, **token)
+    assert result.returncode == 1 and "INVALID_ARGUMENT" in result.stderr
+
     result = run_cli("find", "nothing.here", "--url", served, **token)
     assert result.returncode == 0
     assert result.stdout.strip() == "no live agents provide nothing.here"

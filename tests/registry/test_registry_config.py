@@ -90,3 +90,59 @@ def test_token_hashes_are_required(body: str) -> None:
 def test_other_top_level_keys_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"r\.yaml: configurations: unknown key"):
         parse(f"registry:\n  token_hashes: [{HASH}]\nconfigurations: {{}}\n")
+
+
+def test_federation_keys() -> None:
+    cfg = parse(f"""
+registry:
+  token_hashes: [{HASH}]
+  public_url: https://registry.example.com
+  publisher: Example.com
+  name: main
+  catalogs: [https://acme.com/.well-known/ai-catalog.json]
+  crawl:
+    registered_agents: false
+    interval_seconds: 600
+    timeout_seconds: 5
+    max_bytes: 100000
+    max_entries: 500
+    max_depth: 2
+    allow_loopback: true
+    allow_private: true
+  upstreams:
+    - {{name: b, url: https://b.example.com, trust: trusted, token_env: B_TOKEN}}
+    - {{name: pub, url: https://finder.example.org, trust: referral, display_name: Public}}
+  federation:
+    deadline_seconds: 1.5
+    max_hops: 2
+    gossip_interval_seconds: 20
+    gossip_ttl_seconds: 120
+""", B_TOKEN="tok-b")
+    fed = cfg.federation
+    assert (fed.public_url, fed.publisher, fed.name) == (
+        "https://registry.example.com", "example.com", "main")
+    assert fed.catalogs == ("https://acme.com/.well-known/ai-catalog.json",)
+    assert not fed.crawl_registered and fed.crawl_loopback and fed.crawl_private
+    assert (fed.max_catalog_bytes, fed.max_catalog_entries, fed.max_catalog_depth) == (
+        100000, 500, 2)
+    b, pub = fed.upstreams
+    assert (b.trust, b.token, pub.trust, pub.token) == ("trusted", "tok-b", "referral", "")
+    assert "tok-b" not in repr(cfg)
+    assert pub.referral() == {"identifier": "urn:air:finder.example.org:registry:pub",
+                              "displayName": "Public", "type": "application/ai-registry+json",
+                              "url": "https://finder.example.org/search"}
+    assert (fed.deadline_seconds, fed.max_hops, fed.gossip_ttl_seconds) == (1.5, 2, 120)
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ("  upstreams: [{name: b, url: https://b.x, trust: best}]", "expected one of trusted"),
+    ("  upstreams: [{name: b, url: https://b.x, trust: listed}]", "needs token_env"),
+    ("  upstreams: [{url: https://b.x, trust: referral}]", "needs name"),
+    ("  publisher: not a domain", "expected a domain name"),
+    ("  catalogs: [ftp://x]", "expected an http:// or https:// URL"),
+    ("  crawl: {max_depth: 99}", "must be <= 8"),
+    ("  federation: {hops: 3}", "unknown key"),
+])
+def test_bad_federation_keys_name_the_key(body: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse(f"registry:\n  token_hashes: [{HASH}]\n{body}\n")

@@ -15,19 +15,26 @@ import aiohttp
 import pytest
 
 from butler.registry.clock import ManualClock
+from butler.registry.federation_config import FederationConfig, Upstream
 from butler.registry.sqlite_store import SqliteStore
-from tests.openapi_support import REGISTRY_V1, ApiDoc
+from tests.openapi_support import REGISTRY_V1, ApiDoc, error_code
 from tests.registry.registry_support import TOKENS, LiveRegistry, auth, config, make_card
 
 DOC = ApiDoc.packaged(REGISTRY_V1)
 AGENT = "/v1/agents/{name}"
 BEAT = "/v1/agents/{name}/heartbeat"
+ARD = ("/search", "/explore", "/agents")
+ARD_CODES = {"unauthenticated": "UNAUTHENTICATED", "header_too_large": "INVALID_ARGUMENT"}
 
 
 @pytest.fixture
 async def registry(tmp_path: Path) -> AsyncIterator[LiveRegistry]:
+    # "root" is a trusted upstream, so its gossip is accepted.
+    federation = FederationConfig(upstreams=(Upstream("root", "http://127.0.0.1:9", "trusted",
+                                                      "t"),), crawl_registered=False)
     reg = LiveRegistry(config(max_names_per_identity=2, max_writes_per_minute=40,
-                              max_card_bytes=4096, body_timeout_seconds=0.3), ManualClock())
+                              max_card_bytes=4096, body_timeout_seconds=0.3,
+                              federation=federation), ManualClock())
     store = await SqliteStore.open(tmp_path / "registry.db")
     await reg.start(store)
     yield reg
@@ -51,14 +58,14 @@ class Walker:
         data = DOC.check(method, template, status, got, body)
         assert status == expect, f"{method} {template}: {status} {body[:300]!r}"
         if status >= 400:
-            assert data["error"]["code"] in DOC.error_codes(method, template, status)
+            assert error_code(data) in DOC.error_codes(method, template, status)
         self.reached.add((method, template, status))
         return data
 
     async def error(self, method: str, template: str, expect: int, code: str,
                     **kwargs: Any) -> None:
         data = await self.call(method, template, expect, **kwargs)
-        assert data["error"]["code"] == code, data
+        assert error_code(data) == (ARD_CODES.get(code, code) if template in ARD else code), data
 
     async def slow_body(self, method: str, template: str) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.reg.port)
@@ -128,6 +135,8 @@ async def walk(w: Walker) -> None:
                   headers={"Content-Type": "text/plain"})
     await w.slow_body("POST", BEAT)
 
+    await walk_ard(w)
+
     await w.error("DELETE", AGENT, 403, "name_owned", who="bob")
     await w.error("DELETE", AGENT, 400, "invalid_request", name="-bad")
     await w.call("DELETE", AGENT, 204)
@@ -153,6 +162,33 @@ async def walk(w: Walker) -> None:
     unreachable = {("GET", "/healthz", 400), ("GET", "/v1/openapi.json", 400)}
     missing = {x for x in documented - w.reached - unreachable if x[2] != 503}
     assert not missing, f"documented but never seen: {sorted(missing)}"
+
+
+async def walk_ard(w: Walker) -> None:
+    """ARD's routes and the federation routes beside /v1, on the agents just registered."""
+    found = await w.call("POST", "/search", 200, json={"query": {"text": "memory search"},
+                                                       "federation": "none", "pageSize": 1})
+    assert found["results"][0]["identifier"].startswith("urn:air:127.0.0.1:agent:")
+    await w.call("POST", "/search", 200, json={"query": {"text": "memory search"},
+                                               "pageToken": found["pageToken"],
+                                               "federation": "none", "pageSize": 1})
+    await w.call("POST", "/explore", 200, json={"resultType": {"facets": [{"field": "type"}]}})
+    await w.call("GET", "/agents", 200, params={"filter": "type = 'x'", "orderBy": "type DESC"})
+    await w.call("GET", "/v1/catalog/status", 200)
+    for template, body in (("/search", {"query": {"text": "x", "filter": {"nope": "x"}}}),
+                           ("/explore", {"resultType": {}})):
+        await w.error("POST", template, 400, "INVALID_ARGUMENT", json=body)
+        await w.error("POST", template, 415, "INVALID_ARGUMENT", data=b"x",
+                      headers={"Content-Type": "text/plain"})
+        await w.error("POST", template, 413, "INVALID_ARGUMENT", json={"pad": "x" * 30_000})
+    await w.error("GET", "/agents", 400, "INVALID_ARGUMENT", params={"filter": "nope = 'x'"})
+    await w.error("POST", "/v1/gossip", 403, "forbidden", json={"entries": []})
+    await w.call("POST", "/v1/gossip", 200, who="root", json={"entries": []})
+    await w.error("POST", "/v1/gossip", 400, "invalid_request", who="root", json={"entries": 1})
+    await w.error("POST", "/v1/gossip", 413, "payload_too_large", who="root",
+                  json={"pad": "x" * 30_000})
+    await w.error("POST", "/v1/gossip", 415, "unsupported_media_type", who="root", data=b"x",
+                  headers={"Content-Type": "text/plain"})
 
 
 async def _status(w: Walker, method: str, template: str) -> int:

@@ -1,0 +1,315 @@
+"""The registry's index of AI Catalog entries, which ARD's API (``ard_api.py``) reads.
+
+Entries come from three places, each an *origin* whose entries are replaced together:
+a registered agent (``agent:<name>``: its card's entry at once, then its crawled
+catalog), a configured catalog (``catalog:<url>``) and a trusted registry's gossip
+(``gossip:<name>``). Each carries where it was indexed (``source``), how far it is
+trusted (``local``, ``trusted``, ``listed``) and when it lapses.
+
+Key continuity, as the registry keeps it for names (``keys.py``): the first key that
+signs an identifier is pinned to it; a copy signed by another key is admitted only with
+rotation statements leading from the pinned key to it, and is otherwise quarantined with
+the reason, and the identifier leaves the results until its publisher sorts it out. A
+signature that does not verify quarantines the copy the same way. An unsigned copy never
+replaces a signed one.
+
+Search is lexical: each entry's words, by field, in an inverted index; a query's score
+is the weighted share of its words an entry has (0-100). ``type``, ``publisher``,
+``tags`` and ``capabilities`` are term-indexed, so a filter on them reads only its
+matches. Kept in memory: every origin is re-crawled, re-registered or re-pushed within
+its lifetime, so a restarted registry fills it again from the store and the network.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from butler.registry.catalog_entry import entry_key, entry_rotations, publisher_of
+from butler.registry.model import fold
+from internal.signing import BadSignature, PublicKey, rotated_to
+
+TRUST_RANK = {"local": 0, "trusted": 1, "listed": 2}
+INDEXED_TERMS = ("type", "publisher", "tags", "capabilities")
+_WORD = re.compile(r"[^\W_]+")
+# Words a request for an agent says without saying what it wants.
+STOP_WORDS = frozenset({
+    "a", "an", "and", "any", "are", "as", "at", "be", "by", "can", "do", "find", "for", "from",
+    "get", "give", "help", "i", "in", "is", "it", "me", "my", "of", "on", "or", "please", "some",
+    "that", "the", "this", "to", "want", "with", "you",
+})
+# How much a query word counts where it is found: in the name, capabilities or tags (3),
+# in a representative query (2), in the description (1).
+_FIELD_WEIGHTS = (("name", 3), ("capabilities", 3), ("tags", 3), ("queries", 2),
+                  ("description", 1))
+_MAX_WEIGHT = 3
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(fold(text))
+
+
+def query_tokens(text: str) -> tuple[str, ...]:
+    """The words a search looks for: without stop words, unless there is nothing else."""
+    found = list(dict.fromkeys(words(text)))[:16]
+    meaningful = [w for w in found if w not in STOP_WORDS]
+    return tuple(meaningful or found)
+
+
+def values_at(entry: Mapping[str, Any], path: str) -> list[str]:
+    """Every value at a dot path, lists flattened (a filter matches any), as text."""
+    if path == "publisher":
+        return [publisher_of(str(entry.get("identifier", "")))]
+    current: list[Any] = [entry]
+    for part in path.split("."):
+        step: list[Any] = []
+        for value in current:
+            if isinstance(value, dict) and part in value:
+                found = value[part]
+                step.extend(found if isinstance(found, list) else [found])
+        current = step
+    return [str(v).lower() if isinstance(v, bool) else str(v)
+            for v in current if not isinstance(v, dict | list) and v is not None]
+
+
+def matches_filters(entry: Mapping[str, Any], source: str,
+                    filters: Mapping[str, tuple[str, ...]]) -> bool:
+    """Every filter key has a value among the entry's (case-insensitive)."""
+    for path, wanted in filters.items():
+        found = [source] if path == "source" else values_at(entry, path)
+        folded = {fold(v) for v in wanted}
+        if not any(fold(v) in folded for v in found):
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    entry: dict[str, Any]  # as published
+    identifier: str
+    origin: str
+    source: str
+    trust: str
+    expires_at: float
+    key: PublicKey | None  # the key it is signed by, verified
+    fields: Mapping[str, frozenset[str]]
+    indexed_at: float  # when this registry first indexed the identifier
+
+    @property
+    def publisher(self) -> str:
+        return publisher_of(self.identifier)
+
+    def values(self, path: str) -> list[str]:
+        return [self.source] if path == "source" else values_at(self.entry, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    identifier: str
+    origin: str
+    reason: str
+    at: float
+
+
+def entry_fields(entry: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    name = f"{entry.get('displayName', '')} {str(entry.get('identifier', '')).rsplit(':', 1)[-1]}"
+    return {
+        "name": frozenset(words(name)),
+        "capabilities": frozenset(w for c in entry.get("capabilities", []) for w in words(c)),
+        "tags": frozenset(w for t in entry.get("tags", []) for w in words(t)),
+        "queries": frozenset(w for q in entry.get("representativeQueries", [])
+                             for w in words(q)),
+        "description": frozenset(words(str(entry.get("description", "")))),
+    }
+
+
+def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
+    """0-100: the weighted share of ``tokens`` found, each where it counts most."""
+    if not tokens:
+        return 0
+    got = 0
+    for token in tokens:
+        got += max((w for name, w in _FIELD_WEIGHTS if token in fields.get(name, ())), default=0)
+    return round(100 * got / (_MAX_WEIGHT * len(tokens)))
+
+
+@dataclass
+class CatalogIndex:
+    entries: dict[str, Indexed] = field(default_factory=dict)
+    quarantine: dict[tuple[str, str], Quarantined] = field(default_factory=dict)
+    pins: dict[str, PublicKey] = field(default_factory=dict)
+    # word -> {identifier: the weight of the field it is in (the heaviest)}
+    _words: dict[str, dict[str, int]] = field(default_factory=dict)
+    _terms: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    _origins: dict[str, set[str]] = field(default_factory=dict)
+    version: int = 0  # bumped on every change: gossip pushes what changed since
+
+    # --- writing ----------------------------------------------------------------------
+
+    def admit(self, entry: dict[str, Any], *, origin: str, source: str, trust: str,
+              expires_at: float, now: float) -> str | None:
+        """Index one checked entry; the reason it was not indexed, or None."""
+        identifier = entry["identifier"]
+        try:
+            key = entry_key(entry)
+        except BadSignature as exc:
+            return self._quarantine(identifier, origin, f"signature: {exc.message}", now)
+        current = self.entries.get(identifier)
+        if key is None and current is not None and current.key is not None:
+            return f"{identifier}: unsigned, and a signed copy is indexed"
+        pinned = self.pins.get(identifier)
+        if key is not None and pinned is not None and key != pinned \
+                and not rotated_to(pinned, key.kid, entry_rotations(entry)):
+            self._remove(identifier)
+            return self._quarantine(
+                identifier, origin, f"key {key.kid} replaces the pinned key {pinned.kid} "
+                "without a rotation statement signed by it", now)
+        if current is not None and current.origin != origin and \
+                TRUST_RANK[current.trust] < TRUST_RANK[trust] and current.expires_at > now:
+            return f"{identifier}: a more trusted copy is indexed"
+        if key is not None:
+            self.pins[identifier] = key
+        self.quarantine.pop((identifier, origin), None)
+        current = self.entries.get(identifier)
+        self._remove(identifier)
+        item = Indexed(entry, identifier, origin, source, trust, expires_at, key,
+                       entry_fields(entry), current.indexed_at if current is not None else now)
+        self.entries[identifier] = item
+        self._origins.setdefault(origin, set()).add(identifier)
+        for word, weight in _weights(item.fields).items():
+            self._words.setdefault(word, {})[identifier] = weight
+        for path in INDEXED_TERMS:
+            for value in values_at(entry, path):
+                self._terms.setdefault((path, fold(value)), set()).add(identifier)
+        self.version += 1
+        return None
+
+    def _quarantine(self, identifier: str, origin: str, reason: str, now: float) -> str:
+        self.quarantine[(identifier, origin)] = Quarantined(identifier, origin, reason, now)
+        if len(self.quarantine) > 10_000:  # the oldest reasons go first
+            del self.quarantine[next(iter(self.quarantine))]
+        return f"{identifier} quarantined: {reason}"
+
+    def _remove(self, identifier: str) -> None:
+        item = self.entries.pop(identifier, None)
+        if item is None:
+            return
+        self._origins.get(item.origin, set()).discard(identifier)
+        for word in _weights(item.fields):
+            postings = self._words.get(word)
+            if postings is not None:
+                postings.pop(identifier, None)
+                if not postings:
+                    del self._words[word]
+        for path in INDEXED_TERMS:
+            for value in values_at(item.entry, path):
+                _discard(self._terms, (path, fold(value)), identifier)
+        self.version += 1
+
+    def replace_origin(self, origin: str, keep: Iterable[str]) -> int:
+        """Drop what ``origin`` indexed before and did not index again (``keep``)."""
+        gone = self._origins.get(origin, set()) - set(keep)
+        for identifier in gone:
+            self._remove(identifier)
+        return len(gone)
+
+    def drop_origin(self, origin: str) -> None:
+        for identifier in list(self._origins.pop(origin, ())):
+            self._remove(identifier)
+
+    def extend_origin(self, origin: str, expires_at: float) -> None:
+        for identifier in self._origins.get(origin, ()):
+            item = self.entries[identifier]
+            self.entries[identifier] = Indexed(
+                item.entry, item.identifier, item.origin, item.source, item.trust,
+                max(item.expires_at, expires_at), item.key, item.fields, item.indexed_at)
+
+    def origin_of(self, origin: str) -> list[Indexed]:
+        return [self.entries[i] for i in sorted(self._origins.get(origin, ()))]
+
+    def expire(self, now: float) -> int:
+        gone = [i for i, item in self.entries.items() if item.expires_at <= now]
+        for identifier in gone:
+            self._remove(identifier)
+        return len(gone)
+
+    # --- reading ----------------------------------------------------------------------
+
+    def matching(self, filters: Mapping[str, tuple[str, ...]], now: float,
+                 tokens: tuple[str, ...] = ()) -> Iterator[Indexed]:
+        """Live entries with any of ``tokens`` (when given) that pass every filter."""
+        sets: list[set[str]] = []
+        if tokens:
+            hit: set[str] = set()
+            for token in tokens:
+                hit.update(self._words.get(token, ()))
+            sets.append(hit)
+        sets += self._term_sets(filters)
+        sets.sort(key=len)
+        candidates: Iterable[str] = sets[0].intersection(*sets[1:]) if sets \
+            else list(self.entries)
+        entries = self.entries
+        for identifier in candidates:
+            item = entries[identifier]
+            if self._passes(item, filters, now):
+                yield item
+
+    def ranked(self, tokens: tuple[str, ...], filters: Mapping[str, tuple[str, ...]],
+               now: float, limit: int) -> list[tuple[int, Indexed]]:
+        """The ``limit`` best live matches of ``tokens`` that pass ``filters``, with
+        their scores (``score``'s, from the postings: only entries with a query word are
+        read, and only the best of them are looked at)."""
+        if not tokens:
+            return []
+        raw: dict[str, int] = {}
+        for token in tokens:
+            for identifier, weight in self._words.get(token, {}).items():
+                raw[identifier] = raw.get(identifier, 0) + weight
+        sets = self._term_sets(filters)
+        pool = [(i, r) for i, r in raw.items() if all(i in s for s in sets)] if sets \
+            else list(raw.items())
+        entries, whole = self.entries, _MAX_WEIGHT * len(tokens)
+
+        def order(pair: tuple[str, int]) -> tuple[int, int, str]:
+            return -pair[1], TRUST_RANK[entries[pair[0]].trust], pair[0]
+
+        wanted = limit
+        while True:  # a few more than asked, in case some fail the other filters
+            best = heapq.nsmallest(wanted, pool, key=order)
+            found = [(round(100 * r / whole), entries[i]) for i, r in best
+                     if self._passes(entries[i], filters, now)]
+            if len(found) >= limit or len(best) < wanted:
+                return found[:limit]
+            wanted *= 4
+
+    def _term_sets(self, filters: Mapping[str, tuple[str, ...]]) -> list[set[str]]:
+        return [set().union(*(self._terms.get((path, fold(v)), set()) for v in filters[path]))
+                for path in INDEXED_TERMS if path in filters]
+
+    @staticmethod
+    def _passes(item: Indexed, filters: Mapping[str, tuple[str, ...]], now: float) -> bool:
+        """Live, and every filter not answered by a term index passes."""
+        if item.expires_at <= now:
+            return False
+        return all(any(fold(v) in {fold(w) for w in wanted} for v in item.values(path))
+                   for path, wanted in filters.items() if path not in INDEXED_TERMS)
+
+
+def _weights(fields: Mapping[str, frozenset[str]]) -> dict[str, int]:
+    """Each word of an entry with the weight of the heaviest field it is in."""
+    found: dict[str, int] = {}
+    for name, weight in _FIELD_WEIGHTS:
+        for word in fields.get(name, ()):
+            found[word] = max(found.get(word, 0), weight)
+    return found
+
+
+def _discard(index: dict[Any, set[str]], key: Any, identifier: str) -> None:
+    found = index.get(key)
+    if found is not None:
+        found.discard(identifier)
+        if not found:
+            del index[key]
