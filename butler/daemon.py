@@ -194,6 +194,7 @@ class Daemon:
             audit=lambda kind, **f: self._record(audit, kind, f),
             audit_room=audit.room,
             max_children=cfg.swarm.max_children_per_task,
+            input_wait_seconds=cfg.swarm.input_wait_seconds,
             max_tasks_per_caller=cfg.rate_limits.max_inflight_tasks_per_caller,
             workspace=workspace,
             planner=planner,

@@ -19,6 +19,7 @@ from typing import Any
 from butler.engine.events import EventHub, OutcomeWaiters
 from butler.engine.outcome import final_record
 from butler.engine.purge import PurgeListener, purge_loop
+from butler.engine.reattach import admitted_again, owner_of, reattachable, time_left
 from butler.engine.recovery import FinalRecords, recover
 from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.shutdown import stop_runs
@@ -30,6 +31,7 @@ from butler.engine.transitions import (
     Canceled,
     Event,
     InputReceived,
+    PeerTaskKnown,
     apply,
     created,
     interrupted,
@@ -107,10 +109,23 @@ class TaskEngine:
     async def start(self, records: FinalRecords | None = None) -> int:
         """Repair what the previous process left (``recovery``); returns how many tasks it
         cut off. ``records``: the audit log, to find final records it lost."""
-        stale = await recover(self.store, self._audit_final, records, self.deps.seal)
+        stale = await recover(self.store, self._audit_final, records, self.deps.seal,
+                              self._reattach)
         self._purger = asyncio.create_task(
             purge_loop(self.store, self._retention, self.purge_listeners))
         return stale
+
+    def _reattach(self, task: Task) -> bool:
+        """Start again the run of a delegation the restart cut off: it follows its peer's
+        task (``engine.reattach``). False for any other task."""
+        if self.delegator is None or not reattachable(task):
+            return False
+        policy = self.swarm.policy
+        run = TaskRun(self, self.swarm, self.deps, task, None, admitted_again(task, policy),
+                      owner_of(task), time_left(task, self._timeout(None, task.request)),
+                      None, self.delegator, reattach=task.peer_task)
+        self._start(run)
+        return True
 
     async def stop(self, grace: float) -> None:
         purger, self._purger = self._purger, None
@@ -363,6 +378,9 @@ class TaskEngine:
             return current  # nothing to record
         self._live[task_id] = task
         run = self._runs.get(task_id)
+        if isinstance(event, PeerTaskKnown):  # kept, not a change anyone follows
+            await self.store.put(task)
+            return task
         if isinstance(event, ArtifactAdded):
             try:
                 await self.store.put(task)

@@ -45,12 +45,14 @@ AuditFinal = Callable[[Task, datetime | None, str], None]
 
 async def recover(store: TaskStore, audit_final: AuditFinal,
                   records: FinalRecords | None,
-                  seal: Callable[[Task], Sealed] = lambda task: Sealed(task, "")) -> int:
+                  seal: Callable[[Task], Sealed] = lambda task: Sealed(task, ""),
+                  reattach: Callable[[Task], bool] = lambda task: False) -> int:
     """Repairs both; returns how many tasks were found cut off by the restart. ``seal``
-    adds its signed receipt to a task it ends."""
+    adds its signed receipt to a task it ends. ``reattach``: takes up a task that can go
+    on (a delegation following its peer's task, ``engine.reattach``), True if it did."""
     if records is not None:
         await _record_missing_finals(store, audit_final, records)
-    stale = await store.open_tasks()
+    stale = [task for task in await store.open_tasks() if not reattach(task)]
     why = "the daemon restarted while this task was running"
     for task in stale:
         ended, receipt = seal(interrupted(task, "interrupted_by_restart", why, now_iso()))

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from butler.delegation.conversation import converse
 from butler.delegation.peers import DelegationPlan, PeerStatus
 from butler.engine.plan_run import PlanSteps
 from butler.engine.transitions import (
@@ -23,6 +24,7 @@ from butler.engine.transitions import (
     Event,
     Finished,
     InputRequested,
+    PeerTaskKnown,
     Started,
 )
 from butler.engine.workspace import NoWorkspace, Workspace
@@ -45,6 +47,7 @@ from butler.swarm.decision import Admitted, SwarmDecision
 from butler.swarm.spend import BudgetLedger
 from butler.telemetry.logs import TRACE_ID
 from butler.telemetry.traces import Incoming, remote_parent
+from internal.protocol.a2a.client import PeerUpdate, PeerWatch
 from internal.protocol.a2a.model import (
     Artifact,
     Budget,
@@ -53,6 +56,7 @@ from internal.protocol.a2a.model import (
     Identity,
     Message,
     Part,
+    PeerTask,
     Task,
     TaskError,
     TaskRequest,
@@ -72,8 +76,16 @@ class Delegator(Protocol):
     async def delegate(
         self, *, plan: DelegationPlan, request: TaskRequest, chain: tuple[str, ...],
         budget: Decimal, deadline: float, parent_task_id: str = "", tree_id: str = "",
+        watch: PeerWatch | None = None,
     ) -> DelegationResult:
         """Send ``request`` to ``plan``'s targets, without choosing again."""
+
+    async def resume(
+        self, *, peer_task: PeerTask, request: TaskRequest, chain: tuple[str, ...],
+        budget: Decimal, deadline: float, parent_task_id: str = "",
+        watch: PeerWatch | None = None, reattach: bool = False,
+    ) -> DelegationResult:
+        """The caller's answer to ``peer_task`` (or, ``reattach``, following it again)."""
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
 
@@ -117,6 +129,7 @@ class RunDeps:
     workspace: Workspace = field(default_factory=NoWorkspace)
     max_children: int = 8
     max_tasks_per_caller: int = 0  # running at once; 0: no cap
+    input_wait_seconds: float = 300.0  # a peer's question, relayed: its caller's answer
     planner: Planner | None = None  # the config's ``planner:``
     # A terminal task with this agent's signed receipt added (``butler.identity.receipts``).
     seal: Callable[[Task], Sealed] = _unsealed
@@ -132,13 +145,16 @@ class TaskRun:
     def __init__(self, engine: RunEngine, swarm: SwarmDecision, deps: RunDeps, task: Task,
                  skill: Skill | None, admitted: Admitted, caller: Identity, timeout: float,
                  incoming: Incoming | None, delegator: Delegator | None,
-                 delegation: DelegationPlan | None = None) -> None:
+                 delegation: DelegationPlan | None = None, *,
+                 reattach: PeerTask | None = None) -> None:
         """``swarm``: what the task's skill may route to or plan with (``route``,
         ``toolbox``); ``delegation``: where the task itself goes, when it is delegated
-        (the swarm decision chose it)."""
+        (the swarm decision chose it). ``reattach``: the peer's task a delegation cut off
+        by a restart follows again (``engine.reattach``)."""
         self.engine = engine
         self.swarm = swarm
         self.delegation = delegation
+        self.reattach = reattach
         self.deps = deps
         self.delegator = delegator
         self.may_delegate = admitted.may_delegate
@@ -284,14 +300,22 @@ class TaskRun:
         return result
 
     async def _run_delegation(self) -> SkillResult:
-        assert self.delegation is not None
         request = self.task.request
-        result = await self._send(self._delegator(), self.delegation, request.text,
-                                  dict(request.input))
+        plan = self.delegation or DelegationPlan(())  # re-attached: it goes where it went
+        result = await self._send(self._delegator(), plan, request.text, dict(request.input),
+                                  watch=self._watch_peer, reattach=self.reattach)
         if result.state != TaskState.COMPLETED.value:
             raise SkillFailed(result.error_code or "peer_error",
                               f"{result.peer}: {result.error_message or result.state}")
         return SkillResult(parts=result.parts, artifacts=result.artifacts)
+
+    async def _watch_peer(self, update: PeerUpdate) -> None:
+        """The task's own delegation: its peer's task kept with it once known (a restart
+        re-attaches to it)."""
+        live = self.engine.live(self.task_id)
+        if live is not None and live.peer_task != update.ref \
+                and not update.task.state.terminal:
+            await self.engine.apply(self.task_id, PeerTaskKnown(update.ref))
 
     # -- Host: what SkillContext calls ---------------------------------------------
 
@@ -302,9 +326,11 @@ class TaskRun:
                        last_chunk: bool = True) -> None:
         await self.engine.apply(self.task_id, ArtifactAdded(artifact, append, last_chunk))
 
-    async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp:
+    async def request_input(self, prompt: str, *, auth: bool = False,
+                            asked_by: str = "") -> FollowUp:
         self._waiter = asyncio.get_running_loop().create_future()
-        await self.engine.apply(self.task_id, InputRequested(prompt, auth=auth))
+        await self.engine.apply(self.task_id, InputRequested(prompt, auth=auth,
+                                                             asked_by=asked_by))
         try:
             return await self._waiter
         finally:
@@ -356,12 +382,26 @@ class TaskRun:
         if self._delegations >= self.deps.max_children:
             raise SkillFailed("too_many_delegations",
                               f"a task may delegate at most {self.deps.max_children} times")
-        if not self.may_delegate:
-            raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+        self._delegator_turn()
         return self.delegator
 
+    def _delegator_turn(self) -> None:
+        """Each turn of a delegation (the first, and each answer) is within max_depth."""
+        if not self.may_delegate:
+            raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+
+    async def _ask(self, result: DelegationResult) -> FollowUp:
+        """The peer's question, asked of this task's caller: its answer."""
+        return await self.request_input(
+            result.status_message, auth=result.state == TaskState.AUTH_REQUIRED.value,
+            asked_by=result.asked_by or result.peer)
+
     async def _send(self, delegator: Delegator, plan: DelegationPlan, task: str,
-                    input: dict[str, Any] | None) -> DelegationResult:
+                    input: dict[str, Any] | None, watch: PeerWatch | None = None,
+                    reattach: PeerTask | None = None) -> DelegationResult:
+        """One delegation, to its end: its peer's questions relayed to this task's caller
+        (``conversation``). ``reattach``: the peer's task this delegation was following
+        when this agent restarted, followed again instead of sending anything."""
         if not trace.get_current_span().get_span_context().is_valid:
             # Nothing records spans here, but the outbound call must still carry the
             # trace: it reads the parent from the current context.
@@ -372,11 +412,29 @@ class TaskRun:
                                     capabilities_needed=plan.capabilities,
                                     context_id=self.task.context_id)
         result: DelegationResult | None = None
+        chain = (*self.chain, self.deps.agent_id)
+
+        async def answer(peer_task: PeerTask, followup: FollowUp) -> DelegationResult:
+            self._delegator_turn()
+            return await delegator.resume(
+                peer_task=peer_task, chain=chain, budget=grant, deadline=self.deadline,
+                request=TaskRequest(text=followup.text, input=followup.input,
+                                    parts=followup.parts),
+                parent_task_id=self.task_id, watch=watch)
+
         try:
-            result = await delegator.delegate(
-                plan=plan, request=child_request, chain=(*self.chain, self.deps.agent_id),
-                budget=grant, deadline=self.deadline, parent_task_id=self.task_id,
-                tree_id=self.tree_id)
+            if reattach is not None:
+                result = await delegator.resume(
+                    peer_task=reattach, request=child_request, chain=chain, budget=grant,
+                    deadline=self.deadline, parent_task_id=self.task_id, watch=watch,
+                    reattach=True)
+            else:
+                result = await delegator.delegate(
+                    plan=plan, request=child_request, chain=chain, budget=grant,
+                    deadline=self.deadline, parent_task_id=self.task_id,
+                    tree_id=self.tree_id, watch=watch)
+            result = await converse(result, ask=self._ask, answer=answer,
+                                    wait_seconds=self.deps.input_wait_seconds)
         except ButlerError as err:
             raise DelegationError(err.code, err.message) from None
         finally:

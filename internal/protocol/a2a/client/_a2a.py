@@ -19,8 +19,9 @@ import importlib.util
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -35,17 +36,21 @@ from internal.protocol.a2a.client._http_bindings import (
     HttpRequests,
     JsonRpcTransport,
 )
-from internal.protocol.a2a.client._message import Outgoing
+from internal.protocol.a2a.client._message import Outgoing, PeerUpdate, PeerWatch
 from internal.protocol.a2a.client._v2 import V2Transport
-from internal.protocol.a2a.codec.peer_answers import apply_event
+from internal.protocol.a2a.codec import swarm_envelope
+from internal.protocol.a2a.codec.peer_answers import apply_event, artifact_update
 from internal.protocol.a2a.model import (
     LEGACY_CARD_PATH,
     LEGACY_VERSION,
     PROTOCOL_VERSION,
     WELL_KNOWN_CARD_PATH,
+    ButlerError,
     DelegationFailed,
+    PeerTask,
     Task,
     TaskRequest,
+    TaskState,
     interrupted_or_terminal,
     version_matches,
 )
@@ -183,22 +188,84 @@ class A2AClient:
 
     async def run(self, request: TaskRequest, *, chain: tuple[str, ...],
                   budget: Decimal | None, headers: Mapping[str, str] | None = None,
-                  deadline: float, card: dict[str, Any] | None = None) -> Task:
+                  deadline: float, card: dict[str, Any] | None = None,
+                  peer_task: PeerTask | None = None, watch: PeerWatch | None = None,
+                  track: bool = False) -> Task:
         """Send ``request``; the task once it ended or waits on its caller. ``card``: the
         peer's A2A card as the caller already read (and checked) it, else it is read here
-        (a Butler's /v2 binding needs none)."""
-        message = Outgoing(request, chain, budget, dict(headers or {}))
+        (a Butler's /v2 binding needs none). ``peer_task``: the peer's task waiting on its
+        caller that ``request`` answers (sent to it, on the binding it was sent on).
+        ``watch``: told of the peer's task once its id is known, then of each change seen;
+        ``track``: know it before it is sent (on /v2, where the task can be sent with an
+        id of ours: a delegation that must survive a restart of this agent)."""
+        headers = dict(headers or {})
+        if peer_task is not None:
+            message = Outgoing(request, chain, budget, headers, peer_task.task_id,
+                               peer_task.context_id)
+            iface = self._interface_of(peer_task)
+            return await self._on_interface(iface, deadline, (
+                lambda transport: self._follow(transport, iface, message, deadline,
+                                               streaming=False, watch=watch)))
+        if self._v2 is not None and track and not request.id:
+            request = replace(request, id=uuid.uuid4().hex)
+        message = Outgoing(request, chain, budget, headers)
         if self._v2 is not None:
-            return await self._follow(self._v2, message, deadline, streaming=False)
+            if watch is not None and track and request.id:
+                ref = PeerTask(self.name, request.id, request.context_id or "", "butler", "",
+                               self.base_url, headers.get(swarm_envelope.TREE_HEADER, ""))
+                await watch(PeerUpdate(ref, _pending(ref)))
+            return await self._follow(self._v2, _BUTLER, message, deadline,
+                                      streaming=False, watch=watch)
         if card is None:
             card = await self.card(deadline)
         iface = choose_interface(card, self.name)
         streaming = _dict(card.get("capabilities")).get("streaming") is True
+        return await self._on_interface(iface, deadline, (
+            lambda transport: self._follow(transport, iface, message, deadline,
+                                           streaming=streaming, watch=watch)))
+
+    async def follow(self, peer_task: PeerTask, *, deadline: float,
+                     watch: PeerWatch | None = None) -> Task:
+        """The peer's task, read (``GetTask``) every ``poll_seconds`` until it ends or
+        waits on its caller: a delegation re-attached after a restart. A peer that does
+        not know the task any more: ``DelegationFailed("peer_task_lost")``."""
+        message = Outgoing(TaskRequest(), headers={
+            swarm_envelope.TREE_HEADER: peer_task.tree_id} if peer_task.tree_id else {})
+
+        async def poll(transport: Transport) -> Task:
+            try:
+                task = await transport.task(peer_task.task_id, message,
+                                            self._call_deadline(deadline))
+            except DelegationFailed as err:
+                if err.code in TRANSIENT:
+                    raise
+                raise _lost(peer_task, err) from None
+            except ButlerError as err:
+                raise _lost(peer_task, err) from None
+            return await self._poll_task(transport, task, message, deadline, peer_task, watch)
+
+        return await self._on_interface(self._interface_of(peer_task), deadline, poll)
+
+    def _interface_of(self, peer_task: PeerTask) -> Interface:
+        if peer_task.binding == "butler":
+            if self._v2 is None:
+                raise DelegationFailed("peer_error", f"{self.name} is no longer a Butler peer")
+            return _BUTLER
+        if self._v2 is not None:
+            raise DelegationFailed("peer_error", f"{self.name} is now a Butler peer, its "
+                                                 f"task was sent over {peer_task.binding}")
+        return Interface(peer_task.binding, peer_task.version, peer_task.url)
+
+    async def _on_interface(self, iface: Interface, deadline: float,
+                            use: Callable[[Transport], Awaitable[Task]]) -> Task:
+        """``use`` with the transport of ``iface``: the /v2 binding, JSON-RPC or HTTP+JSON
+        over the session, or gRPC over the peer's channel."""
+        if iface.binding == "butler":
+            assert self._v2 is not None
+            return await use(self._v2)
         if iface.binding != "GRPC":
-            transport: JsonRpcTransport | HttpJsonTransport = (
-                JsonRpcTransport if iface.binding == "JSONRPC" else HttpJsonTransport)(
-                    iface.url, iface.version, self._http)
-            return await self._follow(transport, message, deadline, streaming=streaming)
+            return await use((JsonRpcTransport if iface.binding == "JSONRPC"
+                              else HttpJsonTransport)(iface.url, iface.version, self._http))
         channels = GrpcChannels(size=1) if self._grpc is None else self._grpc
         try:
             with self._http.mapped(self._http.left(deadline)):
@@ -207,8 +274,7 @@ class A2AClient:
                         guard=self._guard, ca_file=self._ca_file,
                         max_response_bytes=self._max, connect_timeout=self._connect_timeout,
                         check=self._check) as grpc_transport:
-                    return await self._follow(grpc_transport, message, deadline,
-                                              streaming=streaming)
+                    return await use(grpc_transport)
         finally:
             if self._grpc is None:  # a one-off client: its channel goes with the call
                 await channels.aclose()
@@ -217,25 +283,48 @@ class A2AClient:
         """One request's deadline: the call's, within the client's timeout."""
         return time.monotonic() + self._http.left(deadline)
 
-    async def _follow(self, transport: Transport, message: Outgoing, deadline: float, *,
-                      streaming: bool) -> Task:
+    async def _follow(self, transport: Transport, iface: Interface, message: Outgoing,
+                      deadline: float, *, streaming: bool,
+                      watch: PeerWatch | None = None) -> Task:
         """Stream when the agent offers it, else (or when the stream is of no use) send;
         then poll until the task ends or waits on its caller."""
         task = None
         if streaming and isinstance(transport, StreamingTransport):
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
-                task = await self._fold(transport, transport.stream(message, deadline))
+                task = await self._fold(transport, iface,
+                                        transport.stream(message, deadline), watch)
         if task is None:
             task = await transport.send(message, self._call_deadline(deadline))
-        while not interrupted_or_terminal(task.state):
+        return await self._poll_task(transport, task, message, deadline,
+                                self._ref(iface, task, message), watch)
+
+    async def _poll_task(self, transport: Transport, task: Task, message: Outgoing,
+                    deadline: float, ref: PeerTask, watch: PeerWatch | None) -> Task:
+        """Read the task every ``poll_seconds`` until it ends or waits on its caller;
+        ``watch`` is told of each state or status message it had not seen."""
+        seen: tuple[TaskState, str] | None = None
+        while True:
+            if watch is not None and (task.state, task.status_message) != seen:
+                seen = (task.state, task.status_message)
+                await watch(PeerUpdate(ref, task))
+            if interrupted_or_terminal(task.state):
+                return task
             await asyncio.sleep(min(self._poll, self._http.left(deadline)))
             task = await transport.task(task.id, message, self._call_deadline(deadline))
-        return task
 
-    async def _fold(self, transport: StreamingTransport,
-                    results: AsyncIterator[Any]) -> Task | None:
+    def _ref(self, iface: Interface, task: Task, message: Outgoing) -> PeerTask:
+        """Where the peer's task is, as a delegation keeps it."""
+        return PeerTask(self.name, task.id or message.task_id,
+                        task.context_id or message.context_id, iface.binding, iface.version,
+                        iface.url or self.base_url,
+                        message.headers.get(swarm_envelope.TREE_HEADER, ""))
+
+    async def _fold(self, transport: StreamingTransport, iface: Interface,
+                    results: AsyncIterator[Any], watch: PeerWatch | None = None
+                    ) -> Task | None:
         """A stream's results into the task, until it ends or waits on its caller; None
-        when the stream does not begin with anything usable (the caller sends instead)."""
+        when the stream does not begin with anything usable (the caller sends instead).
+        ``watch`` is told of each event as it comes."""
         task: Task | None = None
         async with contextlib.aclosing(results):  # type: ignore[type-var]
             async for result in results:
@@ -249,6 +338,11 @@ class A2AClient:
                     log.info("%s: a stream that does not begin with anything usable; "
                              "sending the message without streaming", self.name)
                     return None
+                if watch is not None:
+                    chunk = artifact_update(result, transport.version)
+                    ref = self._ref(iface, task, Outgoing(TaskRequest()))
+                    await watch(PeerUpdate(ref, task, *chunk) if chunk is not None
+                                else PeerUpdate(ref, task))
                 if interrupted_or_terminal(task.state):
                     break
         return task
@@ -256,3 +350,22 @@ class A2AClient:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+# The /v2 binding, as a delegation's peer task records it.
+_BUTLER = Interface("butler", "", "")
+
+# A peer that cannot be reached (or not in time) may still know the task.
+TRANSIENT = frozenset({"peer_unreachable", "peer_timeout"})
+
+
+def _lost(peer_task: PeerTask, err: ButlerError) -> DelegationFailed:
+    return DelegationFailed("peer_task_lost", f"{peer_task.peer} no longer knows task "
+                                              f"{peer_task.task_id}: {err.message}")
+
+
+def _pending(ref: PeerTask) -> Task:
+    """The peer's task as known before it is sent: submitted."""
+    return Task(id=ref.task_id, context_id=ref.context_id, owner="",
+                state=TaskState.SUBMITTED, request=TaskRequest(), created_at="",
+                updated_at="")

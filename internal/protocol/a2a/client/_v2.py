@@ -112,7 +112,15 @@ class V2Transport:
         return self._x.task(data)
 
     async def send(self, message: Outgoing, deadline: float) -> Task:
-        """``A2AClient``'s send: the task submitted to block until it ends."""
+        """``A2AClient``'s send: the task submitted (or, a follow-up, the answer to the
+        peer's task that waits on it) to block until it ends or waits again."""
+        if message.task_id:
+            body = butler_v2.encode_request(replace(message.request, blocking=True),
+                                            chain=message.chain, budget=message.budget)
+            path = f"/v2/tasks/{quoted(message.task_id)}/input"
+            return self._x.task(await self.request("POST", path, body=body,
+                                                   headers=message.headers,
+                                                   timeout=deadline - time.monotonic()))
         return await self.submit(replace(message.request, blocking=True), chain=message.chain,
                                  budget=message.budget, headers=message.headers,
                                  timeout=deadline - time.monotonic())

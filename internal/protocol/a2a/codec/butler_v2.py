@@ -168,6 +168,9 @@ def encode_cost(node: CostNode) -> dict[str, Any]:
     }
 
 
+# The longest agent name kept as a relayed question's asker.
+MAX_ASKED_BY = 256
+
 # A state's wire name; ``TaskState.value`` is a property, looked up in Python each time.
 _STATE_NAMES = {s: s.value for s in TaskState}
 
@@ -209,6 +212,8 @@ def encode_task(task: Task) -> dict[str, Any]:
         out["cost"] = encode_cost(task.cost)
     if task.receipts:
         out["receipts"] = list(task.receipts)
+    if task.asked_by:  # a question relayed from down the delegation path: who asked it
+        out["status"]["asked_by"] = task.asked_by
     return out
 
 
@@ -311,6 +316,7 @@ def decode_task(value: Any) -> Task:
         chain=tuple(str(c) for c in _list(swarm.get("caller_chain"), "swarm.caller_chain")),
         trace_id=str(swarm.get("trace_id", "") or ""),
         receipts=_receipts(data.get("receipts")),
+        asked_by=str(status.get("asked_by", "") or "")[:MAX_ASKED_BY],
     )
 
 

@@ -1,0 +1,30 @@
+"""Plugin skills that ask their caller, for the multi-turn delegation tests."""
+
+from __future__ import annotations
+
+import asyncio
+
+from butler.skills.base import SkillContext, SkillOutput
+
+
+async def survey(ctx: SkillContext) -> SkillOutput:
+    """Asks for a colour, then (after reporting progress) for a sign-off, then answers."""
+    colour = await ctx.request_input("which colour?")
+    await ctx.progress(f"mixing {colour.text}")
+    signed = await ctx.request_auth("sign off the mix")
+    return f"{colour.text} paint, signed by {signed.text}"
+
+
+async def ask_then_work(ctx: SkillContext) -> SkillOutput:
+    """Asks one question, then works until canceled (or 30 s pass): a peer task still
+    running when the test kills its caller's daemon."""
+    answer = await ctx.request_input("how many?")
+    await ctx.progress(f"counting to {answer.text}")
+    await asyncio.sleep(float(ctx.input.get("work_seconds", 30)))
+    return f"counted to {answer.text}"
+
+
+async def nag(ctx: SkillContext) -> SkillOutput:
+    """Asks again after every answer: never done."""
+    while True:
+        await ctx.request_input("and again?")

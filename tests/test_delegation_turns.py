@@ -1,0 +1,107 @@
+"""Delegation as a conversation across hops (issue 34, requirement 2): a peer's question
+becomes the delegating task's own state, the caller's answer goes on to the peer's task,
+for as many turns and hops as it takes; Butler peers on loopback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from internal.protocol.a2a.model import TaskRequest, TaskState
+from tests.delegation_support import Mesh
+
+SURVEY = {"id": "survey", "python": "tests.plugins.questions:survey", "expose": True,
+          "capabilities": ["lab.survey"]}
+NAG = {"id": "nag", "python": "tests.plugins.questions:nag", "expose": True,
+       "capabilities": ["lab.nag"]}
+
+
+def three_hops(mesh: Mesh, capability: str, lab_skill: dict[str, Any],
+               home_swarm: dict[str, Any] | None = None) -> None:
+    """home -> office -> lab, only lab doing the work."""
+    admin = {"operator": {"bound": False, "tier": "admin"}}  # lists every caller's tasks
+    mesh.agent("home", skills=[], swarm=home_swarm)
+    mesh.agent("office", skills=[], callers=admin)
+    mesh.agent("lab", skills=[lab_skill], callers=admin)
+    mesh.link("home", "office", [capability])
+    mesh.link("office", "lab", [capability])
+
+
+async def office_and_lab_tasks(mesh: Mesh) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The one task office and lab each have (their operators list them)."""
+    found = []
+    for name in ("office", "lab"):
+        listing = await mesh.instances[name].client().list_tasks()
+        assert len(listing["tasks"]) == 1, listing
+        found.append(listing["tasks"][0])
+    return found[0], found[1]
+
+
+async def test_lab_asks_twice_and_home_answers_each_question(mesh: Mesh) -> None:
+    three_hops(mesh, "lab.survey", SURVEY)
+    agents = await mesh.start()
+    home = agents["home"].client()
+
+    asked = await home.submit(TaskRequest(text="paint", capabilities_needed=("lab.survey",)))
+    assert asked.state is TaskState.INPUT_REQUIRED
+    assert asked.status_message == "which colour?"
+    assert asked.asked_by == "lab"  # two hops down, not office
+    office, lab = await office_and_lab_tasks(mesh)
+    assert office["state"] == lab["state"] == "input-required"
+    assert office["status"]["asked_by"] == "lab" and "asked_by" not in lab["status"]
+
+    signing = await home.answer(asked.id, "teal")
+    assert signing.state is TaskState.AUTH_REQUIRED
+    assert signing.status_message == "sign off the mix" and signing.asked_by == "lab"
+
+    done = await home.answer(asked.id, "ada")
+    assert done.state is TaskState.COMPLETED, done.error
+    assert done.parts[0].text == "teal paint, signed by ada"
+    assert done.asked_by == ""
+    office, lab = await office_and_lab_tasks(mesh)
+    assert office["state"] == lab["state"] == "completed"
+    # One delegation each, however many turns: one child in each cost tree.
+    assert done.cost is not None and [c.agent for c in done.cost.children] == ["office"]
+    assert [c["agent"] for c in office["cost"]["children"]] == ["lab"]
+
+
+async def test_an_answer_to_a_task_not_waiting_is_refused_and_changes_nothing(
+        mesh: Mesh, http: aiohttp.ClientSession) -> None:
+    three_hops(mesh, "lab.survey", SURVEY)
+    agents = await mesh.start()
+    home = agents["home"]
+    asked = await home.client().submit(
+        TaskRequest(text="paint", capabilities_needed=("lab.survey",)))
+    signing = await home.client().answer(asked.id, "teal")
+    assert signing.state is TaskState.AUTH_REQUIRED
+    done = await home.client().answer(asked.id, "ada")
+    assert done.state is TaskState.COMPLETED
+
+    async with http.post(f"{home.url}/v2/tasks/{asked.id}/input", json={"task": "again"},
+                         headers=home.headers()) as resp:
+        assert resp.status == 409
+        assert (await resp.json())["error"]["code"] == "task_terminal"
+    after = await home.client().get(asked.id)
+    assert after.state is TaskState.COMPLETED and after.history == done.history
+    office, lab = await office_and_lab_tasks(mesh)
+    assert office["state"] == lab["state"] == "completed"
+
+
+async def test_a_peer_that_asks_forever_is_bounded_by_the_waiting_limit(mesh: Mesh) -> None:
+    three_hops(mesh, "lab.nag", NAG, home_swarm={"input_wait_seconds": 0.5})
+    agents = await mesh.start()
+    home = agents["home"].client()
+    asked = await home.submit(TaskRequest(text="go", capabilities_needed=("lab.nag",)))
+    for _ in range(3):  # as many turns as it takes
+        assert asked.state is TaskState.INPUT_REQUIRED and asked.asked_by == "lab"
+        asked = await home.answer(asked.id, "yes")
+    assert asked.state is TaskState.INPUT_REQUIRED
+    ended = await home.get(asked.id)
+    while not ended.state.terminal:  # nobody answers: the waiting limit ends it
+        async for _ in home.events(asked.id):
+            pass
+        ended = await home.get(asked.id)
+    assert ended.state is TaskState.FAILED
+    assert ended.error is not None and ended.error.code == "input_timeout"
+    assert "lab's question" in ended.error.message and "0.5s" in ended.error.message
