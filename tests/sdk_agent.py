@@ -43,7 +43,8 @@ class Seen:
 
 
 class Shout(AgentExecutor):
-    """Answers with the text in upper case: as a task with an artifact, or a message."""
+    """Answers with the text in upper case: as a task with an artifact, or a message;
+    ``ask``: first asks "how loud?" (``input-required``), then shouts the answer."""
 
     def __init__(self, seen: Seen, reply: str) -> None:
         self.seen = seen
@@ -57,8 +58,13 @@ class Shout(AgentExecutor):
             await event_queue.enqueue_event(new_text_message(loud))
             return
         task = context.current_task or new_task_from_user_message(context.message)
-        await event_queue.enqueue_event(task)
+        if context.current_task is None:
+            await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
+        if self.reply == "ask" and context.current_task is None:
+            await updater.requires_input(new_text_message("how loud?", context_id=task.context_id,
+                                                          task_id=task.id))
+            return
         await updater.start_work()
         await asyncio.sleep(0.05)  # the agent's work time, not a synchronisation
         if self.reply == "fail":

@@ -2,7 +2,8 @@
 suite: an agent built the way the 0.3 SDK's samples build one. ``python agent.py TOKEN
 MODE CARD`` listens on 127.0.0.1 port 0 and prints ``{"port": N}``; it answers in upper
 case. MODE ``updater``: only the TaskUpdater pattern, so a stream begins with a
-``status-update``; ``task``: the task first. CARD ``new``: /.well-known/agent-card.json;
+``status-update``; ``task``: the task first; ``ask``: the task first, asking "how loud?"
+(``input-required``), then shouting the answer. CARD ``new``: /.well-known/agent-card.json;
 ``old``: only /.well-known/agent.json (0.2-era agents)."""
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ TOKEN, MODE, CARD = sys.argv[1:4]
 class Shout(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         loud = context.get_user_input().upper()
-        if MODE == "task" and context.current_task is None and context.message is not None:
+        first = context.current_task is None
+        if MODE in ("task", "ask") and first and context.message is not None:
             task = new_task(context.message)
             await event_queue.enqueue_event(task)
             task_id, context_id = task.id, task.context_id
         else:
             task_id, context_id = context.task_id or "", context.context_id or ""
         updater = TaskUpdater(event_queue, task_id, context_id)
+        if MODE == "ask" and first:
+            await updater.requires_input(updater.new_agent_message(
+                [Part(root=TextPart(text="how loud?"))]), final=True)
+            return
         await updater.start_work()
         await updater.add_artifact([Part(root=TextPart(text=loud))], name="shout")
         await updater.complete()
