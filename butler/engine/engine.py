@@ -32,6 +32,7 @@ from butler.engine.transitions import (
     Event,
     InputReceived,
     PeerTaskKnown,
+    Started,
     apply,
     created,
     interrupted,
@@ -118,12 +119,17 @@ class TaskEngine:
     def _reattach(self, task: Task) -> bool:
         """Start again the run of a delegation the restart cut off: it follows its peer's
         task (``engine.reattach``). False for any other task."""
-        if self.delegator is None or not reattachable(task):
+        peer_task = task.peer_task
+        if self.delegator is None or peer_task is None or not reattachable(task):
             return False
-        policy = self.swarm.policy
-        run = TaskRun(self, self.swarm, self.deps, task, None, admitted_again(task, policy),
-                      owner_of(task), time_left(task, self._timeout(None, task.request)),
-                      None, self.delegator, reattach=task.peer_task)
+        # Working again at once: an answer that comes before its run asks again is
+        # refused (``task_not_waiting``) rather than lost. Stored with its next change.
+        task = apply(task, Started(f"following {peer_task.peer}'s task again after a "
+                                   "restart"), now_iso())
+        run = TaskRun(self, self.swarm, self.deps, task, None,
+                      admitted_again(task, self.swarm.policy), owner_of(task),
+                      time_left(task, self._timeout(None, task.request)), None,
+                      self.delegator, reattach=peer_task)
         self._start(run)
         return True
 

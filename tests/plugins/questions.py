@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from butler.skills.base import SkillContext, SkillOutput
 
@@ -16,11 +17,13 @@ async def survey(ctx: SkillContext) -> SkillOutput:
 
 
 async def ask_then_work(ctx: SkillContext) -> SkillOutput:
-    """Asks one question, then works until canceled (or 30 s pass): a peer task still
-    running when the test kills its caller's daemon."""
+    """Asks one question, then works until the file ``input.gate`` exists: a peer task
+    still running while the test kills and restarts its caller's daemon."""
     answer = await ctx.request_input("how many?")
     await ctx.progress(f"counting to {answer.text}")
-    await asyncio.sleep(float(ctx.input.get("work_seconds", 30)))
+    gate = Path(str(ctx.input["gate"]))
+    while not gate.exists():  # the work: as long as the test needs, not a guessed time
+        await asyncio.sleep(0.02)
     return f"counted to {answer.text}"
 
 
