@@ -80,7 +80,7 @@ def _rich() -> Task:
         history=(StatusEntry(TaskState.SUBMITTED, T0, "queued"),
                  StatusEntry(TaskState.FAILED, "not a time", "boom")),
         parts=(Part(text="a", metadata={"m": 1}), Part(text="b")),
-        artifacts=(Artifact("art", (Part(text="x"),), "name", "desc"),),
+        artifacts=(Artifact("art", (Part(text="x"),), "name", "desc", "lab"),),
         error=TaskError("skill_failed", "boom"), status_message="boom",
         budget=Budget(Decimal("1.10"), Decimal("0.25")),
         cost=CostNode("home", "s", Decimal("0.1"), 12, "failed",

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -304,18 +304,29 @@ class TaskRun:
         plan = self.delegation or DelegationPlan(())  # re-attached: it goes where it went
         result = await self._send(self._delegator(), plan, request.text, dict(request.input),
                                   watch=self._watch_peer, reattach=self.reattach)
+        relayed = {a.artifact_id for a in self._artifacts()}
         if result.state != TaskState.COMPLETED.value:
             raise SkillFailed(result.error_code or "peer_error",
                               f"{result.peer}: {result.error_message or result.state}")
-        return SkillResult(parts=result.parts, artifacts=result.artifacts)
+        return SkillResult(parts=result.parts, artifacts=tuple(
+            a for a in result.artifacts if a.artifact_id not in relayed))
 
     async def _watch_peer(self, update: PeerUpdate) -> None:
         """The task's own delegation: its peer's task kept with it once known (a restart
-        re-attaches to it)."""
+        re-attaches to it), and the peer's progress relayed as it comes, marked with the
+        agent it came from (docs/delegation.md#progress)."""
         live = self.engine.live(self.task_id)
-        if live is not None and live.peer_task != update.ref \
-                and not update.task.state.terminal:
+        if live is None:
+            return
+        peer, task = update.ref.peer, update.task
+        if live.peer_task != update.ref and not task.state.terminal:
             await self.engine.apply(self.task_id, PeerTaskKnown(update.ref))
+        if update.artifact is not None:
+            chunk = update.artifact
+            await self.artifact(replace(chunk, source=chunk.source or peer),
+                                append=update.append, last_chunk=update.last_chunk)
+        elif task.state is TaskState.WORKING and task.status_message:
+            await self.progress(f"[{peer}] {task.status_message}")
 
     # -- Host: what SkillContext calls ---------------------------------------------
 

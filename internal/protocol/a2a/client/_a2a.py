@@ -196,16 +196,20 @@ class A2AClient:
         (a Butler's /v2 binding needs none). ``peer_task``: the peer's task waiting on its
         caller that ``request`` answers (sent to it, on the binding it was sent on).
         ``watch``: told of the peer's task once its id is known, then of each change seen;
-        ``track``: know it before it is sent (on /v2, where the task can be sent with an
-        id of ours: a delegation that must survive a restart of this agent)."""
+        ``track``: follow the peer's task as it goes (a delegation that relays its peer's
+        progress and survives a restart of this agent): known before it is sent where the
+        binding allows (on /v2, sent with an id of ours), its changes read from the
+        peer's stream, its /v2 events, or (a peer that does not stream) every poll."""
         headers = dict(headers or {})
         if peer_task is not None:
             message = Outgoing(request, chain, budget, headers, peer_task.task_id,
                                peer_task.context_id)
             iface = self._interface_of(peer_task)
+            streaming = card is not None and _streams(card)
             return await self._on_interface(iface, deadline, (
                 lambda transport: self._follow(transport, iface, message, deadline,
-                                               streaming=False, watch=watch)))
+                                               streaming=streaming, watch=watch,
+                                               track=track)))
         if self._v2 is not None and track and not request.id:
             request = replace(request, id=uuid.uuid4().hex)
         message = Outgoing(request, chain, budget, headers)
@@ -215,14 +219,14 @@ class A2AClient:
                                self.base_url, headers.get(swarm_envelope.TREE_HEADER, ""))
                 await watch(PeerUpdate(ref, _pending(ref)))
             return await self._follow(self._v2, _BUTLER, message, deadline,
-                                      streaming=False, watch=watch)
+                                      streaming=False, watch=watch, track=track)
         if card is None:
             card = await self.card(deadline)
         iface = choose_interface(card, self.name)
-        streaming = _dict(card.get("capabilities")).get("streaming") is True
         return await self._on_interface(iface, deadline, (
             lambda transport: self._follow(transport, iface, message, deadline,
-                                           streaming=streaming, watch=watch)))
+                                           streaming=_streams(card), watch=watch,
+                                           track=track)))
 
     async def follow(self, peer_task: PeerTask, *, deadline: float,
                      watch: PeerWatch | None = None) -> Task:
@@ -285,15 +289,21 @@ class A2AClient:
 
     async def _follow(self, transport: Transport, iface: Interface, message: Outgoing,
                       deadline: float, *, streaming: bool,
-                      watch: PeerWatch | None = None) -> Task:
+                      watch: PeerWatch | None = None, track: bool = False) -> Task:
         """Stream when the agent offers it, else (or when the stream is of no use) send;
-        then poll until the task ends or waits on its caller."""
+        then poll until the task ends or waits on its caller. ``track``: a Butler's task
+        is followed by its events, another agent's (that does not stream) is answered at
+        once and polled."""
+        if track and watch is not None and isinstance(transport, V2Transport):
+            return await self._follow_events(transport, message, deadline, watch)
         task = None
         if streaming and isinstance(transport, StreamingTransport):
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
-                task = await self._fold(transport, iface,
+                task = await self._fold(transport, iface, message,
                                         transport.stream(message, deadline), watch)
         if task is None:
+            if track:  # its progress is read every poll
+                message = replace(message, return_immediately=True)
             task = await transport.send(message, self._call_deadline(deadline))
         return await self._poll_task(transport, task, message, deadline,
                                 self._ref(iface, task, message), watch)
@@ -303,14 +313,37 @@ class A2AClient:
         """Read the task every ``poll_seconds`` until it ends or waits on its caller;
         ``watch`` is told of each state or status message it had not seen."""
         seen: tuple[TaskState, str] | None = None
+        pause = self._poll / 8  # sooner at first: most tasks are quick
         while True:
             if watch is not None and (task.state, task.status_message) != seen:
                 seen = (task.state, task.status_message)
                 await watch(PeerUpdate(ref, task))
             if interrupted_or_terminal(task.state):
                 return task
-            await asyncio.sleep(min(self._poll, self._http.left(deadline)))
+            await asyncio.sleep(min(pause, self._http.left(deadline)))
+            pause = min(pause * 2, self._poll)
             task = await transport.task(task.id, message, self._call_deadline(deadline))
+
+    async def _follow_events(self, transport: V2Transport, message: Outgoing,
+                             deadline: float, watch: PeerWatch) -> Task:
+        """A Butler's task, sent without waiting and followed by its events (each status
+        and artifact chunk told to ``watch`` as it comes) until it ends or waits on its
+        caller; read back every poll should the stream end before that."""
+        task = await transport.start(message, self._call_deadline(deadline))
+        ref = self._ref(_BUTLER, task, message)
+        seen: tuple[TaskState, str] | None = None
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+            async for kind, data in transport.events(task.id):
+                if kind == "artifact":
+                    await watch(PeerUpdate(ref, task, *transport.artifact_event(data)))
+                    continue
+                task = transport.decode(data)
+                if (task.state, task.status_message) != seen:
+                    seen = (task.state, task.status_message)
+                    await watch(PeerUpdate(ref, task))
+                if interrupted_or_terminal(task.state):
+                    return task
+        return await self._poll_task(transport, task, message, deadline, ref, watch)
 
     def _ref(self, iface: Interface, task: Task, message: Outgoing) -> PeerTask:
         """Where the peer's task is, as a delegation keeps it."""
@@ -320,8 +353,8 @@ class A2AClient:
                         message.headers.get(swarm_envelope.TREE_HEADER, ""))
 
     async def _fold(self, transport: StreamingTransport, iface: Interface,
-                    results: AsyncIterator[Any], watch: PeerWatch | None = None
-                    ) -> Task | None:
+                    message: Outgoing, results: AsyncIterator[Any],
+                    watch: PeerWatch | None = None) -> Task | None:
         """A stream's results into the task, until it ends or waits on its caller; None
         when the stream does not begin with anything usable (the caller sends instead).
         ``watch`` is told of each event as it comes."""
@@ -340,7 +373,7 @@ class A2AClient:
                     return None
                 if watch is not None:
                     chunk = artifact_update(result, transport.version)
-                    ref = self._ref(iface, task, Outgoing(TaskRequest()))
+                    ref = self._ref(iface, task, message)
                     await watch(PeerUpdate(ref, task, *chunk) if chunk is not None
                                 else PeerUpdate(ref, task))
                 if interrupted_or_terminal(task.state):
@@ -350,6 +383,10 @@ class A2AClient:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _streams(card: Mapping[str, Any]) -> bool:
+    return _dict(card.get("capabilities")).get("streaming") is True
 
 
 # The /v2 binding, as a delegation's peer task records it.

@@ -36,6 +36,9 @@ class Outgoing:
     headers: Mapping[str, str] = field(default_factory=dict)
     task_id: str = ""
     context_id: str = ""
+    # Answered at once (A2A ``returnImmediately``), the task then read back every poll
+    # interval: how a peer that does not stream has its progress relayed.
+    return_immediately: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,12 @@ def a2a_params(message: Outgoing, version: str) -> dict[str, Any]:
         sent = {"messageId": message_id, "role": "ROLE_USER",
                 "parts": [a2a_v1.encode_part(p) for p in parts or (Part(text=""),)],
                 "metadata": metadata, **ids}
-        return {"message": sent, "configuration": {"returnImmediately": False}}
+        return {"message": sent,
+                "configuration": {"returnImmediately": message.return_immediately}}
     sent = {"kind": "message", "messageId": message_id, "role": "user",
             "parts": [a2a_v03.encode_part(p) for p in parts or (Part(text=""),)],
             "metadata": metadata, **ids}
-    return {"message": sent, "configuration": {"blocking": True}}
+    return {"message": sent, "configuration": {"blocking": not message.return_immediately}}
 
 
 def task_of(result: Any, version: str, peer: str) -> Task:

@@ -258,6 +258,8 @@ def encode_artifact(artifact: Artifact,
         out["name"] = artifact.name
     if artifact.description:
         out["description"] = artifact.description
+    if artifact.source:
+        out["metadata"] = {SWARM_EXTENSION_URI: {"source": artifact.source}}
     return out
 
 

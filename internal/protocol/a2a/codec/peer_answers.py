@@ -190,10 +190,12 @@ def artifact_update(result: Any, version: str) -> tuple[Artifact, bool, bool] | 
     raw = _dict(update.get("artifact"))
     if not raw:
         return None
+    source = _dict(_dict(raw.get("metadata")).get(SWARM_EXTENSION_URI)).get("source")
     artifact = Artifact(artifact_id=str(raw.get("artifactId", ""))[:256],
                         parts=decode_parts(raw.get("parts")),
                         name=str(raw.get("name", "") or "")[:256],
-                        description=str(raw.get("description", "") or "")[:1024])
+                        description=str(raw.get("description", "") or "")[:1024],
+                        source=source[:256] if isinstance(source, str) else "")
     return artifact, update.get("append") is True, update.get("lastChunk") is not False
 
 

@@ -78,6 +78,8 @@ class Artifact:
     parts: tuple[Part, ...]
     name: str = ""
     description: str = ""
+    # Relayed from down the delegation path as it came: the agent that made it.
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
