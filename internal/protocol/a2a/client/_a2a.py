@@ -331,6 +331,8 @@ class A2AClient:
         caller; read back every poll should the stream end before that."""
         task = await transport.start(message, self._call_deadline(deadline))
         ref = self._ref(_BUTLER, task, message)
+        if interrupted_or_terminal(task.state):  # done (or asking) already
+            return await self._poll_task(transport, task, message, deadline, ref, watch)
         seen: tuple[TaskState, str] | None = None
         async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
             async for kind, data in transport.events(task.id):
@@ -341,7 +343,9 @@ class A2AClient:
                 if (task.state, task.status_message) != seen:
                     seen = (task.state, task.status_message)
                     await watch(PeerUpdate(ref, task))
-                if interrupted_or_terminal(task.state):
+                # An ended task's stream ends with it: read to its end, so the connection
+                # stays open for the next call. One that waits on its caller does not end.
+                if task.state.interrupted:
                     return task
         return await self._poll_task(transport, task, message, deadline, ref, watch)
 
