@@ -65,7 +65,9 @@ class Shout(AgentExecutor):
             await updater.requires_input(new_text_message("how loud?", context_id=task.context_id,
                                                           task_id=task.id))
             return
-        await updater.start_work()
+        await updater.start_work(new_text_message("shouting", context_id=task.context_id,
+                                                  task_id=task.id) if self.reply == "ask"
+                                 else None)
         await asyncio.sleep(0.05)  # the agent's work time, not a synchronisation
         if self.reply == "fail":
             await updater.failed(new_text_message("cannot shout that"))

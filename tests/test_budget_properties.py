@@ -22,7 +22,7 @@ from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.plugin import load_plugin
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import BudgetLedger
-from internal.protocol.a2a.client import PeerWatch
+from internal.protocol.a2a.client import PeerTracking
 from internal.protocol.a2a.model import (
     AuthError,
     CostNode,
@@ -97,7 +97,7 @@ class FakeDelegator:
     async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
                        chain: tuple[str, ...], budget: Decimal, deadline: float,
                        parent_task_id: str = "", tree_id: str = "",
-                       watch: PeerWatch | None = None) -> DelegationResult:
+                       tracking: PeerTracking | None = None) -> DelegationResult:
         share = self.shares.pop(0) if self.shares else Decimal("0")
         spent = (budget * share).quantize(Decimal("0.01")).min(budget)
         self.grants.append((budget, spent))
@@ -107,7 +107,7 @@ class FakeDelegator:
 
     async def resume(self, *, peer_task: PeerTask, request: TaskRequest,
                      chain: tuple[str, ...], budget: Decimal, deadline: float,
-                     parent_task_id: str = "", watch: PeerWatch | None = None,
+                     parent_task_id: str = "", tracking: PeerTracking | None = None,
                      reattach: bool = False) -> DelegationResult:
         raise AssertionError("this peer never asks its caller")
 

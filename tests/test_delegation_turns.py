@@ -4,6 +4,7 @@ for as many turns and hops as it takes; Butler peers on loopback."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -105,3 +106,35 @@ async def test_a_peer_that_asks_forever_is_bounded_by_the_waiting_limit(mesh: Me
     assert ended.state is TaskState.FAILED
     assert ended.error is not None and ended.error.code == "input_timeout"
     assert "lab's question" in ended.error.message and "0.5s" in ended.error.message
+
+
+STORY = {"id": "story", "python": "tests.plugins.questions:story", "expose": True,
+         "capabilities": ["lab.story"]}
+
+
+async def test_a_streaming_caller_sees_each_hops_progress_as_it_comes(
+        mesh: Mesh, tmp_path: Path) -> None:
+    """Requirement 3: lab's status and its artifact's chunks reach home's streaming
+    caller while lab works, marked with the hop they came from."""
+    three_hops(mesh, "lab.story", STORY)
+    agents = await mesh.start()
+    home = agents["home"].client()
+    gate = tmp_path / "gate"
+    task = await home.submit(TaskRequest(text="tell", capabilities_needed=("lab.story",),
+                                         input={"gate": str(gate)}, blocking=False))
+    seen: list[tuple[str, dict[str, Any]]] = []
+    async for kind, data in home.events(task.id):
+        seen.append((kind, data))
+        if kind == "status" and data["status"]["message"] == "[office] [lab] drafting":
+            gate.touch()  # lab finishes only once its progress has reached home
+    messages = [d["status"]["message"] for k, d in seen if k == "status"]
+    assert "[office] [lab] finishing" in messages
+    chunks = [d for k, d in seen if k == "artifact"]
+    assert chunks and chunks[-1]["append"] is True
+    assert chunks[-1]["artifact"]["parts"] == [{"kind": "text", "text": "upon a time."}]
+    assert chunks[-1]["artifact"]["source"] == "lab"
+    final = seen[-1][1]
+    assert final["state"] == "completed" and final["output"] == "told"
+    (story,) = final["result"]["artifacts"]  # the whole artifact, once
+    assert [p["text"] for p in story["parts"]] == ["Once ", "upon a time."]
+    assert story["source"] == "lab" and story["name"] == "story"

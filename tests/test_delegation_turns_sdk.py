@@ -96,3 +96,35 @@ async def test_the_caller_answers_on_its_own_binding(swarm: Swarm, caller_bindin
                 body = await resp.json()
             assert body["task"]["status"]["state"] == "TASK_STATE_COMPLETED", body
         assert agent.seen.messages[1].parts[0].text == "soft"
+
+
+@pytest.mark.parametrize(("binding", "streaming"), [
+    ("JSONRPC", True), ("HTTP+JSON", False),
+    pytest.param("GRPC", True, marks=NEEDS_GRPC),
+])
+async def test_a_streaming_caller_sees_the_sdk_peers_work_after_its_answer(
+        swarm: Swarm, binding: str, streaming: bool) -> None:
+    """Requirement 3: once answered, the peer's status and artifact reach the Butler's
+    streaming caller as the peer sends them (its stream, or polling when it has none),
+    marked with the peer they came from."""
+    token, _ = new_pair()
+    async with sdk_agent(token, binding=binding, streaming=streaming, reply="ask") as agent:
+        home = await butler_with_peer(swarm, agent.url, token)
+        _, task = await post_task(home, {"task": "hello", "capabilities_needed": ["shout"]})
+        assert task["state"] == "input-required", task
+        seen: list[tuple[str, dict[str, Any]]] = []
+        async for kind, data in home.client().events(task["id"]):
+            seen.append((kind, data))
+            if len(seen) == 1:  # following the task: now the answer
+                async with home.session.post(
+                        f"{home.url}/v2/tasks/{task['id']}/input",
+                        json={"task": "soft", "mode": "async"}, headers=home.headers()) as resp:
+                    assert resp.status == 200
+        states = [(d["state"], d["status"]["message"]) for k, d in seen if k == "status"]
+        assert ("working", "input received") in states
+        if streaming:  # a stream's status and artifact updates, relayed as they came
+            assert ("working", "[shouter] shouting") in states
+            chunks = [d["artifact"] for k, d in seen if k == "artifact"]
+            assert chunks and chunks[0]["parts"][0]["text"] == "SOFT"
+            assert chunks[0]["source"] == "shouter"
+        assert seen[-1][1]["state"] == "completed" and seen[-1][1]["output"] == "SOFT"

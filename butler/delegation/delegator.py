@@ -36,7 +36,7 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry.traces import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
-from internal.protocol.a2a.client import A2AClient, GrpcChannels, PeerUpdate, PeerWatch
+from internal.protocol.a2a.client import A2AClient, GrpcChannels, PeerTracking, PeerUpdate
 from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.model import (
     Budget,
@@ -192,12 +192,11 @@ class PeerDelegator:
     async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
                        chain: tuple[str, ...], budget: Decimal, deadline: float,
                        parent_task_id: str = "", tree_id: str = "",
-                       watch: PeerWatch | None = None) -> DelegationResult:
+                       tracking: PeerTracking | None = None) -> DelegationResult:
         """Send ``request`` to ``plan``'s targets in turn. ``parent_task_id``: the local
         task this delegation works for (audit records); ``tree_id``: its delegation tree,
-        sent on so the peer keys its workspace by it. ``watch``: told of the peer's task
-        before it is sent where the binding allows, then of each change (a delegation that
-        relays its peer's progress and survives a restart)."""
+        sent on so the peer keys its workspace by it. ``tracking``: the peer's task followed
+        as it goes (a delegation that relays its peer's progress and survives a restart)."""
         if not plan.targets:
             wanted = plan.peer or ", ".join(plan.capabilities) or "this task"
             raise DelegationFailed("no_capable_peer", f"no peer available for {wanted}")
@@ -213,7 +212,7 @@ class PeerDelegator:
                 break
             try:
                 return await self._send(cand, request, chain, _grant(cand, budget), deadline,
-                                        parent_task_id, tree_id, watch=watch)
+                                        parent_task_id, tree_id, tracking=tracking)
             except DelegationFailed as err:
                 if err.code == "no_capable_peer":
                     raise
@@ -244,7 +243,7 @@ class PeerDelegator:
     async def _send(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
                     grant: Decimal, deadline: float, parent_task_id: str,
                     tree_id: str, *, peer_task: PeerTask | None = None,
-                    watch: PeerWatch | None = None, reattach: bool = False
+                    tracking: PeerTracking | None = None, reattach: bool = False
                     ) -> DelegationResult:
         """One exchange with ``cand``: a new task, a follow-up answer to ``peer_task``,
         or (``reattach``) reading ``peer_task`` until it ends or waits again."""
@@ -253,8 +252,8 @@ class PeerDelegator:
 
         async def seen(update: PeerUpdate) -> None:
             where[:] = [update.ref]
-            if watch is not None:
-                await watch(update)
+            if tracking is not None:
+                await tracking.watch(update)
 
         started = time.monotonic()
         audit: dict[str, Any] = {"caller": self.agent_id,
@@ -282,7 +281,7 @@ class PeerDelegator:
                         task = await client.run(request, chain=chain, budget=grant,
                                                 headers=headers, deadline=deadline, card=card,
                                                 peer_task=peer_task, watch=seen,
-                                                track=watch is not None)
+                                                tracking=tracking)
                     if cand.protocol != "a2a":
                         return task
                     # A standard A2A agent reports no spend: a completed task is charged
@@ -334,7 +333,7 @@ class PeerDelegator:
 
     async def resume(self, *, peer_task: PeerTask, request: TaskRequest,
                      chain: tuple[str, ...], budget: Decimal, deadline: float,
-                     parent_task_id: str = "", watch: PeerWatch | None = None,
+                     parent_task_id: str = "", tracking: PeerTracking | None = None,
                      reattach: bool = False) -> DelegationResult:
         """Send ``request`` (the caller's answer) to ``peer_task``, waiting on its caller;
         or (``reattach``) follow ``peer_task`` after a restart. Checked as the first turn
@@ -351,7 +350,7 @@ class PeerDelegator:
                                               f"{budget} USD is left")
         return await self._send(cand, request, chain, _grant(cand, budget), deadline,
                                 parent_task_id, peer_task.tree_id, peer_task=peer_task,
-                                watch=watch, reattach=reattach)
+                                tracking=tracking, reattach=reattach)
 
 
 def _grant(cand: Candidate, budget: Decimal) -> Decimal:

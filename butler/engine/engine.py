@@ -370,6 +370,12 @@ class TaskEngine:
 
     # -- state changes (``RunEngine``: called by runs) ----------------------------
 
+    def followed(self, task_id: str) -> bool:
+        return self.hub.subscribers(task_id) > 0
+
+    async def until_followed(self, task_id: str) -> None:
+        await self.hub.until_followed(task_id)
+
     async def apply(self, task_id: str, event: Event) -> Task | None:
         """Apply ``event`` to the live task (``transitions.apply``), persist, publish.
         None when the task has ended already: whatever arrives after that is dropped."""

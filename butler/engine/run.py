@@ -47,7 +47,7 @@ from butler.swarm.decision import Admitted, SwarmDecision
 from butler.swarm.spend import BudgetLedger
 from butler.telemetry.logs import TRACE_ID
 from butler.telemetry.traces import Incoming, remote_parent
-from internal.protocol.a2a.client import PeerUpdate, PeerWatch
+from internal.protocol.a2a.client import PeerTracking, PeerUpdate
 from internal.protocol.a2a.model import (
     Artifact,
     Budget,
@@ -76,14 +76,14 @@ class Delegator(Protocol):
     async def delegate(
         self, *, plan: DelegationPlan, request: TaskRequest, chain: tuple[str, ...],
         budget: Decimal, deadline: float, parent_task_id: str = "", tree_id: str = "",
-        watch: PeerWatch | None = None,
+        tracking: PeerTracking | None = None,
     ) -> DelegationResult:
         """Send ``request`` to ``plan``'s targets, without choosing again."""
 
     async def resume(
         self, *, peer_task: PeerTask, request: TaskRequest, chain: tuple[str, ...],
         budget: Decimal, deadline: float, parent_task_id: str = "",
-        watch: PeerWatch | None = None, reattach: bool = False,
+        tracking: PeerTracking | None = None, reattach: bool = False,
     ) -> DelegationResult:
         """The caller's answer to ``peer_task`` (or, ``reattach``, following it again)."""
 
@@ -104,6 +104,24 @@ class RunEngine(Protocol):
         ended already (the event is dropped)."""
 
     def live(self, task_id: str) -> Task | None: ...
+
+    def followed(self, task_id: str) -> bool:
+        """Whether someone follows the task's progress now (a caller streams it)."""
+
+    async def until_followed(self, task_id: str) -> None:
+        """Returns once someone follows the task's progress."""
+
+
+def _merged(streamed: tuple[Artifact, ...], final: tuple[Artifact, ...]
+            ) -> tuple[Artifact, ...]:
+    """The artifacts the run streamed, each replaced by the result's of the same id (a
+    peer's whole artifact, of which only the chunks seen were relayed), then the rest."""
+    if not streamed or not final:
+        return streamed + final
+    last = {a.artifact_id: a for a in final}
+    ids = {a.artifact_id for a in streamed}
+    return (tuple(last.get(a.artifact_id, a) for a in streamed)
+            + tuple(a for a in final if a.artifact_id not in ids))
 
 
 def _no_audit(kind: str, **fields: Any) -> None:
@@ -245,7 +263,8 @@ class TaskRun:
             return self._ended(started, TaskState.FAILED, "skill_error",
                                f"{type(exc).__name__}: {str(exc)[:500]}")
         return self._ended(started, TaskState.COMPLETED, message=result.status_message or None,
-                           parts=result.parts, artifacts=self._artifacts() + result.artifacts,
+                           parts=result.parts,
+                           artifacts=_merged(self._artifacts(), result.artifacts),
                            as_message=result.as_message)
 
     def _ended(self, started: float, state: TaskState, code: str | None = None,
@@ -303,13 +322,17 @@ class TaskRun:
         request = self.task.request
         plan = self.delegation or DelegationPlan(())  # re-attached: it goes where it went
         result = await self._send(self._delegator(), plan, request.text, dict(request.input),
-                                  watch=self._watch_peer, reattach=self.reattach)
-        relayed = {a.artifact_id for a in self._artifacts()}
+                                  tracking=PeerTracking(
+                                      self._watch_peer,
+                                      lambda: self.engine.followed(self.task_id),
+                                      lambda: self.engine.until_followed(self.task_id)),
+                                  reattach=self.reattach)
         if result.state != TaskState.COMPLETED.value:
             raise SkillFailed(result.error_code or "peer_error",
                               f"{result.peer}: {result.error_message or result.state}")
+        # Marked as its relayed chunks were: the final whole replaces them (``_merged``).
         return SkillResult(parts=result.parts, artifacts=tuple(
-            a for a in result.artifacts if a.artifact_id not in relayed))
+            replace(a, source=a.source or result.peer) for a in result.artifacts))
 
     async def _watch_peer(self, update: PeerUpdate) -> None:
         """The task's own delegation: its peer's task kept with it once known (a restart
@@ -408,7 +431,7 @@ class TaskRun:
             asked_by=result.asked_by or result.peer)
 
     async def _send(self, delegator: Delegator, plan: DelegationPlan, task: str,
-                    input: dict[str, Any] | None, watch: PeerWatch | None = None,
+                    input: dict[str, Any] | None, tracking: PeerTracking | None = None,
                     reattach: PeerTask | None = None) -> DelegationResult:
         """One delegation, to its end: its peer's questions relayed to this task's caller
         (``conversation``). ``reattach``: the peer's task this delegation was following
@@ -431,19 +454,19 @@ class TaskRun:
                 peer_task=peer_task, chain=chain, budget=grant, deadline=self.deadline,
                 request=TaskRequest(text=followup.text, input=followup.input,
                                     parts=followup.parts),
-                parent_task_id=self.task_id, watch=watch)
+                parent_task_id=self.task_id, tracking=tracking)
 
         try:
             if reattach is not None:
                 result = await delegator.resume(
                     peer_task=reattach, request=child_request, chain=chain, budget=grant,
-                    deadline=self.deadline, parent_task_id=self.task_id, watch=watch,
+                    deadline=self.deadline, parent_task_id=self.task_id, tracking=tracking,
                     reattach=True)
             else:
                 result = await delegator.delegate(
                     plan=plan, request=child_request, chain=chain, budget=grant,
                     deadline=self.deadline, parent_task_id=self.task_id,
-                    tree_id=self.tree_id, watch=watch)
+                    tree_id=self.tree_id, tracking=tracking)
             result = await converse(result, ask=self._ask, answer=answer,
                                     wait_seconds=self.deps.input_wait_seconds)
         except ButlerError as err:

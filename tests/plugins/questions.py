@@ -31,3 +31,17 @@ async def nag(ctx: SkillContext) -> SkillOutput:
     """Asks again after every answer: never done."""
     while True:
         await ctx.request_input("and again?")
+
+
+async def story(ctx: SkillContext) -> SkillOutput:
+    """Reports progress and streams one artifact in two chunks, the second once the file
+    ``input.gate`` exists."""
+    await ctx.progress("drafting")
+    story_id = f"{ctx.task_id}-story"
+    await ctx.emit_artifact("Once ", artifact_id=story_id, name="story", last_chunk=False)
+    gate = Path(str(ctx.input["gate"]))
+    while not gate.exists():
+        await asyncio.sleep(0.02)
+    await ctx.progress("finishing")
+    await ctx.emit_artifact("upon a time.", artifact_id=story_id, append=True)
+    return "told"

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         BlockingV2Transport as BlockingV2Transport,
     )
     from internal.protocol.a2a.client._grpc_channels import GrpcChannels as GrpcChannels
+    from internal.protocol.a2a.client._message import PeerTracking as PeerTracking
     from internal.protocol.a2a.client._message import PeerUpdate as PeerUpdate
     from internal.protocol.a2a.client._message import PeerWatch as PeerWatch
     from internal.protocol.a2a.client._v2 import V2Transport as V2Transport
@@ -36,7 +37,7 @@ __all__, _getattr = lazy_exports(__name__, {
     "_a2a": ("A2AClient", "Interface", "choose_interface", "offered_interfaces",),
     "_blocking": ("BlockingV2Transport",),
     "_grpc_channels": ("GrpcChannels",),
-    "_message": ("PeerUpdate", "PeerWatch"),
+    "_message": ("PeerTracking", "PeerUpdate", "PeerWatch"),
     "_v2": ("V2Transport", "transport_errors"),
 })
 if not TYPE_CHECKING:

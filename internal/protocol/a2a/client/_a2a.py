@@ -36,7 +36,12 @@ from internal.protocol.a2a.client._http_bindings import (
     HttpRequests,
     JsonRpcTransport,
 )
-from internal.protocol.a2a.client._message import Outgoing, PeerUpdate, PeerWatch
+from internal.protocol.a2a.client._message import (
+    Outgoing,
+    PeerTracking,
+    PeerUpdate,
+    PeerWatch,
+)
 from internal.protocol.a2a.client._v2 import V2Transport
 from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.codec.peer_answers import apply_event, artifact_update
@@ -190,16 +195,17 @@ class A2AClient:
                   budget: Decimal | None, headers: Mapping[str, str] | None = None,
                   deadline: float, card: dict[str, Any] | None = None,
                   peer_task: PeerTask | None = None, watch: PeerWatch | None = None,
-                  track: bool = False) -> Task:
+                  tracking: PeerTracking | None = None) -> Task:
         """Send ``request``; the task once it ended or waits on its caller. ``card``: the
         peer's A2A card as the caller already read (and checked) it, else it is read here
         (a Butler's /v2 binding needs none). ``peer_task``: the peer's task waiting on its
         caller that ``request`` answers (sent to it, on the binding it was sent on).
-        ``watch``: told of the peer's task once its id is known, then of each change seen;
-        ``track``: follow the peer's task as it goes (a delegation that relays its peer's
-        progress and survives a restart of this agent): known before it is sent where the
-        binding allows (on /v2, sent with an id of ours), its changes read from the
-        peer's stream, its /v2 events, or (a peer that does not stream) every poll."""
+        ``watch``: told of the peer's task once its id is known, then of each change seen.
+        ``tracking``: follow the peer's task as it goes (a delegation that relays its
+        peer's progress and survives a restart of this agent): known before it is sent
+        where the binding allows (on /v2, sent with an id of ours); its changes read from
+        the peer's stream, or, while someone follows the delegating task, from a Butler's
+        events or (an agent that does not stream) every poll."""
         headers = dict(headers or {})
         if peer_task is not None:
             message = Outgoing(request, chain, budget, headers, peer_task.task_id,
@@ -209,24 +215,23 @@ class A2AClient:
             return await self._on_interface(iface, deadline, (
                 lambda transport: self._follow(transport, iface, message, deadline,
                                                streaming=streaming, watch=watch,
-                                               track=track)))
-        if self._v2 is not None and track and not request.id:
+                                               tracking=tracking)))
+        if self._v2 is not None and tracking is not None and not request.id:
             request = replace(request, id=uuid.uuid4().hex)
         message = Outgoing(request, chain, budget, headers)
         if self._v2 is not None:
-            if watch is not None and track and request.id:
-                ref = PeerTask(self.name, request.id, request.context_id or "", "butler", "",
-                               self.base_url, headers.get(swarm_envelope.TREE_HEADER, ""))
-                await watch(PeerUpdate(ref, _pending(ref)))
+            if watch is not None and tracking is not None:
+                pending = _pending_of(message)
+                await watch(PeerUpdate(self._ref(_BUTLER, pending, message), pending))
             return await self._follow(self._v2, _BUTLER, message, deadline,
-                                      streaming=False, watch=watch, track=track)
+                                      streaming=False, watch=watch, tracking=tracking)
         if card is None:
             card = await self.card(deadline)
         iface = choose_interface(card, self.name)
         return await self._on_interface(iface, deadline, (
             lambda transport: self._follow(transport, iface, message, deadline,
                                            streaming=_streams(card), watch=watch,
-                                           track=track)))
+                                           tracking=tracking)))
 
     async def follow(self, peer_task: PeerTask, *, deadline: float,
                      watch: PeerWatch | None = None) -> Task:
@@ -237,15 +242,20 @@ class A2AClient:
             swarm_envelope.TREE_HEADER: peer_task.tree_id} if peer_task.tree_id else {})
 
         async def poll(transport: Transport) -> Task:
-            try:
-                task = await transport.task(peer_task.task_id, message,
-                                            self._call_deadline(deadline))
-            except DelegationFailed as err:
-                if err.code in TRANSIENT:
-                    raise
-                raise _lost(peer_task, err) from None
-            except ButlerError as err:
-                raise _lost(peer_task, err) from None
+            while True:
+                try:
+                    task = await transport.task(peer_task.task_id, message,
+                                                self._call_deadline(deadline))
+                    break
+                except DelegationFailed as err:
+                    if err.code not in TRANSIENT:
+                        raise _lost(peer_task, err) from None
+                    # Not reachable yet (it may be restarting too): until the deadline.
+                    log.info("%s: re-attaching to task %s: %s", self.name,
+                             peer_task.task_id, err.message)
+                    await asyncio.sleep(min(self._poll, self._http.left(deadline)))
+                except ButlerError as err:
+                    raise _lost(peer_task, err) from None
             return await self._poll_task(transport, task, message, deadline, peer_task, watch)
 
         return await self._on_interface(self._interface_of(peer_task), deadline, poll)
@@ -288,25 +298,25 @@ class A2AClient:
         return time.monotonic() + self._http.left(deadline)
 
     async def _follow(self, transport: Transport, iface: Interface, message: Outgoing,
-                      deadline: float, *, streaming: bool,
-                      watch: PeerWatch | None = None, track: bool = False) -> Task:
+                      deadline: float, *, streaming: bool, watch: PeerWatch | None = None,
+                      tracking: PeerTracking | None = None) -> Task:
         """Stream when the agent offers it, else (or when the stream is of no use) send;
-        then poll until the task ends or waits on its caller. ``track``: a Butler's task
-        is followed by its events, another agent's (that does not stream) is answered at
-        once and polled."""
-        if track and watch is not None and isinstance(transport, V2Transport):
-            return await self._follow_events(transport, message, deadline, watch)
+        then poll until the task ends or waits on its caller. ``tracking``, for a send:
+        a Butler's events are read meanwhile once someone follows; another agent is asked
+        to answer at once and polled when someone follows already."""
         task = None
         if streaming and isinstance(transport, StreamingTransport):
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                 task = await self._fold(transport, iface, message,
                                         transport.stream(message, deadline), watch)
-        if task is None:
-            if track:  # its progress is read every poll
+        if task is None and tracking is not None and isinstance(transport, V2Transport):
+            task = await self._send_relaying(transport, message, deadline, tracking)
+        elif task is None:
+            if tracking is not None and tracking.followed():  # its progress read every poll
                 message = replace(message, return_immediately=True)
             task = await transport.send(message, self._call_deadline(deadline))
         return await self._poll_task(transport, task, message, deadline,
-                                self._ref(iface, task, message), watch)
+                                     self._ref(iface, task, message), watch)
 
     async def _poll_task(self, transport: Transport, task: Task, message: Outgoing,
                     deadline: float, ref: PeerTask, watch: PeerWatch | None) -> Task:
@@ -324,30 +334,57 @@ class A2AClient:
             pause = min(pause * 2, self._poll)
             task = await transport.task(task.id, message, self._call_deadline(deadline))
 
-    async def _follow_events(self, transport: V2Transport, message: Outgoing,
-                             deadline: float, watch: PeerWatch) -> Task:
-        """A Butler's task, sent without waiting and followed by its events (each status
-        and artifact chunk told to ``watch`` as it comes) until it ends or waits on its
-        caller; read back every poll should the stream end before that."""
-        task = await transport.start(message, self._call_deadline(deadline))
+    async def _send_relaying(self, transport: V2Transport, message: Outgoing,
+                             deadline: float, tracking: PeerTracking) -> Task:
+        """A Butler's answer, waited for in one request; meanwhile, once someone follows
+        the delegating task, the peer task's events, each told to ``tracking.watch``."""
+        relaying = asyncio.Event()
+        relay = asyncio.create_task(self._relay_events(transport, message, tracking,
+                                                       relaying))
+        try:
+            task = await transport.send(message, self._call_deadline(deadline))
+            if relaying.is_set():
+                # The answer may come before the events that led to it: those are relayed
+                # first (the stream ends with the task's last state), for a moment at most.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(relay), RELAY_DRAIN_SECONDS)
+            return task
+        finally:
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay
+
+    async def _relay_events(self, transport: V2Transport, message: Outgoing,
+                            tracking: PeerTracking, relaying: asyncio.Event) -> None:
+        """The peer task's events (a status, an artifact chunk) as they come, until it
+        ends or waits on its caller; what cannot be read is not relayed, and costs the
+        delegation nothing."""
+        await tracking.until_followed()
+        relaying.set()
+        task = _pending_of(message)
         ref = self._ref(_BUTLER, task, message)
-        if interrupted_or_terminal(task.state):  # done (or asking) already
-            return await self._poll_task(transport, task, message, deadline, ref, watch)
         seen: tuple[TaskState, str] | None = None
-        async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
-            async for kind, data in transport.events(task.id):
-                if kind == "artifact":
-                    await watch(PeerUpdate(ref, task, *transport.artifact_event(data)))
-                    continue
-                task = transport.decode(data)
-                if (task.state, task.status_message) != seen:
-                    seen = (task.state, task.status_message)
-                    await watch(PeerUpdate(ref, task))
-                # An ended task's stream ends with it: read to its end, so the connection
-                # stays open for the next call. One that waits on its caller does not end.
-                if task.state.interrupted:
-                    return task
-        return await self._poll_task(transport, task, message, deadline, ref, watch)
+        while True:
+            try:
+                async for kind, data in transport.events(task.id):
+                    if kind == "artifact":
+                        chunk = PeerUpdate(ref, task, *transport.artifact_event(data))
+                        await asyncio.shield(tracking.watch(chunk))
+                        continue
+                    task = transport.decode(data)
+                    if (task.state, task.status_message) != seen:
+                        seen = (task.state, task.status_message)
+                        await asyncio.shield(tracking.watch(PeerUpdate(ref, task)))
+                    if interrupted_or_terminal(task.state):
+                        return
+                return
+            except ButlerError as err:  # not there yet (the send is on its way): again
+                log.debug("%s: events of task %s: %s", self.name, task.id, err.message)
+                await asyncio.sleep(self._poll)
+            except Exception:
+                log.warning("%s: relaying the progress of task %s stopped", self.name,
+                            task.id, exc_info=True)
+                return
 
     def _ref(self, iface: Interface, task: Task, message: Outgoing) -> PeerTask:
         """Where the peer's task is, as a delegation keeps it."""
@@ -396,6 +433,9 @@ def _streams(card: Mapping[str, Any]) -> bool:
 # The /v2 binding, as a delegation's peer task records it.
 _BUTLER = Interface("butler", "", "")
 
+# How long a delegation's answer waits for the events before it to be relayed.
+RELAY_DRAIN_SECONDS = 1.0
+
 # A peer that cannot be reached (or not in time) may still know the task.
 TRANSIENT = frozenset({"peer_unreachable", "peer_timeout"})
 
@@ -405,8 +445,11 @@ def _lost(peer_task: PeerTask, err: ButlerError) -> DelegationFailed:
                                               f"{peer_task.task_id}: {err.message}")
 
 
-def _pending(ref: PeerTask) -> Task:
-    """The peer's task as known before it is sent: submitted."""
-    return Task(id=ref.task_id, context_id=ref.context_id, owner="",
+def _pending_of(message: Outgoing) -> Task:
+    """The task ``message`` is sent to, as known before it is sent: its id is ours (a new
+    /v2 task) or the peer's (a follow-up)."""
+    return Task(id=message.task_id or message.request.id or "",
+                context_id=message.context_id or message.request.context_id or "", owner="",
                 state=TaskState.SUBMITTED, request=TaskRequest(), created_at="",
                 updated_at="")
+

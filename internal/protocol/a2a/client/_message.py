@@ -57,6 +57,19 @@ class PeerUpdate:
 PeerWatch = Callable[[PeerUpdate], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class PeerTracking:
+    """A delegation that follows its peer's task as it goes (a task's own delegation):
+    ``watch`` is told of the peer's task once its id is known and of each change seen.
+    ``followed``: whether someone follows the delegating task's progress now (a caller
+    streams it); ``until_followed`` returns once someone does. A peer that answers in one
+    go is also read while it works only then: nobody else would see its progress."""
+
+    watch: PeerWatch
+    followed: Callable[[], bool]
+    until_followed: Callable[[], Awaitable[None]]
+
+
 def a2a_headers(message: Outgoing, version: str) -> dict[str, str]:
     return {VERSION_HEADER: version,
             **swarm_envelope.envelope_headers(message.chain, message.budget),

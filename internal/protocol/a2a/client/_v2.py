@@ -120,14 +120,7 @@ class V2Transport:
     async def send(self, message: Outgoing, deadline: float) -> Task:
         """``A2AClient``'s send: the task submitted (or, a follow-up, the answer to the
         peer's task that waits on it) to block until it ends or waits again."""
-        return await self._post(message, deadline, blocking=True)
-
-    async def start(self, message: Outgoing, deadline: float) -> Task:
-        """As ``send``, without waiting: ``events`` follows the task."""
-        return await self._post(message, deadline, blocking=False)
-
-    async def _post(self, message: Outgoing, deadline: float, *, blocking: bool) -> Task:
-        request = replace(message.request, blocking=blocking)
+        request = replace(message.request, blocking=True)
         timeout = deadline - time.monotonic()
         if not message.task_id:
             return await self.submit(request, chain=message.chain, budget=message.budget,
