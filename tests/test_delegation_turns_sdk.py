@@ -98,6 +98,26 @@ async def test_the_caller_answers_on_its_own_binding(swarm: Swarm, caller_bindin
         assert agent.seen.messages[1].parts[0].text == "soft"
 
 
+@NEEDS_GRPC
+async def test_the_caller_answers_over_grpc(swarm: Swarm) -> None:
+    from a2a.types import Message, Part, Role, SendMessageRequest, TaskState
+
+    from tests.grpc_support import grpc_client
+
+    token, _ = new_pair()
+    async with sdk_agent(token, reply="ask") as agent:
+        home = await butler_with_peer(swarm, agent.url, token,
+                                      configurations={"a2a": {"grpc_port": 0}})
+        _, task = await post_task(home, {"task": "hello", "capabilities_needed": ["shout"]})
+        assert task["state"] == "input-required", task
+        async with grpc_client(home) as client:
+            answer = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER,
+                             parts=[Part(text="soft")], task_id=task["id"])
+            events = [e async for e in client.send_message(SendMessageRequest(message=answer))]
+        assert events[-1].task.status.state == TaskState.TASK_STATE_COMPLETED, events
+        assert agent.seen.messages[1].parts[0].text == "soft"
+
+
 @pytest.mark.parametrize(("binding", "streaming"), [
     ("JSONRPC", True), ("HTTP+JSON", False),
     pytest.param("GRPC", True, marks=NEEDS_GRPC),
