@@ -3,9 +3,11 @@
 
 Installs what it needs (see harness/bootstrap.py), then measures, in this order:
 inbound task throughput/latency against the a2a-sdk reference (with memory), per-hop
-overhead of delegation chains, the registry on SQLite and Redis, and a py-spy profile.
-Prints a table, writes bench/results/latest.json (--quick: quick.json). The method and
-the latest numbers are in docs/performance.md.
+overhead of delegation chains, the registry on SQLite and Redis, a py-spy profile, and
+the intent router on bench/intent's labelled requests (in-process: ``--only intent``
+needs no servers and writes bench/results/intent.json). Prints a table, writes
+bench/results/latest.json (--quick: quick.json). The method and the latest numbers are
+in docs/performance.md; the intent evaluation is described in bench/intent/README.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import bootstrap  # stdlib only: it runs before the venv exists
 
-SCENARIOS = ("inbound", "hops", "registry", "profile")
+SCENARIOS = ("inbound", "hops", "registry", "profile", "intent")
+# Scenarios that run in-process, without servers, wrk or Debian packages.
+IN_PROCESS = {"intent"}
 DOC = bootstrap.REPO / "docs" / "performance.md"
 DOC_START, DOC_END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
 
@@ -63,7 +67,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.scales = ([int(s) for s in args.scales.split(",")] if args.scales
                    else [1000, 10000] if quick else [1000, 10000, 100_000, 1_000_000])
     results_dir = bootstrap.BENCH / "results"
-    args.output = args.output or results_dir / ("quick.json" if quick else "latest.json")
+    default = ("intent.json" if set(args.only) <= IN_PROCESS
+               else "quick.json" if quick else "latest.json")
+    args.output = args.output or results_dir / default
     return args
 
 
@@ -125,6 +131,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if "profile" in args.only:
         say("profile: py-spy on Butler under 64 connections")
         results["profile"] = profile.run(work, cpus, max(secs + 2, 3))
+    if "intent" in args.only:
+        from intent import runner
+
+        say("intent: Butler's router, BM25 and TF-IDF on bench/intent's test half")
+        results["intent"] = runner.run("test", rounds=2 if args.quick else 5)
     check_speed("at the end")
     results["targets"] = targets.evaluate(results)
     results["max_noise_cpu_pct"] = max(noise.points(results), default=0.0)
@@ -171,13 +182,15 @@ def render(args: argparse.Namespace) -> int:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    servers = not set(args.only) <= IN_PROCESS
     if not args.no_install and not bootstrap.in_bench_venv():
-        bootstrap.ensure_tools()
+        if servers:
+            bootstrap.ensure_tools()
         bootstrap.ensure_venv()
         bootstrap.reexec_in_venv(Path(__file__).resolve(), argv)
     if args.render is not None:
         return render(args)
-    if shutil.which("wrk") is None:
+    if servers and shutil.which("wrk") is None:
         say("wrk is required (apt-get install wrk); run without --no-install to install it")
         return 2
     from harness import report

@@ -37,19 +37,16 @@ from butler.http_app import A2A_FRONT, PUBLIC_PATHS, build_app, server_tls
 from butler.identity.key_file import AgentIdentity, load_identity
 from butler.identity.receipts import seal
 from butler.memory import MemoryStore
-from butler.metrics import (
-    ButlerMetrics,
-    log_audit,
-    observe_audit,
-    serve_metrics,
-)
+from butler.metrics import ButlerMetrics, observe_audit, serve_metrics
 from butler.planner import Planner
 from butler.push.service import PushNotifications
+from butler.reload import LiveParts, reload_config
 from butler.skills.catalog import SkillCatalog, build_skills
 from butler.skills.run_ledger import RunLedger
 from butler.storage.data_folder import hold_data_folder
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import SpendBook
+from butler.telemetry.task_log import log_audit
 from butler.telemetry.traces import build_tracer_provider, task_tracer
 from internal.http import (
     INCIDENTS,
@@ -96,6 +93,7 @@ class Daemon:
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
+    _live: LiveParts | None = field(default=None, init=False)  # what a reload changes
 
     def _record(self, audit: AuditWriter, kind: str, fields: dict[str, Any]) -> None:
         """The one place every audit record passes: the trail, the metrics and the log."""
@@ -130,6 +128,15 @@ class Daemon:
             await self._assemble(stack)
             self._stack = stack.pop_all()
 
+    async def reload(self, load: Callable[[], Config]) -> bool:
+        """Re-read the config (``load``) into the running daemon (butler/reload.py); False
+        when it was refused and the running config kept."""
+        if self._live is None:
+            return False
+        old = self.config
+        self.config = await reload_config(old, load, self._live)
+        return self.config is not old
+
     async def stop(self) -> None:
         """Stop what ``start`` started, in reverse order: the listener and the registry
         first, then the running tasks (for up to ``shutdown_grace_seconds``), the stores
@@ -162,6 +169,7 @@ class Daemon:
         audit_log = await AuditLog.open(cfg.data_dir / "audit.db",
                                         segment_records=cfg.audit.segment_records)
         stack.push_async_callback(audit_log.db.close)
+        self.metrics.delegation_history = audit_log.delegations_since
         audit = AuditWriter(audit_log)
         stack.push_async_callback(audit.close)  # closed before the log: flushes into it
         if cfg.audit.retention_days > 0:
@@ -219,6 +227,7 @@ class Daemon:
             default_timeout=cfg.tasks.default_timeout_seconds,
             card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,
         )
+        self.metrics.running_tasks = self.engine.running_by_state
         self.push = PushNotifications(cfg.a2a.push_notifications, self.engine, cfg.data_dir,
                                       self.push_guard)
         stack.push_async_callback(self.push.aclose)
@@ -244,6 +253,9 @@ class Daemon:
         self._url = self.url
         # The agents it hosts start on the bound port (their URLs name it) before it takes
         # a connection: one of the config's is never answered 404 for being asked early.
+        self._live = LiveParts(
+            runner.app[A2A_FRONT].verifier, spend, catalog, delegator,
+            lambda new: build_skills(new.skills, memory, runs, new.secret_env), cfg.data_dir)
         assert self.agents is not None
         stack.push_async_callback(self.agents.close)  # before the listener stops
         await self.agents.start()

@@ -45,10 +45,14 @@ PUBLIC_PATHS = ("/healthz", "/.well-known/agent-card.json", BUTLER_V2_PATH, *DAE
 A2A_FRONT = web.AppKey("butler.a2a_front", A2AFront)
 
 
+def anonymous_identity(cfg: Config) -> Identity | None:
+    """Who a request without a token is (None: refused)."""
+    tier = cfg.a2a.anonymous_tier
+    return None if tier is None else Identity(name="anonymous", tier=tier)
+
+
 def token_verifier(cfg: Config) -> TokenVerifier:
-    anonymous = None if cfg.a2a.anonymous_tier is None else Identity(
-        name="anonymous", tier=cfg.a2a.anonymous_tier)
-    return TokenVerifier(cfg.a2a.tokens, anonymous=anonymous)
+    return TokenVerifier(cfg.a2a.tokens, anonymous=anonymous_identity(cfg))
 
 
 def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
@@ -95,8 +99,8 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
         return [] if delegator is None else await delegator.peer_status()
 
     overview = Overview(cfg.agent.id, public_url or (lambda: cfg.public_url), peers,
-                        cfg.a2a.caller_limits, metrics)
-    app.add_routes([web.get("/healthz", healthz), overview.route(), *DAEMON_PAGE.routes()])
+                        lambda: engine.swarm.spend.limits, metrics, engine)
+    app.add_routes([web.get("/healthz", healthz), *overview.routes(), *DAEMON_PAGE.routes()])
     return app
 
 

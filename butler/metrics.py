@@ -20,17 +20,20 @@ import bisect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from aiohttp import web
 
+from butler.audit.log import DelegationOutcome
+from butler.runtime.clock import now_iso
 from butler.swarm.spend import CallerUsage
+from butler.telemetry import process
 from internal.http import IDENTITY, Handler
 
 LabelValues = tuple[str, ...]
-tasks_log = logging.getLogger("butler.tasks")
 access_log = logging.getLogger("butler.access")
 
 
@@ -178,8 +181,11 @@ class Registry:
         return metric
 
     def gauge(self, name: str, help_text: str, labels: tuple[str, ...] = (),
-              collect: Callable[[], dict[LabelValues, float]] | None = None) -> Gauge:
+              collect: Callable[[], dict[LabelValues, float]] | None = None, *,
+              kind: str = "gauge") -> Gauge:
+        """``kind``: "counter" for a total read when scraped (the process's CPU time)."""
         metric = Gauge(name, help_text, labels, collect)
+        metric.kind = kind
         self._metrics.append(metric)
         return metric
 
@@ -231,6 +237,30 @@ class ButlerMetrics:
                 ("caller", "window"), collect=lambda: self._windows("tasks"))
         r.gauge("butler_caller_limit_usd", "A capped caller's USD cap per window",
                 ("caller", "window"), collect=self._limits)
+        # The delegations under way, by the task they work for (the dashboard's "waiting
+        # on"): from the audit records, as everything here.
+        self.waiting: dict[str, list[dict[str, Any]]] = {}
+        # Set by the daemon once its audit log is open: the delegations answered since a
+        # time (newest first, at most so many records read), for the peers' statistics.
+        self.delegation_history: Callable[[datetime, int], Awaitable[
+            list[DelegationOutcome]]] = _no_history
+        # Set by the daemon once its engine exists: state -> how many tasks are in it now.
+        self.running_tasks: Callable[[], dict[str, int]] = dict
+        r.gauge("butler_tasks_running", "Tasks not yet final, by state", ("state",),
+                collect=lambda: {(state,): float(n) for state, n in self.running_tasks().items()})
+        r.gauge("butler_build_info", "Butler's version and Python's; always 1",
+                ("version", "python"), collect=lambda: {process.build_labels(): 1.0})
+        started = process.start_time()
+        r.gauge("process_cpu_seconds_total", "User and system CPU time spent, in seconds",
+                collect=lambda: {(): process.cpu_seconds()}, kind="counter")
+        r.gauge("process_resident_memory_bytes", "Resident memory size, in bytes",
+                collect=lambda: _known(process.resident_bytes()))
+        r.gauge("process_open_fds", "Open file descriptors",
+                collect=lambda: _known(process.open_fds()))
+        r.gauge("process_max_fds", "The most file descriptors it may open (RLIMIT_NOFILE)",
+                collect=lambda: {(): process.max_fds()})
+        r.gauge("process_start_time_seconds", "When the process started, in seconds since "
+                "the epoch", collect=lambda: {(): started})
 
     def render(self) -> str:
         return self.registry.render()
@@ -253,6 +283,14 @@ class ButlerMetrics:
         return samples
 
 
+async def _no_history(since: datetime, most: int) -> list[DelegationOutcome]:
+    return []
+
+
+def _known(value: float | None) -> dict[LabelValues, float]:
+    return {} if value is None else {(): value}
+
+
 def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> None:
     """Metrics follow the audit trail: every decision worth counting is recorded there,
     every task's end exactly once."""
@@ -261,6 +299,7 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
     if kind == "refusal":
         metrics.refusals.inc(str(code or "refused"))
     elif kind == "task_finished":
+        metrics.waiting.pop(str(fields.get("task_id")), None)
         metrics.tasks.inc(str(fields.get("decision", "")))
         if "seconds" in detail:
             metrics.task_seconds.observe(detail.get("skill") or "none",
@@ -269,8 +308,20 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
         if isinstance(before, Decimal) and isinstance(after, Decimal) and before > after:
             metrics.spent.inc(amount=before - after)
             metrics.caller_spent.inc(str(fields.get("caller", "")), amount=before - after)
+    elif kind == "delegation_sent":
+        chain = list(fields.get("chain") or ())
+        peer = str(detail.get("peer", "?"))
+        metrics.waiting.setdefault(str(fields.get("task_id")), []).append({
+            "peer": peer, "hop": len(chain), "path": [*chain, peer], "since": now_iso()})
     elif kind == "delegation_result":
         peer = str(detail.get("peer", "?"))
+        waiting = metrics.waiting.get(str(fields.get("task_id")), [])
+        for i, entry in enumerate(waiting):
+            if entry["peer"] == peer:
+                del waiting[i]
+                break
+        if not waiting:
+            metrics.waiting.pop(str(fields.get("task_id")), None)
         metrics.delegations.inc(peer, str(code or fields.get("decision", "")))
         if "seconds" in detail:
             metrics.delegation_seconds.observe(peer, value=float(detail["seconds"]))
@@ -281,42 +332,12 @@ def observe_audit(metrics: ButlerMetrics, kind: str, fields: dict[str, Any]) -> 
                 metrics.planner_tokens.inc(direction, amount=detail[f"{direction}_tokens"])
 
 
-def log_audit(kind: str, fields: dict[str, Any]) -> None:
-    if kind == "task_finished":
-        if tasks_log.isEnabledFor(logging.INFO):
-            _finished(fields)
-    elif kind == "refusal" and tasks_log.isEnabledFor(logging.INFO):
-        tasks_log.info("task refused", extra={"trace_id": fields.get("trace_id") or "", "kv": {
-            "code": str(fields.get("code")), "caller": str(fields.get("caller", "")),
-            "depth": str(len(fields.get("chain") or ())),
-            **({"task_id": str(fields["task_id"])} if fields.get("task_id") else {}),
-        }})
-
-
-def _finished(fields: dict[str, Any]) -> None:
-    detail = fields.get("detail") or {}
-    kv = {"task_id": str(fields.get("task_id")), "state": str(fields.get("decision"))}
-    if fields.get("code"):
-        kv["code"] = str(fields["code"])
-    if detail.get("skill"):
-        kv["skill"] = str(detail["skill"])
-    if detail.get("peer"):
-        kv["peer"] = str(detail["peer"])
-    if "seconds" in detail:
-        kv["duration_ms"] = f"{float(detail['seconds']) * 1000:.1f}"
-    before, after = fields.get("budget_before"), fields.get("budget_after")
-    if isinstance(before, Decimal) and isinstance(after, Decimal):
-        kv["cost_usd"] = str(before - after)
-    kv["caller"] = str(fields.get("caller", ""))
-    tasks_log.info("task finished", extra={"trace_id": fields.get("trace_id") or "", "kv": kv})
-
-
 def log_request(method: str, path: str, status: int, seconds: float, caller: str) -> None:
     """``path`` without its query; ``caller`` the identity's name ("" before auth)."""
     if access_log.isEnabledFor(logging.DEBUG):
         access_log.debug("request", extra={"kv": {
-            "method": method, "path": path, "status": str(status),
-            "duration_ms": f"{seconds * 1000:.1f}", "caller": caller or "-"}})
+            "method": method, "path": path, "status": status,
+            "duration_ms": round(seconds * 1000, 1), "caller": caller or "-"}})
 
 
 def metrics_middleware(metrics: ButlerMetrics) -> Any:

@@ -12,13 +12,62 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    ContentBlock,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    Tool,
+    ToolAnnotations,
+    ToolExecution,
+)
 
-server = MCPServer("fixture")
+# Small payloads of each kind, base64: what ``media`` answers with.
+PNG = "iVBORw0KGgo="
+WAV = "UklGRiQAAABXQVZF"
+BLOB = "AAECAwQF"
+MEDIA: list[ContentBlock] = [
+    TextContent(text="here"),
+    ImageContent(data=PNG, mime_type="image/png"),
+    AudioContent(data=WAV, mime_type="audio/wav"),
+    ResourceLink(uri="file:///notes/a.md", name="a.md", title="Notes",
+                 mime_type="text/markdown"),
+    EmbeddedResource(resource=TextResourceContents(uri="file:///b.txt", text="bee",
+                                                   mime_type="text/plain")),
+    EmbeddedResource(resource=BlobResourceContents(uri="file:///c.bin", blob=BLOB,
+                                                   mime_type="application/octet-stream")),
+]
+
+
+class Fixture(MCPServer):
+    """The decorator cannot say what 2025-11-25 adds to a tool: set here, by name."""
+
+    async def list_tools(self) -> list[Tool]:
+        tools = await super().list_tools()
+        return [self._adjusted(t) for t in tools]
+
+    @staticmethod
+    def _adjusted(tool: Tool) -> Tool:
+        if tool.name == "background":
+            return tool.model_copy(update={"execution": ToolExecution(task_support="required")})
+        if tool.name == "liar":  # claims a string sum, answers a number
+            return tool.model_copy(update={"output_schema": {
+                "type": "object", "properties": {"sum": {"type": "string"}}}})
+        return tool
+
+
+server = Fixture("fixture")
 
 
 @server.tool(description="Add two integers", structured_output=True)
@@ -26,9 +75,31 @@ def add(a: int, b: int) -> dict[str, int]:
     return {"sum": a + b}
 
 
-@server.tool(description="Say the text louder")
+@server.tool(description="Say the text louder",
+             annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                                         open_world_hint=False))
 def shout(text: str) -> str:
     return text.upper() + "!"
+
+
+@server.tool(description="Takes no arguments")
+def noon() -> str:
+    return "noon"
+
+
+@server.tool(description="Answers with every kind of content block")
+def media() -> CallToolResult:
+    return CallToolResult(content=MEDIA)
+
+
+@server.tool(description="Runs only as an MCP task")
+def background() -> str:
+    return "never called"
+
+
+@server.tool(description="Answers other than its output schema says", structured_output=True)
+def liar() -> dict[str, int]:
+    return {"sum": 1}
 
 
 @server.tool(description="Never answers")
@@ -42,6 +113,12 @@ async def hang() -> str:
             Path(sys.argv[1] + ".cancelled").write_text("cancelled")
         raise
     return "never"
+
+
+@server.tool(description="Blocks the server's own event loop for a while")
+async def block(seconds: float) -> str:
+    time.sleep(seconds)  # on purpose, in the loop: nothing (a ping included) is answered
+    return f"blocked {seconds:g}s"
 
 
 @server.tool(description="Ends the server process at once")

@@ -34,9 +34,12 @@ def parse(data: bytes) -> tuple[int, dict[str, str], Any]:
     return int(lines[0].split()[1]), headers, json.loads(body) if body else None
 
 
-async def get_healthz(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int:
-    """One keep-alive request on an open connection; returns the status."""
-    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+async def get_healthz(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      path: str = "/healthz", token: str = "") -> int:
+    """One keep-alive GET on an open connection (with ``token`` as a bearer token, if
+    any); returns the status."""
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
     async with asyncio.timeout(5):
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")

@@ -124,6 +124,26 @@ V03_ONLY = {"url", "preferredTransport", "additionalInterfaces", "security", "pr
             "supportsAuthenticatedExtendedCard"}
 
 
+async def test_the_extended_card_answers_in_its_bindings_version(swarm: Swarm) -> None:
+    """CARD-EXT-001: ``GetExtendedAgentCard`` is a 1.0 method, over JSON-RPC and HTTP+JSON:
+    1.0 fields alone (protobuf's strict parser takes it); 0.3's
+    ``agent/getAuthenticatedExtendedCard`` answers in the 0.3 shape alone."""
+    home = await swarm.start("home", skills=[ECHO])
+    status, body = await rpc(home, "GetExtendedAgentCard", {})
+    assert status == 200 and not V03_ONLY & set(body["result"]), body
+    json_format.ParseDict(body["result"], AgentCard())
+    async with home.session.get(home.url + "/extendedAgentCard",
+                                headers={**home.headers(), "A2A-Version": "1.0"}) as resp:
+        assert resp.status == 200
+        card = await resp.json()
+    assert not V03_ONLY & set(card)
+    json_format.ParseDict(card, AgentCard())
+    status, body = await rpc(home, "agent/getAuthenticatedExtendedCard", None, version="0.3")
+    assert status == 200 and "supportedInterfaces" not in body["result"], body
+    legacy = v03.AgentCard.model_validate(body["result"])
+    assert legacy.protocol_version == "0.3.0"
+
+
 async def test_a_1_0_client_gets_a_clean_1_0_card(swarm: Swarm, http: aiohttp.ClientSession,
                                                   ) -> None:
     """``A2A-Version: 1.0`` (what 1.0 clients send) negotiates a card without any 0.3 field:

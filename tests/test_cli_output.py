@@ -109,3 +109,40 @@ async def test_ctrl_c_during_send_says_the_task_goes_on(swarm: Swarm, tmp_path: 
     assert task["state"] == "working"
     release.write_text("")
     await wait_task(home, task_id, {"completed"})
+
+
+# Commands whose output is not a result: servers (their output is the protocol or the
+# log), a script for the shell, a walkthrough for a person. `route` gets its --json with
+# its --explain (butler/cli/route_cmd.py, issue 39's routing work).
+NO_JSON = {"serve", "stdio", "mcp", "registry serve", "completion", "demo", "route"}
+
+
+def test_every_command_that_answers_has_json() -> None:
+    import argparse
+
+    from butler.cli import build_parser
+
+    def commands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, bool]]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [(prefix, any("--json" in a.option_strings for a in parser._actions))]
+        return [c for name, sub in subs[0].choices.items()
+                for c in commands(sub, f"{prefix} {name}".strip())]
+
+    found = dict(commands(build_parser(), ""))
+    assert set(found) >= NO_JSON
+    assert sorted(name for name, has in found.items() if not has and name not in NO_JSON) == []
+
+
+async def test_json_of_local_commands(tmp_path: Path) -> None:
+    from tests.support import config_dict, write_config
+
+    cfg, _ = config_dict(tmp_path, "home")
+    path = write_config(tmp_path, "home", cfg)
+    code, out, _ = await run_cli("check-config", str(path), "--json")
+    assert code == 0 and json.loads(out)["ok"] is True
+    code, out, _ = await run_cli("key", "show", "-c", str(path), "--json")
+    assert code == 1 and json.loads(out)["error"]["code"] == "no_identity_key"
+    (tmp_path / "bad.yaml").write_text("agent: {id: x}\nnope: 1\n")
+    code, out, _ = await run_cli("check-config", str(tmp_path / "bad.yaml"), "--json")
+    assert code == 2 and "nope" in json.loads(out)["error"]["message"]

@@ -60,13 +60,14 @@ async def _wrong_token_is_refused(page: Page, problems: list[str]) -> None:
     problems.clear()
 
 
-async def _looks_right(page: Page, path: Path) -> None:
+async def _looks_right(page: Page, path: Path, width: int = 1200, height: int = 900) -> None:
     """The screenshot: the viewport's size, the header bar in its colour (the stylesheet
-    loaded), and text and tables rather than a blank page."""
+    loaded), and text and tables rather than a blank page; nothing wider than the screen."""
     shot = read_png(await page.screenshot(path=path))
-    assert (shot.width, shot.height) == (1200, 900)
+    assert (shot.width, shot.height) == (width, height)
     assert shot.pixel(4, 4) == BAR
     assert len(shot.colours()) > 20
+    assert await page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 async def _token_kept_in_the_tab_only(page: Page, token: str) -> None:
@@ -79,23 +80,27 @@ async def _token_kept_in_the_tab_only(page: Page, token: str) -> None:
 async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
                                                  tmp_path: Path) -> None:
     release = tmp_path / "go"
-    wait = command_skill("home.wait", ["sh", "-c", f"while [ ! -e {release} ]; do "
-                                                   "sleep 0.05; done; echo released"])
+    held = f"while [ ! -e {release} ]; do sleep 0.05; done; echo released"
+    wait = command_skill("home.wait", ["sh", "-c", held])
     mesh.agent("home", skills=[ECHO, wait],
                callers={"operator": {"tier": "admin", "limits": {"max_usd_per_day": "10"}},
                         "viewer": {}})
-    mesh.agent("office", skills=[skill("office.echo", "0.03")])
-    mesh.link("home", "office", ["office.echo"])
+    mesh.agent("office", skills=[skill("office.echo", "0.03"), command_skill(
+        "office.wait", ["sh", "-c", held], capabilities=["office.wait"])])
+    mesh.link("home", "office", ["office.echo", "office.wait"])
     home = (await mesh.start())["home"]
     token = home.tokens["operator"]
-    _, done = await post_task(home, {"task": "hello office",
-                                     "capabilities_needed": ["office.echo"]})
+    text = "hello office <b>not bold</b> " + "and more " * 40
+    _, done = await post_task(home, {"task": text, "capabilities_needed": ["office.echo"]})
     done = await wait_task(home, done["id"])
     assert done["state"] == "completed", done
     _, running = await post_task(home, {"task": "wait", "skill": "home.wait", "mode": "async"})
+    _, away = await post_task(home, {"task": "wait there", "capabilities_needed": ["office.wait"],
+                                     "mode": "async"})
     problems: list[str] = []
     page = await _page(browser, problems)
     try:
+        await page.clock.install()  # the stale check below moves the page's time on
         response = await page.goto(f"{home.url}/dashboard")
         assert response is not None and response.status == 200
         policy = response.headers["content-security-policy"]
@@ -106,11 +111,20 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
         await _sign_in(page, token)
         await expect(page.locator("#recent")).to_contain_text(done["id"])
         await expect(page.locator("#running")).to_contain_text(running["id"])
+        await expect(page.locator("#running")).to_contain_text("waiting on office")
         await expect(page.locator("#peers")).to_contain_text("office")
         assert await page.is_hidden("#login")
 
         recent = await page.inner_text("#recent")
         assert "completed" in recent and "0.03 of 5.00 USD" in recent
+        # Who asked, what (as text: the markup in it is not markup; cut short), the trace.
+        assert "\toperator\t" in recent and done["swarm"]["trace_id"] in recent
+        shown = await page.locator("#recent .text").first.inner_text()
+        assert shown.startswith("hello office <b>not bold</b> and more")
+        assert shown.endswith("…") and len(shown) == 200
+        assert await page.locator("#recent b").count() == 0
+        started = await page.locator("#recent time").first.get_attribute("datetime")
+        assert started == done["created_at"]
         # The delegation tree: home's hop, office's nested below it, cost and time each.
         hops = page.locator("#recent ul.tree > li")
         assert (await hops.first.locator(":scope > .hop").inner_text()).startswith(
@@ -118,19 +132,50 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
         office_hop = await hops.first.locator("ul > li > .hop").inner_text()
         assert office_hop.startswith("office / office.echo: 0.03 USD, ")
         assert " ms, completed" in office_hop
-        assert "working" in await page.inner_text("#running")
-        peers = await page.inner_text("#peers")
-        assert "office" in peers and "ok" in peers and " ms" in peers and "completed 1" in peers
+        running_text = await page.inner_text("#running")
+        assert "working" in running_text
+        # The hop is the peer's place in the caller chain the delegation carries.
+        assert "waiting on office (hop 2: operator → home → office) for " in running_text
+        # Peers: statistics named for what they measure, from the audit trail.
+        heads = await page.locator("#peers th").all_inner_texts()
+        assert [h.lower() for h in heads[3:8]] == [
+            "health now", "delegations (24 h)", "median time", "95th percentile",
+            "errors by code"]
+        cells = await page.locator("#peers tbody tr").first.locator("td").all_inner_texts()
+        assert cells[0] == "office" and cells[3] == "ok" and cells[4] == "1"
+        assert cells[5].endswith(" ms") and cells[6].endswith(" ms") and cells[7] == "none"
         spend = await page.inner_text("#spend")
-        # Spent since start: the finished task; the day's window also holds the whole
-        # budget the running task reserved.
+        # Spent since start: the finished task; the day's window also holds what the running
+        # tasks reserved (5.00, then the 4.97 the cap left).
         assert "operator\t0.03 USD\t" in spend
-        assert "5.03 of 10 USD, 2 tasks" in spend and "1 holding 5.00 USD" in spend
+        assert "10.00 of 10 USD, 3 tasks" in spend and "2 holding 9.97 USD" in spend
 
         await _looks_right(page, tmp_path / "dashboard.png")
         await _token_kept_in_the_tab_only(page, token)
         assert problems == []
 
+        # Updates stop (the daemon does not answer): the page says its data is stale.
+        assert await page.is_hidden("#stale")
+        await page.route("**/v2/**", lambda route: route.abort())
+        await page.clock.fast_forward(10_000)
+        await expect(page.locator("#stale")).to_be_visible()
+        await expect(page.locator("#stale")).to_contain_text("Stale: no update for")
+        assert await page.evaluate("document.body.classList.contains('stale')")
+        await page.unroute("**/v2/**")
+        await page.clock.fast_forward(3_000)
+        await expect(page.locator("#stale")).to_be_hidden()
+        problems.clear()  # the aborted requests' console notes
+
+        # A phone's width: one column, nothing wider than the screen, the same facts.
+        await page.set_viewport_size({"width": 375, "height": 812})
+        await _looks_right(page, tmp_path / "dashboard-phone.png", 375, 812)
+        caller = page.locator("#recent td[data-label=Caller]").first
+        assert await caller.is_visible() and await caller.inner_text() == "operator"
+        box = await page.locator("#recent .text").first.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 375
+        assert await page.locator("#recent thead").is_hidden()
+
+        await page.set_viewport_size({"width": 1200, "height": 900})
         await page.click("#signout")
         await expect(page.locator("#login")).to_be_visible()
         assert await page.evaluate("sessionStorage.length") == 0
@@ -144,6 +189,7 @@ async def test_the_daemon_dashboard_in_a_browser(mesh: Mesh, browser: Browser,
     finally:
         release.write_text("")
     await wait_task(home, running["id"])
+    await wait_task(home, away["id"])
 
 
 async def test_the_overview_is_for_admins_only(mesh: Mesh) -> None:

@@ -62,3 +62,49 @@ async def test_a_task_sent_back_along_its_chain_says_it_would_loop(mesh: Mesh) -
     status, task = await post_task(office, {"task": "t", "capabilities_needed": ["nowhere"],
                                             "caller_chain": ["home"]}, who="home")
     assert "neither this agent nor any known peer provides nowhere" in task["error"]["message"]
+
+
+async def test_the_public_routes_are_the_ones_quickstart_names(swarm: Swarm) -> None:
+    # quickstart.md once said every route but /healthz needs a token (issue 39).
+    from butler.dashboard import DAEMON_PAGE
+    from butler.http_app import PUBLIC_PATHS
+    from tests.support import REPO
+
+    named = ("/healthz", "/.well-known/agent-card.json", "/v2/openapi.json", "/dashboard")
+    assert set(PUBLIC_PATHS) == {*named, *DAEMON_PAGE.paths}
+    text = (REPO / "docs" / "quickstart.md").read_text()
+    home = await swarm.start("home")
+    for path in named:
+        assert f"`{path}`" in text, path
+        async with home.session.get(home.url + path) as resp:
+            assert resp.status == 200, path
+    async with home.session.get(home.url + "/v2/card") as resp:
+        assert resp.status == 401
+
+
+async def test_a_peer_that_never_accepts_is_a_connect_timeout(swarm: Swarm) -> None:
+    # lan.md: an office off the network was reported as "did not answer within 60s"
+    # after the 3 s connect timeout (issue 39).
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    waiting = []  # fill the accept queue: the kernel then drops new connections' SYNs
+    for _ in range(4):
+        client = socket.socket()
+        client.setblocking(False)
+        client.connect_ex(listener.getsockname())
+        waiting.append(client)
+    try:
+        home = await swarm.start("home", skills=[], peers=[{
+            "name": "office", "url": f"http://127.0.0.1:{listener.getsockname()[1]}",
+            "token_file": __file__, "capabilities": ["x.work"],
+            "connect_timeout_seconds": 0.3, "timeout_seconds": 60}])
+        _, task = await post_task(home, {"task": "t", "capabilities_needed": ["x.work"]})
+    finally:
+        for sock in (*waiting, listener):
+            sock.close()
+    assert task["error"]["code"] == "peer_timeout", task
+    assert "did not accept a connection" in task["error"]["message"]
+    assert "60s" not in task["error"]["message"]

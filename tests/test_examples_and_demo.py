@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from butler.config import load_config
+from tests.support import post_task
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,3 +87,50 @@ def test_delegate_cli_shows_hops_and_trace(tmp_path: Path) -> None:
         office.wait(timeout=20)
         if office.stdout is not None:
             office.stdout.close()
+
+
+async def test_the_seed_phrase_reaches_office_with_the_shipped_examples(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """docs/lan.md's configs, moved to loopback: home routes the README's plain words to
+    office's action-items skill, and the print skill's program is shipped beside them."""
+    import yaml
+
+    from tests.support import new_pair, start_instance, wait_task
+
+    pairs = {who: new_pair() for who in ("home", "office", "me")}
+
+    def local(name: str, caller: str, peer_url: str) -> dict[str, Any]:
+        cfg: dict[str, Any] = yaml.safe_load((ROOT / "examples" / f"{name}.yaml").read_text())
+        cfg["agent"].pop("url")
+        cfg["data_dir"] = str(tmp_path / name)
+        a2a = cfg["configurations"]["a2a"]
+        a2a.update(bind_address="127.0.0.1", port=0, token_hashes=[
+            {"sha256": pairs[caller][1], "name": caller},
+            {"sha256": pairs["me"][1], "name": "me", "tier": "admin"}])
+        token_file = tmp_path / f"{name}-to-{caller}.token"
+        token_file.write_text(pairs[name][0])
+        peer = cfg["peers"][0]
+        peer.pop("token_env")
+        peer.update(url=peer_url, token_file=str(token_file))
+        return cfg
+
+    office = await start_instance(tmp_path, http, local("office", "home", "http://127.0.0.1:9"),
+                                  {"operator": pairs["me"][0]})
+    home = await start_instance(tmp_path, http, local("home", "office", office.url),
+                                {"operator": pairs["me"][0]})
+    try:
+        status, task = await post_task(
+            home, {"task": "check with my office Butler for any pending action items",
+                   "mode": "async"})
+        assert status == 202, task
+        done = await wait_task(home, task["id"])
+        assert done["state"] == "completed", done
+        hop = done["cost"]["children"][0]
+        assert (hop["agent"], hop["skill"]) == ("office", "office.action_items")
+    finally:
+        await home.daemon.stop()
+        await office.daemon.stop()
+    script = ROOT / "examples" / "butler-print"
+    assert os.access(script, os.X_OK)
+    assert "/usr/local/bin/butler-print" in (ROOT / "examples" / "office.yaml").read_text()

@@ -4,41 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
 from tests.a2a_support import ASK, WAIT
 from tests.delegation_support import skill
-from tests.mcp_support import cancel_after_progress
+from tests.mcp_support import cancel_after_progress, mcp_butler
 from tests.support import (
     ECHO,
-    REPO,
     Swarm,
-    child_env,
     command_skill,
     config_dict,
     plugin_skill,
-    write_config,
 )
-
-
-@asynccontextmanager
-async def mcp_butler(tmp_path: Path, cfg: dict[str, Any]) -> AsyncIterator[ClientSession]:
-    path = write_config(tmp_path, cfg["agent"]["id"], cfg)
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "butler", "mcp", "-c", str(path)],
-                                   env=child_env(), cwd=REPO)
-    with (tmp_path / "mcp-stderr.log").open("w") as log:
-        async with stdio_client(params, errlog=log) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
 
 
 def _texts(result: Any) -> list[str]:
@@ -57,8 +37,10 @@ async def test_tools_are_the_allowed_skills_and_a_call_runs_one(tmp_path: Path) 
 
         result = await session.call_tool("echo", {"task": "hello over mcp"})
         assert not result.is_error and _texts(result) == ["hello over mcp"]
-        assert result.structured_content is not None
-        assert result.structured_content["state"] == "completed"
+        # No data part, no structured content; the task rides in _meta (issue 38).
+        assert result.structured_content is None
+        assert result.meta is not None
+        assert result.meta["butler/task"]["state"] == "completed"
 
         # A refusal by the swarm rules is a tool error with its code, not a protocol error.
         refused = await session.call_tool("delegate", {
@@ -88,10 +70,10 @@ async def test_a_declared_input_schema_is_the_tool_schema_and_its_arguments_the_
         assert tools["echo"].input_schema["properties"]["task"]["type"] == "string"
         # Seen from MCP, every tool has the edge's own caveat besides its runner's.
         fidelity = {n: (t.meta or {}).get("butler/bridge_fidelity") for n, t in tools.items()}
-        assert fidelity["about"] == {"level": "adapted",
-                                     "caveats": ["input-required tasks are canceled"]}
-        assert fidelity["count"] is not None and fidelity["count"]["caveats"][-1] == (
-            "input-required tasks are canceled")
+        assert fidelity["about"] is not None and fidelity["about"]["level"] == "adapted"
+        assert fidelity["about"]["caveats"][0] == "input-required tasks are canceled"
+        assert fidelity["count"] is not None
+        assert "input-required tasks are canceled" in fidelity["count"]["caveats"]
         assert "no input-required" in fidelity["count"]["caveats"]
 
         result = await session.call_tool("about", {"task": "count to n", "n": 3})
@@ -99,6 +81,23 @@ async def test_a_declared_input_schema_is_the_tool_schema_and_its_arguments_the_
         seen = json.loads(_texts(result)[0])
         assert seen["text"] == "count to n"
         assert seen["input"] == {"task": "count to n", "n": 3}
+
+        # Arguments are validated against the published schema before any task is made:
+        # a tool error naming the failing path (issue 38).
+        cases: list[tuple[dict[str, Any], str]] = [({"n": "three"}, "/n"),
+                                                   ({"task": "no n"}, "")]
+        for arguments, path in cases:
+            refused = await session.call_tool("about", arguments)
+            assert refused.is_error and refused.structured_content is not None
+            assert refused.structured_content["code"] == "invalid_params"
+            assert refused.structured_content["path"] == path, refused
+            assert _texts(refused)[0].startswith(f"invalid_params: input{path}: ")
+        cases = [({"task": 7}, "/task"), ({"task": "x", "capabilities": []}, "/capabilities")]
+        for arguments, path in cases:
+            refused = await session.call_tool("delegate" if "capabilities" in arguments
+                                              else "echo", arguments)
+            assert refused.is_error and refused.structured_content is not None
+            assert refused.structured_content["path"] == path, refused
 
 
 async def test_delegate_goes_to_a_peer_through_the_swarm(swarm: Swarm, tmp_path: Path) -> None:

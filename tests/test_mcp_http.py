@@ -6,8 +6,6 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +16,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from tests.a2a_support import WAIT
-from tests.mcp_support import cancel_after_progress
-from tests.support import ECHO, REPO, Instance, Swarm, wait_until
+from tests.mcp_support import cancel_after_progress, mcp_http
+from tests.support import ECHO, REPO, Swarm, wait_until
 
 VIP = {"id": "vip", "builtin": "echo", "capabilities": ["vip"], "expose": True, "tier": "gold"}
 CALLERS = {"gold": {"tier": "gold"}, "plain": {}}
 OPENING = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "raw", "version": "1"}}}
-
-
-@asynccontextmanager
-async def mcp_http(inst: Instance, who: str) -> AsyncIterator[ClientSession]:
-    async with httpx2.AsyncClient(headers=inst.headers(who)) as client, \
-            streamable_http_client(f"{inst.url}/mcp", http_client=client) as (read, write), \
-            ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
 
 
 async def test_a_token_lists_the_tools_its_identity_sees_and_calls_one(swarm: Swarm) -> None:
@@ -46,9 +35,9 @@ async def test_a_token_lists_the_tools_its_identity_sees_and_calls_one(swarm: Sw
         assert not result.is_error
         assert [c.text for c in result.content if isinstance(c, TextContent)] == [
             "hello over http"]
-        assert result.structured_content is not None
-        assert result.structured_content["state"] == "completed"
-        task_id = result.structured_content["task_id"]
+        assert result.meta is not None
+        assert result.meta["butler/task"]["state"] == "completed"
+        task_id = result.meta["butler/task"]["id"]
     # The caller is the token's identity, not a fixed admin: a tier-gold skill is hidden
     # from a default-tier token, and the task belongs to the gold caller.
     async with mcp_http(inst, "plain") as session:

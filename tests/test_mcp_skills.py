@@ -14,6 +14,8 @@ import pytest
 
 from butler.config import load_config
 from butler.config.node import ConfigError
+from butler.skills.mcp_servers import supervisor
+from tests.mcp_support import FIXTURE, calc
 from tests.support import (
     ECHO,
     Instance,
@@ -28,13 +30,6 @@ from tests.support import (
     wait_until,
     write_config,
 )
-
-FIXTURE = Path(__file__).resolve().parent / "mcp_server_fixture.py"
-
-
-def calc(pids: Path, **extra: Any) -> dict[str, Any]:
-    return {"id": "calc", "mcp": {"command": [sys.executable, str(FIXTURE), str(pids)]},
-            "expose": True, **extra}
 
 
 def started(pids: Path) -> list[int]:
@@ -101,6 +96,33 @@ async def test_a_hanging_call_times_out_and_the_server_goes_on(swarm: Swarm,
     shouted = await run(home, "calc.shout", task="still here")
     assert shouted["state"] == "completed", shouted
     assert len(started(tmp_path / "pids")) == 1  # the call was cancelled, not the server
+
+
+async def test_a_call_that_blocks_the_server_past_a_ping_succeeds(
+        swarm: Swarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Liveness is the process and idle-time pings: a call in flight is bounded by the
+    skill's time limit alone, even when the tool blocks its server's loop for longer than
+    the ping interval (issue 38)."""
+    monkeypatch.setattr(supervisor, "PING_SECONDS", 0.1)
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids, timeout_seconds=30)])
+    blocked = await run(home, "calc.block", input={"seconds": 1})
+    assert blocked["state"] == "completed", blocked
+    assert blocked["result"]["parts"][0] == {"kind": "text", "text": "blocked 1s"}
+    assert len(started(pids)) == 1
+
+
+async def test_a_stuck_server_is_restarted_after_its_call_timed_out(
+        swarm: Swarm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisor, "PING_SECONDS", 0.1)
+    pids = tmp_path / "pids"
+    home = await swarm.start("home", skills=[calc(pids, timeout_seconds=0.3)])
+    stuck = await run(home, "calc.block", input={"seconds": 30})
+    assert stuck["state"] == "failed" and stuck["error"]["code"] == "task_timeout", stuck
+    # Idle now, and deaf to pings: ended and started again.
+    await wait_until(lambda: len(started(pids)) >= 2, 20, "the stuck server restarted")
+    [first, *_] = started(pids)
+    await wait_gone(first)
 
 
 async def test_cancelling_the_task_cancels_the_call(swarm: Swarm, tmp_path: Path) -> None:
@@ -248,6 +270,10 @@ async def test_a_server_over_streamable_http(swarm: Swarm, tmp_path: Path,
         assert added["result"]["parts"] == [{"kind": "data", "data": {"sum": 42}}], added
         failed = await run(home, "remote.fail")
         assert failed["error"]["code"] == "tool_error"
+        # Every kind of block, over this transport too (tests/test_mcp_fidelity.py).
+        media = await run(home, "remote.media", input={})
+        assert [p["kind"] for p in media["result"]["parts"]] == [
+            "text", "file", "file", "file", "text", "file"], media
         assert not any(s.startswith(("meta.", "anon.")) for s in await card_skills(home))
         assert any("MCP server anon" in r.getMessage() for r in caplog.records)
         assert not any("s3cret-mcp" in r.getMessage() for r in caplog.records)
@@ -322,7 +348,7 @@ def test_answers_become_parts() -> None:
     assert result.parts == (
         Part(file={"bytes": "aGk=", "mimeType": "image/png"}),
         Part(file={"uri": "file:///notes/a.md", "name": "a.md", "mimeType": "text/markdown"}),
-        Part(text="bee"),
+        Part(text="bee", metadata={"butler/mcp": {"type": "resource", "uri": "file:///b.txt"}}),
     )
     with pytest.raises(SkillFailed) as err:
         to_result(CallToolResult(content=[], is_error=True), 1000)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from butler.metrics import Registry
 from tests.delegation_support import Mesh, skill
 from tests.prometheus_text import histogram, parse, value
-from tests.support import Instance, Swarm, post_task
+from tests.support import Instance, Swarm, gated_skill, post_task, wait_task
 
 
 async def scrape(http: aiohttp.ClientSession, inst: Instance) -> str:
@@ -110,3 +112,30 @@ def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
     assert dict(buckets)[300.0] == 3 and dict(buckets)[math.inf] == 4
     assert count == 4 and total == pytest.approx(1000.503)
     assert "# TYPE x_seconds histogram" in registry.render()
+
+
+async def test_build_process_and_running_tasks_metrics(
+    swarm: Swarm, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    home = await swarm.start("home", skills=[gated_skill("hold", gate)])
+    status, task = await post_task(home, {"task": "x", "skill": "hold", "mode": "async"})
+    assert status in (200, 202), task
+    samples = parse(await scrape(http, home))
+    assert value(samples, "butler_tasks_running", state="working") == 1
+    idle = ("butler_tasks_running", frozenset({("state", "input-required")}))
+    assert samples[idle] == 0  # every state is exported, 0 included
+    build = [labels for (name, labels) in samples if name == "butler_build_info"]
+    assert len(build) == 1 and {k for k, _ in build[0]} == {"version", "python"}
+    assert value(samples, "process_cpu_seconds_total") > 0
+    assert value(samples, "process_resident_memory_bytes") > 1_000_000
+    assert 3 <= value(samples, "process_open_fds") <= value(samples, "process_max_fds")
+    started = value(samples, "process_start_time_seconds")
+    assert started <= time.time() and started > time.time() - 24 * 3600
+    text = await scrape(http, home)
+    assert "# TYPE process_cpu_seconds_total counter" in text
+
+    gate.touch()
+    await wait_task(home, task["id"])
+    samples = parse(await scrape(http, home))
+    assert samples[("butler_tasks_running", frozenset({("state", "working")}))] == 0

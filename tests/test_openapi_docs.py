@@ -16,7 +16,7 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from butler.dashboard import REGISTRY_PAGE
 from butler.hosting.admin import ADMIN_AGENTS_PATH
-from butler.overview import OVERVIEW_PATH
+from butler.overview import OVERVIEW_PATH, TASKS_PATH
 from butler.registry.clock import ManualClock
 from butler.registry.service import build_registry_app
 from butler.registry.sqlite_store import SqliteStore
@@ -80,6 +80,7 @@ def test_operations_are_exactly_the_server_routes(which: tuple[str, str],
         binding = RestBinding(cast(TaskService, None), RestLimits(32, 1.0, 50))
         served = {(r.method, r.path) for r in binding.routes()}
         daemon = {("GET", "/healthz"), ("GET", "/metrics"), ("GET", OVERVIEW_PATH),
+                  ("GET", TASKS_PATH),
                   ("GET", ADMIN_AGENTS_PATH), ("POST", ADMIN_AGENTS_PATH),
                   ("DELETE", ADMIN_AGENTS_PATH + "/{id}")}
         assert served | daemon == documented

@@ -101,6 +101,8 @@ async def test_every_operation_answers_as_documented(swarm: Swarm,
     overview = await w.call("GET", "/v2/overview", 200, who="boss")
     assert overview["agent"]["id"] == "home" and overview["peers"] == []
     await w.error("GET", "/v2/overview", 403, "forbidden")
+    listed = await w.call("GET", "/v2/overview/tasks", 200)
+    assert all(t["caller"] == "operator" for t in listed["tasks"])
     assert {s["id"] for s in card["skills"]} == {"echo", "ask", "slow", "pricey"}
 
     # the hosted agents (docs/hosting.md)

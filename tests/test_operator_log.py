@@ -1,5 +1,5 @@
-"""What ``butler serve`` logs while it works (issue 23): at info a line per finished task
-and per refusal, at debug an access line per request; never a token."""
+"""What ``butler serve`` logs while it works (issues 23, 39): at info a line per started and
+finished task and per refusal, at debug an access line per request; never a token."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ async def test_info_logs_each_finished_task_and_each_refusal_with_its_code(
         {"task": "x", "skill": "echo", "caller_chain": ["mallory"]},  # forged: 403
     ])
     done, failed, _ = answers
-    done_line = kv_line(lines, "logger=butler.tasks", f"task_id={done['id']}")
+    done_line = kv_line(lines, "logger=butler.tasks", 'msg="task finished"',
+                        f"task_id={done['id']}")
     for part in ("level=info", 'msg="task finished"', "state=completed", "skill=echo",
                  "duration_ms=", "cost_usd=0", "caller=operator",
                  f"trace_id={done['swarm']['trace_id']}"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from intent import report as intent_report
+
 Table = tuple[str, list[str], list[list[str]]]  # title, header, rows
 
 
@@ -222,6 +224,7 @@ def tables(results: dict[str, Any]) -> list[Table]:
            _free_text(results.get("registry", {})),
            _registry_writes(results.get("registry", {})), _memory(results.get("inbound", {})),
            _storage(results.get("inbound", {})),
+           *(intent_report.tables(results["intent"]) if "intent" in results else ()),
            _targets(results)]
     return [t for t in out if t[2]]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from intent import report as intent_report
+
 VS_JS_AT_64_X = 1.5  # Butler's SendMessage req/s / @a2a-js/sdk's, 64 connections
 VS_JS_AT_1_X = 1.0
 A2A_P99_AT_64_MS = 25.0
@@ -94,4 +96,6 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"name": "idle RSS of the daemon", "goal": f"<= {IDLE_RSS_MB:g} MB",
                     "measured": f"{memory['idle_rss_mb']:.1f} MB",
                     "met": memory["idle_rss_mb"] <= IDLE_RSS_MB})
+    if "intent" in results:
+        out += intent_report.targets(results["intent"])
     return out

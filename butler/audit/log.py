@@ -25,6 +25,7 @@ holds new work at the door until the writer has caught up, instead of memory gro
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -84,6 +85,16 @@ def _create_schema(conn: sqlite3.Connection) -> None:
         conn.execute("VACUUM")
     elif migrated is not None:  # the pages of the old rows go back to the file system
         conn.execute("PRAGMA incremental_vacuum").fetchall()
+
+
+@dataclass(frozen=True)
+class DelegationOutcome:
+    """One ``delegation_result`` record: the peer, the error code (None: it answered) and
+    how long the call took."""
+
+    peer: str
+    code: str | None
+    seconds: float | None
 
 
 class AuditLog:
@@ -151,6 +162,14 @@ class AuditLog:
         from the end, in pages, until the records are older (stamps follow seq, give or
         take a clock step, which ``since`` leaves room for)."""
         return await self.db.run(_finished_since, since.isoformat(timespec="microseconds"))
+
+    async def delegations_since(self, since: datetime,
+                                most: int) -> list[DelegationOutcome]:
+        """The delegations answered (or failed) since ``since``, newest first, among the
+        last ``most`` records at most: what the dashboard's per-peer statistics are made
+        of, so they survive a restart."""
+        return await self.db.run(_delegations_since,
+                                 since.isoformat(timespec="microseconds"), most)
 
     def tail(self, n: int = 20) -> list[AuditRecord]:
         """The last ``n`` records, oldest first."""
@@ -265,16 +284,41 @@ def append_entries(conn: sqlite3.Connection, entries: Sequence[Entry],
 
 
 def _finished_since(conn: sqlite3.Connection, since: str) -> set[str]:
-    found: set[str] = set()
+    return {str(row[2]) for row in _read_back(conn, since)
+            if row[1] == "task_finished" and row[2] is not None}
+
+
+def _delegations_since(conn: sqlite3.Connection, since: str,
+                       most: int) -> list[DelegationOutcome]:
+    found = []
+    for _, kind, _, code, detail in _read_back(conn, since, most):
+        if kind == "delegation_result":
+            facts = json.loads(detail)
+            seconds = facts.get("seconds")
+            found.append(DelegationOutcome(
+                str(facts.get("peer", "?")), code,
+                float(seconds) if isinstance(seconds, int | float | str) else None))
+    return found
+
+
+def _read_back(conn: sqlite3.Connection, since: str,
+               most: int | None = None) -> Iterator[tuple[Any, ...]]:
+    """(at, kind, task_id, code, detail) of the records stamped at or after ``since``,
+    newest first: read back from the end, in pages, until the records are older (stamps
+    follow seq, give or take a clock step, which ``since`` leaves room for), or ``most``
+    records have been read."""
     before = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM audit").fetchone()[0]
+    read = 0
     while True:
-        rows = conn.execute("SELECT seq, at, kind, task_id FROM audit WHERE seq < ? "
-                            "ORDER BY seq DESC LIMIT ?", (before, _PAGE)).fetchall()
-        for _, at, kind, task_id in rows:
-            if str(at) >= since and kind == "task_finished" and task_id is not None:
-                found.add(str(task_id))
-        if len(rows) < _PAGE or str(rows[-1][1]) < since:
-            return found
+        rows = conn.execute("SELECT seq, at, kind, task_id, code, detail FROM audit "
+                            "WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                            (before, _PAGE)).fetchall()
+        for _, at, kind, task_id, code, detail in rows:
+            if str(at) >= since:
+                yield at, kind, task_id, code, detail
+        read += len(rows)
+        if len(rows) < _PAGE or str(rows[-1][1]) < since or (most and read >= most):
+            return
         before = rows[-1][0]
 
 

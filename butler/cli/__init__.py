@@ -43,6 +43,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                  "delegate a task to a peer as this instance"),
     "route": ("butler.cli.route_cmd", "add_parsers",
               "show which skill or peer a task in plain words would go to"),
+    "doctor": ("butler.cli.doctor", "add_parsers",
+               "check a config end to end and say what to fix"),
     "demo": ("butler.cli.demo", "add_parsers",
              "run two instances on loopback and delegate between them"),
     "stdio": ("butler.cli.edges", "add_parsers",

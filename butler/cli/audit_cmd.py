@@ -11,6 +11,7 @@ from pathlib import Path
 from butler.audit import AuditLog
 from butler.audit.retention import ARCHIVE
 from butler.audit.segments import export, segments, verify_history
+from butler.cli.json_output import error_json, json_flag, print_json
 from butler.cli.serve import agent_arg, load_or_exit
 
 
@@ -19,7 +20,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     asub = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
     tail = asub.add_parser("tail", help="print the latest audit records")
     tail.add_argument("-n", type=int, default=20, help="how many records (default 20)")
-    tail.add_argument("--json", action="store_true")
+    json_flag(tail, "print each record as a line of JSON")
     verify = asub.add_parser("verify", help="check the hash chain; exit 1 if tampered")
     verify.add_argument("--exports", metavar="DIR",
                         help="also check the exported segments in DIR, from the first "
@@ -27,6 +28,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     export = asub.add_parser("export", help="write the sealed segments to files")
     export.add_argument("--out", metavar="DIR",
                         help=f"where (default: <data_dir>/{ARCHIVE}); existing files are kept")
+    json_flag(verify, "print the result as JSON: ok, checked, first_bad_seq, reason")
+    json_flag(export, "print the files written as a JSON list")
     for p, fn in ((tail, _tail), (verify, _verify), (export, _export)):
         p.add_argument("-c", "--config", default=os.environ.get("BUTLER_CONFIG"))
         agent_arg(p)
@@ -34,12 +37,15 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _open(args: argparse.Namespace) -> AuditLog | None:
-    config = load_or_exit(args.config, secrets=False, agent=args.agent)  # its data folder
+    config = load_or_exit(args.config, secrets=False, agent=args.agent,  # its data folder
+                          as_json=args.json)
     if config is None:
         return None
     path = config.data_dir / "audit.db"
     if not path.exists():
         print(f"butler: no audit trail at {path}", file=sys.stderr)
+        if args.json:
+            print_json(error_json("no_audit_trail", f"no audit trail at {path}"))
         return None
     args.data_dir = config.data_dir
     return AuditLog(path)
@@ -68,13 +74,16 @@ def _verify(args: argparse.Namespace) -> int:
     with log:
         result = log.verify() if args.exports is None else \
             verify_history(log, Path(args.exports))
-    if result.ok:
+    if args.json:
+        print_json({"ok": result.ok, "checked": result.checked,
+                    "first_bad_seq": result.first_bad_seq, "reason": result.reason or None})
+    elif result.ok:
         print(f"audit trail intact: {result.checked} record(s) verified")
-        return 0
-    where = "" if result.first_bad_seq is None else f" at record {result.first_bad_seq}"
-    print(f"audit trail TAMPERED{where}: {result.reason} "
-          f"({result.checked} record(s) before it intact)")
-    return 1
+    else:
+        where = "" if result.first_bad_seq is None else f" at record {result.first_bad_seq}"
+        print(f"audit trail TAMPERED{where}: {result.reason} "
+              f"({result.checked} record(s) before it intact)")
+    return 0 if result.ok else 1
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -84,8 +93,12 @@ def _export(args: argparse.Namespace) -> int:
     folder = Path(args.out) if args.out else args.data_dir / ARCHIVE
     with log:
         live = [s for s in segments(log) if not s.dropped]
-        for segment in live:
-            print(export(log, segment, folder))
+        written = [str(export(log, segment, folder)) for segment in live]
+    if args.json:
+        print_json({"files": written})
+        return 0
+    for name in written:
+        print(name)
     if not live:
         print("no sealed segment in the live log (retention exports them as it drops them)")
     return 0

@@ -7,12 +7,13 @@ import asyncio
 import os
 import sys
 
+from butler.cli.json_output import error_json, json_flag, print_json
 from butler.cli.remote import read_token
 from butler.cli.render import print_task
 from butler.cli.serve import load_or_exit
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
 from internal.protocol.a2a.client import V2Transport
-from internal.protocol.a2a.codec.butler_v2 import decode_money
+from internal.protocol.a2a.codec.butler_v2 import decode_money, encode_task
 from internal.protocol.a2a.model import ButlerError, TaskRequest
 
 
@@ -30,17 +31,21 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--token-env", default="BUTLER_TOKEN",
                    help="variable holding the token when --peer is a URL not in the config")
     p.add_argument("--token-file")
+    json_flag(p, "print the final task as JSON (progress stays on stderr)")
     p.set_defaults(handler=_delegate)
 
 
 def _delegate(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.config)
+    config = load_or_exit(args.config, as_json=args.json)
     if config is None:
         return 2
     peer = next((p for p in config.peers if args.peer in (p.name, p.url)), None)
     url = peer.url if peer else args.peer
     if peer is None and not url.startswith(("http://", "https://")):
-        print(f"butler: no peer named {args.peer!r} in {config.source}", file=sys.stderr)
+        message = f"no peer named {args.peer!r} in {config.source}"
+        print(f"butler: {message}", file=sys.stderr)
+        if args.json:
+            print_json(error_json("unknown_peer", message))
         return 2
     token = peer.token if peer else read_token(args)
     budget = decode_money(args.budget, "--budget") if args.budget else config.swarm.budget_usd
@@ -59,11 +64,16 @@ def _delegate(args: argparse.Namespace) -> int:
                     print(f"  {data['state']} {data['status'].get('message', '')}",
                           file=sys.stderr)
             final = await client.get(task.id)
-            print_task(final)
+            if args.json:
+                print_json(encode_task(final))
+            else:
+                print_task(final)
             return 0 if final.state.value == "completed" else 1
 
     try:
         return asyncio.run(go())
     except ButlerError as err:
         print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        if args.json:
+            print_json(error_json(err.code, err.message))
         return 1

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from butler.cli.json_output import error_json, json_flag, print_json
 from butler.cli.remote import read_token, token_args
-from butler.identity.receipt_check import verify_receipts
+from butler.identity.receipt_check import Receipt, verify_receipts
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
 from internal.protocol.a2a.client import A2AClient, V2Transport
 from internal.protocol.a2a.model import ButlerError
@@ -33,13 +34,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     verify.add_argument("url", help="the Butler's base URL")
     verify.add_argument("task_id", help="the task's id, as POST /v2/tasks returned it")
     token_args(verify, json=False)
+    json_flag(verify, "print the verified tree as JSON (claims, signing key, hops below)")
     verify.set_defaults(handler=_verify)
 
 
 def _verify(args: argparse.Namespace) -> int:
     token = read_token(args)
 
-    async def go() -> list[str]:
+    async def go() -> Receipt:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
             client = V2Transport(args.url, token, session=session, timeout=SECONDS, guard=guard)
@@ -49,17 +51,21 @@ def _verify(args: argparse.Namespace) -> int:
                 reader = A2AClient(url, "", session=session, guard=guard, timeout=SECONDS)
                 return await reader.card(time.monotonic() + SECONDS)
 
-            tree = await verify_receipts(task if isinstance(task, dict) else {}, card_of)
-            return tree.lines()
+            return await verify_receipts(task if isinstance(task, dict) else {}, card_of)
 
     try:
-        lines = asyncio.run(go())
-    except BadSignature as exc:  # before ButlerError, which it is
-        print(f"butler: receipt_invalid: {exc.message}", file=sys.stderr)
-        return 1
+        tree = asyncio.run(go())
     except ButlerError as err:
-        print(f"butler: {err.code}: {err.message}", file=sys.stderr)
+        code = "receipt_invalid" if isinstance(err, BadSignature) else err.code
+        print(f"butler: {code}: {err.message}", file=sys.stderr)
+        if args.json:
+            print_json({"ok": False, "task_id": args.task_id, **error_json(code, err.message)})
         return 1
+    lines = tree.lines()
+    if args.json:
+        print_json({"ok": True, "task_id": args.task_id, "receipts": len(lines),
+                    "tree": tree.to_json()})
+        return 0
     print(f"receipts of task {args.task_id}: {len(lines)} verified")
     print("\n".join(lines))
     return 0

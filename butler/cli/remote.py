@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from butler.cli.json_output import error_json, json_flag, print_json
 from butler.cli.render import (
     asked_by,
     one_line,
@@ -42,7 +43,7 @@ def token_args(p: argparse.ArgumentParser, *, json: bool = True) -> None:
                    help="environment variable holding the bearer token (default BUTLER_TOKEN)")
     p.add_argument("--token-file", metavar="FILE", help="read the bearer token from FILE")
     if json:
-        p.add_argument("--json", action="store_true", help="print raw JSON")
+        json_flag(p, "print the daemon's answer as JSON")
 
 
 def add_parsers(sub: SubParsers) -> None:
@@ -129,11 +130,9 @@ def run_remote(args: argparse.Namespace, action: Action) -> int:
     except ButlerError as err:
         print(f"butler: {one_line(err.code, 64)}: {one_line(err.message, 2000)}",
               file=sys.stderr)
+        if getattr(args, "json", False):
+            print_json(error_json(err.code, err.message))
         return 1
-
-
-def _dump(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
 def _json_input(text: str | None) -> dict[str, Any]:
@@ -170,7 +169,7 @@ def _send(args: argparse.Namespace, client: BlockingV2Transport) -> int:
                           butler_v2.encode_request(request, budget=budget))
     if args.is_async:
         if args.json:
-            _dump(raw)
+            print_json(raw)
         else:
             print(task.id)
         return 0
@@ -198,7 +197,7 @@ def _follow(args: argparse.Namespace, client: BlockingV2Transport, task: Task) -
             print(f"  artifact {payload['artifact'].get('name', '')}", file=sys.stderr)
     raw, final = _raw_task(client, "GET", _task_path(task.id))
     if args.json:
-        _dump(raw)
+        print_json(raw)
     else:
         print_task(final)
     return 0 if final.state.value == "completed" else 1
@@ -212,7 +211,7 @@ def _list(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     if not isinstance(data, dict):
         raise DelegationFailed("peer_error", f"{client.name} sent an invalid task list")
     if args.json:
-        _dump(data)
+        print_json(data)
         return 0
     tasks = [butler_v2.decode_task(item) for item in data.get("tasks", [])]
     width = max((len(task.id) for task in tasks), default=2)
@@ -228,7 +227,7 @@ def _answer(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     body = butler_v2.encode_request(TaskRequest(text=args.text, input=_json_input(args.input)))
     raw, task = _raw_task(client, "POST", _task_path(args.task_id, "input"), body)
     if args.json:
-        _dump(raw)
+        print_json(raw)
     else:
         print_task(task)
     return 0 if task.state is not TaskState.FAILED else 1
@@ -237,7 +236,7 @@ def _answer(args: argparse.Namespace, client: BlockingV2Transport) -> int:
 def _get(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     raw, task = _raw_task(client, "GET", _task_path(args.task_id))
     if args.json:
-        _dump(raw)
+        print_json(raw)
     else:
         print_task(task)
     return 0
@@ -246,7 +245,7 @@ def _get(args: argparse.Namespace, client: BlockingV2Transport) -> int:
 def _cancel(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     raw, task = _raw_task(client, "POST", _task_path(args.task_id, "cancel"))
     if args.json:
-        _dump(raw)
+        print_json(raw)
     else:
         print(f"task {task.id}: {task.state.value}")
     return 0

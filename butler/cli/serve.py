@@ -6,13 +6,16 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from butler.cli.json_output import error_json, json_flag, print_json
 from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
 from butler.runtime.heap import settle_heap
+from butler.runtime.service_notify import READY, STOPPING, notify, reloading
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
 from butler.telemetry.logs import setup_logging
@@ -35,27 +38,34 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                            description="Exit 0 if FILE is valid; else print one line naming "
                                        "the file, the key and the problem, and exit 2.")
     check.add_argument("file", help="the YAML config file to check")
+    json_flag(check, "print what was found as JSON: ok, counts, warnings or the error")
     check.set_defaults(handler=_check)
 
 
 def load_or_exit(path: str | None, *, secrets: bool = True,
-                 agent: str | None = None) -> Config | None:
+                 agent: str | None = None, as_json: bool = False) -> Config | None:
     """``agent``: the config of that agent the daemon hosts (``agents:``, docs/hosting.md)
-    instead of the daemon's own."""
-    if not path:
-        print("butler: no config file: pass -c FILE or set BUTLER_CONFIG", file=sys.stderr)
-        return None
+    instead of the daemon's own; ``as_json``: a failure is also printed as ``--json``
+    prints one."""
     try:
-        config = load_config(path, secrets=secrets)
-        if agent is None:
-            return config
-        # Only when asked: the hosted agents' store and its imports.
-        from butler.hosting.store import hosted_agent_config
-
-        return hosted_agent_config(config, agent)
+        return _load(path, secrets, agent)
     except SetupError as err:  # ConfigError included
         print(f"butler: {err.message}", file=sys.stderr)
+        if as_json:
+            print_json(error_json(err.code, err.message))
         return None
+
+
+def _load(path: str | None, secrets: bool, agent: str | None) -> Config:
+    if not path:
+        raise SetupError("no_config", "no config file: pass -c FILE or set BUTLER_CONFIG")
+    config = load_config(path, secrets=secrets)
+    if agent is None:
+        return config
+    # Only when asked: the hosted agents' store and its imports.
+    from butler.hosting.store import hosted_agent_config
+
+    return hosted_agent_config(config, agent)
 
 
 def agent_arg(p: argparse.ArgumentParser) -> None:
@@ -64,23 +74,42 @@ def agent_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.file)
-    if config is None:
-        return 2
+    result = check_config(args.file)
+    error = result.get("error")
+    for line in ([f"butler: {error['message']}"] if error else []) + [
+            f"butler: {args.file}: warning: {w}" for w in result["warnings"]]:
+        print(line, file=sys.stderr)
+    if args.json:
+        print_json(result)
+    elif not error:
+        hosted = f", {result['hosted_agents']} hosted agent(s)" if result["hosted_agents"] else ""
+        print(f"{args.file}: ok ({result['skills']} skill(s), {result['peers']} peer(s)"
+              f"{hosted})")
+    return 2 if error else 0
+
+
+def check_config(path: str) -> dict[str, Any]:
+    """What ``check-config`` finds in the file at ``path`` (``butler doctor`` starts here):
+    ``ok``, counts and warnings, or the one error that stops it."""
+    result: dict[str, Any] = {"file": path, "ok": False, "warnings": []}
+    try:
+        config = load_config(path)
+    except SetupError as err:  # ConfigError included
+        return {**result, **error_json(err.code, err.message)}
     problem = serve_problem(config) or _skill_problem(config)
     if problem:
-        print(f"butler: {config.source}: {problem}", file=sys.stderr)
-        return 2
-    for i, skill in enumerate(config.skills):
-        if skill.expose and is_reserved(skill.id):
-            print(f"butler: {config.source}: skills[{i}].id: {skill.id!r} is in a reserved "
-                  "namespace (a2a., butler., admin.) and is never exposed", file=sys.stderr)
-    for warning in token_hash_warnings(_token_digests(config)):
-        print(f"butler: {config.source}: warning: {warning}", file=sys.stderr)
-    hosted = f", {len(config.agents)} hosted agent(s)" if config.agents else ""
-    print(f"{args.file}: ok ({len(config.skills)} skill(s), {len(config.peers)} peer(s)"
-          f"{hosted})")
-    return 0
+        return {**result, **error_json("invalid_config", f"{config.source}: {problem}")}
+    warnings = [f"skills[{i}].id: {skill.id!r} is in a reserved namespace (a2a., butler., "
+                "admin.) and is never exposed" for i, skill in enumerate(config.skills)
+                if skill.expose and is_reserved(skill.id)]
+    warnings += [f"skills[{i}].command: {skill.command[0]} is not an executable program "
+                 "here: the skill fails with command_failed until it is installed"
+                 for i, skill in enumerate(config.skills)
+                 if skill.command and shutil.which(skill.command[0]) is None]
+    warnings += token_hash_warnings(_token_digests(config))
+    return {**result, "ok": True, "agent_id": config.agent.id, "skills": len(config.skills),
+            "peers": len(config.peers), "hosted_agents": len(config.agents),
+            "data_dir": str(config.data_dir), "warnings": warnings}
 
 
 def _token_digests(config: Config) -> list[bytes]:
@@ -144,22 +173,38 @@ async def start_or_explain(daemon: Daemon) -> int | None:
     return None
 
 
+def servable_config(path: str) -> Config:
+    """The config at ``path`` as ``butler serve`` needs it, or ``SetupError`` saying why:
+    what a reload (SIGHUP) reads."""
+    config = load_config(path)
+    problem = serve_problem(config)
+    if problem:
+        raise SetupError("invalid_config", f"{config.source}: {problem}")
+    return config
+
+
 async def run_daemon(config: Config) -> int:
     from butler.daemon import Daemon
     from butler.delegation.wiring import make_delegator
 
     daemon = Daemon(config, delegator_factory=make_delegator)
-    # Signals are caught from the start: one that arrives while starting stops cleanly
-    # right after, instead of killing the process half-way.
-    stop = asyncio.Event()
+    # Signals are caught from the start: one that arrives while starting is acted on right
+    # after, instead of killing the process half-way (SIGHUP's default).
+    signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     if (failed := await start_or_explain(daemon)) is not None:
         return failed
     settle_heap()
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
-    await stop.wait()
+    # Every agent it hosts is served by now: systemd (Type=notify) may start what needs it.
+    notify(f"{READY}\nSTATUS=serving on {daemon.url}")
+    while await signals.get() == signal.SIGHUP:
+        notify(reloading())
+        await daemon.reload(lambda: servable_config(config.source))
+        notify(READY)
+    notify(STOPPING)
     log.info("shutting down: finishing in-flight requests")
     await daemon.stop()
     log.info("stopped")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from butler.cli.json_output import json_flag, print_json
 from internal.tokens import hash_token, new_token
 
 
@@ -16,13 +16,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "new", help="print a new random token and its hash",
         description="Prints a 32-byte random token (give it to the peer that will call you) "
                     "and its SHA-256 (paste it into configurations.a2a.token_hashes).")
-    new.add_argument("--json", action="store_true", help="print {token, sha256} as JSON")
+    json_flag(new, "print {token, sha256} as JSON")
     new.set_defaults(handler=_new)
     hsh = tsub.add_parser(
         "hash", help="read a token on stdin and print its SHA-256",
         description="Reads a token on standard input (one trailing newline ignored) and "
                     "prints its SHA-256 hex, the same as `echo -n TOKEN | sha256sum`. Warns "
                     "when the token is a known weak one or shorter than 128 bits.")
+    json_flag(hsh, "print {sha256, warning} as JSON (warning: null for a strong token)")
     hsh.set_defaults(handler=_hash)
 
 
@@ -30,7 +31,7 @@ def _new(args: argparse.Namespace) -> int:
     token = new_token()
     digest = hash_token(token)
     if args.json:
-        print(json.dumps({"token": token, "sha256": digest}))
+        print_json({"token": token, "sha256": digest})
     else:
         print(f"token:  {token}   (give this to your peer; keep it secret)")
         print(f"sha256: {digest}   (paste this into configurations.a2a.token_hashes)")
@@ -49,15 +50,19 @@ def _hash(args: argparse.Namespace) -> int:
         print("butler: no token on standard input", file=sys.stderr)
         return 2
     digest = hash_token(token)
-    print(digest)
-    why = weakness(digest)
-    if why is not None:
-        print(f"butler token hash: warning: this {why}; make one with `butler token new`",
-              file=sys.stderr)
+    warning = weakness(digest)
+    if warning is not None:
+        warning = f"this {warning}; make one with `butler token new`"
     else:
         bits = estimated_bits(token.decode("utf-8", "replace"))
         if bits < MIN_TOKEN_BITS:
-            print(f"butler token hash: warning: this token carries at most {bits:.0f} bits, "
-                  f"fewer than {MIN_TOKEN_BITS}: a guesser could find it; make one with "
-                  "`butler token new`", file=sys.stderr)
+            warning = (f"this token carries at most {bits:.0f} bits, fewer than "
+                       f"{MIN_TOKEN_BITS}: a guesser could find it; make one with "
+                       "`butler token new`")
+    if warning is not None:
+        print(f"butler token hash: warning: {warning}", file=sys.stderr)
+    if args.json:
+        print_json({"sha256": digest, "warning": warning})
+    else:
+        print(digest)
     return 0

@@ -21,10 +21,12 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from butler.cli.json_output import json_flag, print_json
 from butler.cli.remote import config_url, run_remote, token_args
 from butler.cli.render import cost_lines
 from internal.protocol.a2a.client import BlockingV2Transport
 from internal.protocol.a2a.codec import butler_v2
+from internal.protocol.a2a.codec.butler_v2 import encode_task
 from internal.protocol.a2a.model import ButlerError, DelegationFailed, Task
 
 if TYPE_CHECKING:
@@ -48,10 +50,15 @@ def add_parsers(sub: SubParsers) -> None:
     top.add_argument("--once", action="store_true",
                      help="print one frame, without clearing the screen, and exit")
     token_args(top, json=False)
+    json_flag(top, "with --once: print the tasks read (running, then recent) as JSON")
     top.set_defaults(handler=_handler)
 
 
 def _handler(args: argparse.Namespace) -> int:
+    if args.json and not args.once:
+        print("butler: top --json needs --once (a live view is for a terminal)",
+              file=sys.stderr)
+        return 2
     if args.url is None:
         url = config_url(args.config)
         if url is None:
@@ -82,6 +89,11 @@ def _read(client: BlockingV2Transport, limit: int) -> list[Task]:
 
 def _top(args: argparse.Namespace, client: BlockingV2Transport) -> int:
     tasks = _read(client, args.limit)  # errors here end the command
+    if args.json:
+        print_json({"url": args.url,
+                    "running": [encode_task(t) for t in tasks if not t.state.terminal],
+                    "recent": [encode_task(t) for t in tasks if t.state.terminal]})
+        return 0
     problem = ""
     while True:
         size = _terminal_size()

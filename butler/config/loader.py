@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,7 +64,8 @@ def parse_config(
     agent = _agent(top.get("agent"))
     confs = top["configurations"].mapping({"a2a", "swarm", "registry", "mcp_server"}) \
         if "configurations" in top else {}
-    data_dir = Path(top["data_dir"].string()) if "data_dir" in top else Path("data") / agent.id
+    data_dir = Path(top["data_dir"].string()) if "data_dir" in top \
+        else default_data_dir(agent.id, os.environ if env is None else env)
     skills = tuple(parse_skill(n, base) for n in top["skills"].items()) if "skills" in top else ()
     unique(top.get("skills"), [s.id for s in skills], "skill id")
     peers = tuple(parse_peer(n, base) for n in top["peers"].items()) if "peers" in top else ()
@@ -100,6 +102,14 @@ def parse_config(
         hosting=parse_hosting(top.get("hosting")),
         secret_env=frozenset(root.secret_vars),
     )
+
+
+def default_data_dir(agent_id: str, env: Mapping[str, str]) -> Path:
+    """Under systemd's ``StateDirectory=`` (deploy/butler.service) the state folder it made
+    (the first, when it names several); else ``data/<agent id>`` beside the config, since
+    the config's own folder may be read-only for the service."""
+    state = env.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(state) if state else Path("data") / agent_id
 
 
 def _agent(node: Node | None) -> m.AgentConfig:

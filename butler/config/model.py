@@ -170,6 +170,11 @@ class SkillConfig:
     # A JSON Schema (``type: object``) of ``input``: MCP's inputSchema, on the /v2 card.
     # Plain JSON values, never mutated; left out of the hash, as a dict cannot be hashed.
     input_schema: dict[str, Any] | None = field(default=None, hash=False)
+    # The JSON Schema (``type: object``) of its answer's data part: MCP's outputSchema.
+    output_schema: dict[str, Any] | None = field(default=None, hash=False)
+    # An MCP server's tool's annotations (readOnlyHint, destructiveHint...), passed on to
+    # MCP hosts as given (docs/mcp.md).
+    tool_annotations: dict[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 from butler.config import model as m
 from butler.config.common import BUILTIN_SKILLS, ident, secret, url
 from butler.config.node import Node
+from internal.protocol.a2a.codec.input_schema import schema_problem
 
 # It goes on every card and MCP tool list, and a registry takes cards of 64 KiB by
 # default (registry max_card_bytes): room for a few schemas besides the rest.
@@ -34,7 +35,7 @@ def parse_skill(node: Node, base: Path) -> m.SkillConfig:
     k = node.mapping({
         "id", "name", "description", "capabilities", "tags", "examples", "cost_usd",
         "timeout_seconds", "expose", "tier", "builtin", "command", "python", "mcp",
-        "max_output_bytes", "input_modes", "output_modes", "input_schema",
+        "max_output_bytes", "input_modes", "output_modes", "input_schema", "output_schema",
     })
     if "id" not in k:
         node.fail("a skill needs an id")
@@ -73,22 +74,25 @@ def parse_skill(node: Node, base: Path) -> m.SkillConfig:
         else ("*/*",) if builtin == "echo" else m.SkillConfig.input_modes,  # echo: anything
         output_modes=_media_types(k["output_modes"]) if "output_modes" in k
         else m.SkillConfig.output_modes,
-        input_schema=_input_schema(k["input_schema"]) if "input_schema" in k else None,
+        input_schema=_object_schema(k["input_schema"], "input") if "input_schema" in k
+        else None,
+        output_schema=_object_schema(k["output_schema"], "output") if "output_schema" in k
+        else None,
     )
 
 
-def _input_schema(node: Node) -> dict[str, Any]:
+def _object_schema(node: Node, what: str) -> dict[str, Any]:
     """A JSON Schema of an object, as plain JSON (YAML dates and the like are refused).
 
-    Its structure beyond ``type: object`` is the schema's business, checked by whoever
-    reads it (an MCP host validates arguments against it).
+    Every task's input for the skill is validated against its ``input_schema``; its
+    answer's data part against its ``output_schema``, for MCP hosts (docs/mcp.md).
     """
     value = node.value
     if not isinstance(value, dict):
         node.fail(f"expected a JSON Schema mapping, got {type(value).__name__}")
     if value.get("type") != "object":
-        node.fail("a skill's input schema must have type: object (the task's input is an "
-                  "object)")
+        node.fail(f"a skill's {what} schema must have type: object (the task's {what} is "
+                  "an object)")
     if "properties" in value and not isinstance(value["properties"], dict):
         node.fail("properties must be a mapping")
     try:
@@ -98,6 +102,8 @@ def _input_schema(node: Node) -> dict[str, Any]:
     if len(text.encode()) > MAX_INPUT_SCHEMA_BYTES:
         node.fail(f"larger than {MAX_INPUT_SCHEMA_BYTES} bytes as JSON")
     schema: dict[str, Any] = json.loads(text)
+    if (problem := schema_problem(schema)) is not None:
+        node.fail(f"not a valid JSON Schema 2020-12: {problem}")
     return schema
 
 

@@ -7,6 +7,8 @@
 (() => {
   const TOKEN_KEY = "butler.token";
   const REFRESH_MS = 2000;
+  const STALE_MS = 3 * REFRESH_MS;  // no answer for this long: the page says it is old
+  let lastUpdate = 0;
   const view = document.body.dataset.view;
   const $ = (id) => document.getElementById(id);
   let timer = null;
@@ -22,11 +24,18 @@
     return node;
   }
 
+  // Each cell is labelled with its column's heading: on a narrow screen the stylesheet
+  // stacks a row's cells, and the label says what each is.
   function table(headings, rows, empty) {
     if (rows.length === 0) return el("p", "empty", empty);
     const head = el("tr", "", ...headings.map((h) => el("th", "", h)));
     const body = el("tbody");
-    for (const row of rows) body.append(row);
+    for (const row of rows) {
+      if (!row.classList.contains("sub")) {
+        [...row.children].forEach((cell, i) => { cell.dataset.label = headings[i] || ""; });
+      }
+      body.append(row);
+    }
     return el("table", "", el("thead", "", head), body);
   }
 
@@ -64,6 +73,9 @@
                                     "and goes only to this server, in the Authorization header."));
     Object.assign(form, { id: "login", autocomplete: "off" });
     $("board").before(form);
+    const stale = Object.assign(el("p"), { id: "stale", hidden: true });
+    stale.setAttribute("role", "alert");
+    $("board").prepend(stale);
     $("status").setAttribute("role", "status");
   }
 
@@ -116,6 +128,15 @@
     return Number.isNaN(start) || Number.isNaN(end) ? "?" : seconds(Math.max(end - start, 0) / 1000);
   }
 
+  function clock(stamp) {
+    const at = Date.parse(stamp);
+    if (Number.isNaN(at)) return el("span", "", "-");
+    const node = el("time", "", new Date(at).toLocaleTimeString());
+    node.dateTime = stamp;
+    node.title = stamp;
+    return node;
+  }
+
   function stateBadge(state) {
     const kind = { completed: "ok", failed: "bad", rejected: "bad", canceled: "muted" }[state] || "busy";
     return badge(state, kind);
@@ -135,22 +156,29 @@
     return item;
   }
 
+  function waitingText(wait) {
+    const path = wait.path.join(" \u2192 ");
+    return `waiting on ${wait.peer} (hop ${wait.hop}: ${path}) for ` +
+           `${between(wait.since, new Date().toISOString())}`;
+  }
+
   function taskRows(tasks, running) {
     const rows = [];
     for (const task of tasks) {
-      const when = running ? between(task.created_at, new Date().toISOString())
-                           : between(task.created_at, task.updated_at);
       const budget = task.budget ? `${task.budget.spent_usd} of ${task.budget.start_usd} USD` : "-";
-      rows.push(row(el("td", "mono", task.id), stateBadge(task.state), task.skill || "-",
-                    when, budget));
-      const details = [];
+      const last = running ? between(task.started_at, new Date().toISOString())
+                           : el("span", "", clock(task.ended_at), ` (${between(task.started_at, task.ended_at)})`);
+      rows.push(row(el("td", "mono id", task.id), el("strong", "caller", task.caller),
+                    stateBadge(task.state), task.skill || "-", clock(task.started_at), last,
+                    budget));
+      const details = [el("p", "text", task.text || "(no text)")];
+      for (const wait of task.waiting_on || []) details.push(el("p", "waiting", waitingText(wait)));
       if (task.error) details.push(el("p", "error", `${task.error.code}: ${task.error.message}`));
       if (task.cost) details.push(el("ul", "tree", costTree(task.cost)));
-      if (details.length) {
-        const cell = el("td", "detail", ...details);
-        cell.colSpan = 5;
-        rows.push(el("tr", "sub", cell));
-      }
+      details.push(el("p", "trace", "trace ", el("span", "mono", task.trace_id || "-")));
+      const cell = el("td", "detail", ...details);
+      cell.colSpan = 7;
+      rows.push(el("tr", "sub", cell));
     }
     return rows;
   }
@@ -158,21 +186,23 @@
   function tasksView(tasks) {
     const running = tasks.filter((t) => !["completed", "failed", "canceled", "rejected"].includes(t.state));
     const recent = tasks.filter((t) => !running.includes(t));
-    show("running", table(["Task", "State", "Skill", "Age", "Spent"], taskRows(running, true),
-                          "No task is running."));
-    show("recent", table(["Task", "State", "Skill", "Took", "Spent"], taskRows(recent, false),
-                         "No finished task yet."));
+    show("running", table(["Task", "Caller", "State", "Skill", "Started", "Running for", "Spent"],
+                          taskRows(running, true), "No task is running."));
+    show("recent", table(["Task", "Caller", "State", "Skill", "Started", "Ended", "Spent"],
+                         taskRows(recent, false), "No finished task yet."));
   }
 
   function peersView(peers) {
     const health = { ok: "ok", failing: "bad", unknown: "muted" };
+    const time = (value) => (value === null ? "-" : seconds(value));
     show("peers", table(
-      ["Peer", "URL", "Source", "Health", "Latency", "Delegations", "Capabilities"],
+      ["Peer", "URL", "Source", "Health now", "Delegations (24 h)", "Median time",
+       "95th percentile", "Errors by code", "Capabilities"],
       peers.map((p) => row(
         el("strong", "", p.name), el("span", "mono", p.url), p.source,
-        badge(p.health, health[p.health] || "muted"),
-        p.latency_ms === null ? "-" : `${p.latency_ms} ms`,
-        Object.entries(p.delegations).map(([k, v]) => `${k} ${v}`).join(", ") || "-",
+        badge(p.health, health[p.health] || "muted"), String(p.history.delegations),
+        time(p.history.median_seconds), time(p.history.p95_seconds),
+        Object.entries(p.history.errors).map(([k, v]) => `${k} ${v}`).join(", ") || "none",
         p.capabilities.join(", "))),
       "No peer is configured or found."));
   }
@@ -199,7 +229,7 @@
 
   async function refreshDaemon(token) {
     const [tasks, overview] = await Promise.all([
-      getJSON("v2/tasks?limit=50", token),
+      getJSON("v2/overview/tasks?limit=50", token),
       getJSON("v2/overview", token).catch((err) => {
         if (err.status === 403) return { forbidden: err.message };
         throw err;
@@ -254,6 +284,8 @@
 
   function signOut(reason) {
     clearTimeout(timer);
+    lastUpdate = 0;
+    markStale();
     sessionStorage.removeItem(TOKEN_KEY);
     signedIn(false);
     $("status").textContent = "";
@@ -266,6 +298,8 @@
     if (!token) return;
     try {
       await VIEWS[view].refresh(token);
+      lastUpdate = Date.now();
+      markStale();
       $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
       $("status").className = "";
     } catch (err) {
@@ -277,6 +311,19 @@
       $("status").className = "error";
     }
     timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  // Old data must not look live: once no refresh has succeeded for STALE_MS, the board
+  // is greyed and a banner says since when it has not changed.
+  function markStale() {
+    const old = lastUpdate > 0 && Date.now() - lastUpdate > STALE_MS;
+    document.body.classList.toggle("stale", old);
+    $("stale").hidden = !old;
+    if (old) {
+      const ago = seconds((Date.now() - lastUpdate) / 1000);
+      $("stale").textContent = `Stale: no update for ${ago} (last at ` +
+        `${new Date(lastUpdate).toLocaleTimeString()}); what is shown may be out of date.`;
+    }
   }
 
   async function signIn(event) {
@@ -301,6 +348,7 @@
   }
 
   frame();
+  setInterval(markStale, 1000);
   $("where").textContent = location.host;
   $("login").addEventListener("submit", signIn);
   $("signout").addEventListener("click", () => signOut(""));

@@ -90,6 +90,12 @@ class PeerDelegator:
         # A client per peer, reused call after call: it holds nothing of any one call.
         self._clients: dict[Candidate, A2AClient] = {}
 
+    def set_peers(self, static: Sequence[Candidate]) -> None:
+        """The configured peers anew (a reload, ``butler/reload.py``): calls under way keep
+        the peer they have; the new peers' cards are read when the router next asks."""
+        self.static = list(static)
+        self._cards = PeerCards(self.static, self._read_card)
+
     def _http(self, rules: OutboundRules) -> tuple[OutboundGuard, aiohttp.ClientSession]:
         if rules not in self._sessions:
             guard = OutboundGuard(rules, names=self._names)

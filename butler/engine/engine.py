@@ -52,6 +52,7 @@ from butler.swarm.decision import (
 )
 from butler.swarm.spend import SpendBook
 from butler.telemetry.logs import TRACE_ID
+from butler.telemetry.task_log import log_task_started
 from butler.telemetry.traces import trace_of
 from internal.protocol.a2a.model import (
     AuthError,
@@ -210,6 +211,8 @@ class TaskEngine:
         self.deps.audit("inbound", caller=caller.name, task_id=task.id, chain=task.chain,
                         budget_before=admitted.budget_usd, budget_after=None,
                         decision="accepted", trace_id=task.trace_id)
+        if not task.state.terminal:
+            log_task_started(task.id, caller.name, task.skill, _first_peer(plan), task.trace_id)
         if task.state.terminal:  # no plan: it ends here, failed, saying why
             await self._first_write(task)
             self._audit_final(task, receipt=receipt)
@@ -460,5 +463,21 @@ class TaskEngine:
         self.swarm.settle(task)
         self.deps.audit("task_finished", **final_record(task, at, receipt))
 
+    def running_by_state(self) -> dict[str, int]:
+        """How many tasks are not yet final, by state (every such state, 0 included)."""
+        counts = dict.fromkeys((s.value for s in TaskState if not s.terminal), 0)
+        for task in self._live.values():
+            if not task.state.terminal:
+                counts[task.state.value] += 1
+        return counts
+
     def live(self, task_id: str) -> Task | None:
         return self._live.get(task_id)
+
+
+def _first_peer(plan: object) -> str | None:
+    """The peer a delegation goes to first (None for a local skill)."""
+    if not isinstance(plan, Delegate):
+        return None
+    targets = plan.delegation.targets
+    return plan.delegation.peer or (targets[0].name if targets else None)

@@ -1,6 +1,7 @@
 """What a task's final audit record says beyond its columns: the skill that ran it, the
 peers it delegated to, and how long it took. The operator's log line and the duration
-histograms read it from there (``butler.metrics``: ``log_audit``, ``observe_audit``)."""
+histograms read it from there (``butler.telemetry.task_log.log_audit``,
+``butler.metrics.observe_audit``)."""
 
 from __future__ import annotations
 

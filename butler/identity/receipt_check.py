@@ -36,6 +36,12 @@ class Receipt:
                 f"receipt {c.get('receipt_id')}  key {self.kid}")
         return [line, *(ln for child in self.children for ln in child.lines(indent + 1))]
 
+    def to_json(self) -> dict[str, Any]:
+        """The tree as ``butler receipt verify --json`` prints it: each receipt's signed
+        claims, the key that signed them, the receipts of its hops below."""
+        return {"claims": self.claims, "kid": self.kid,
+                "children": [child.to_json() for child in self.children]}
+
 
 def _money(claims: Mapping[str, Any], name: str) -> Decimal:
     try:

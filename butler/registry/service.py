@@ -38,7 +38,7 @@ from butler.registry.model import (
     normalise_term,
     query_words,
 )
-from butler.registry.store import AgentNotFound, Query, RegistryStore
+from butler.registry.store import AgentNotFound, NameOwned, Query, RegistryStore
 from internal.http import (
     INCIDENTS,
     IncidentLog,
@@ -164,6 +164,8 @@ async def put_agent(request: web.Request) -> web.Response:
     ttl = _ttl(body, reg.config)
     now = reg.clock.now()
     registered = await reg.store.get(name, now=now)
+    if registered is not None and registered.owner != owner:
+        raise NameOwned(name)  # the real reason, before any key is compared (issue 39)
     check_key_change(name, registered.card if registered is not None else None, index.card)
     entry = build_entry(name, owner, index, url=url, now=now, ttl_seconds=ttl)
     stored, created = await reg.store.upsert(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from butler.config.model import SkillConfig
 from butler.memory import MemoryStore
@@ -15,6 +16,7 @@ from butler.skills.command import command_skill
 from butler.skills.fidelity import LOSSLESS, Fidelity
 from butler.skills.plugin import load_plugin
 from butler.skills.run_ledger import RunLedger
+from internal.protocol.a2a.codec.input_schema import SchemaCheck
 from internal.protocol.a2a.model import Identity
 
 log = logging.getLogger("butler.skills")
@@ -31,6 +33,18 @@ class Skill:
     @property
     def id(self) -> str:
         return self.config.id
+
+    @cached_property
+    def input_check(self) -> SchemaCheck | None:
+        """Its declared input schema, compiled once; None when it declares none."""
+        schema = self.config.input_schema
+        return None if schema is None else SchemaCheck(schema)
+
+    @cached_property
+    def output_check(self) -> SchemaCheck | None:
+        """Its output schema (an MCP tool's), compiled once; None when it has none."""
+        schema = self.config.output_schema
+        return None if schema is None else SchemaCheck(schema)
 
     @property
     def exposed(self) -> bool:
@@ -90,6 +104,16 @@ class SkillCatalog:
         # Bumped whenever the set of skills changes: what others built from it is stale.
         self.generation = 0
 
+    def configure(self, skills: Iterable[Skill]) -> None:
+        """The configured skills anew (a config reload); what MCP servers provide is kept.
+        A task already running keeps the skill it started with."""
+        self._configured = tuple(skills)
+        self._skills = self._configured
+        for source, provided in list(self._provided.items()):
+            self.provide(source, provided)
+        self._visible.clear()
+        self.generation += 1
+
     def provide(self, source: str, skills: Sequence[Skill]) -> None:
         """Set the skills a provider (an MCP server, by its entry's id) has now, in place of
         what it had; a skill whose id is already taken is left out, with a warning."""
@@ -132,6 +156,10 @@ class SkillCatalog:
                 if self._allowed is None or cap in self._allowed:
                     caps[cap] = None
         return list(caps)
+
+    def ids(self) -> list[str]:
+        """Every skill's id, visible or not."""
+        return [s.id for s in self._skills]
 
     def find(self, skill_id: str) -> Skill | None:
         return next((s for s in self._skills if s.id == skill_id), None)

@@ -374,6 +374,8 @@ class SwarmDecision:
              request: TaskRequest, admitted: Admitted) -> RunSkill:
         require_skill(caller.name, limits, skill.id)
         require_accepted(skill, request)
+        if skill.input_check is not None:  # before any task is made, on every binding
+            skill.input_check.check(request.text, request.input)
         require_affordable(skill.config.cost_usd, admitted.budget_usd, f"skill {skill.id}")
         return RunSkill(skill)
 

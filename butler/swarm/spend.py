@@ -138,6 +138,14 @@ class SpendBook:
             raise
         return cls(limits, store, clock, rows)
 
+    async def relimit(self, limits: Mapping[str, CallerLimits], data_dir: Path) -> None:
+        """The callers' limits anew (a config reload): the next admission checks these. The
+        first caps on a daemon that had none open ``spend.db``, with what it remembers."""
+        if self.store is None and any(lim.caps_spend for lim in limits.values()):
+            opened = await SpendBook.open(limits, data_dir, self.clock)
+            self.store, self._windows, self._purged = opened.store, opened._windows, opened._purged
+        self.limits = dict(limits)
+
     async def close(self) -> None:
         if self.store is not None:
             await self.store.close()

@@ -8,6 +8,8 @@ import json
 import logging
 import sys
 import time
+from decimal import Decimal
+from typing import Any
 
 from butler.config.model import LoggingConfig
 
@@ -23,19 +25,20 @@ class TraceIdFilter(logging.Filter):
         return True
 
 
-def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, str]:
-    out = {
+def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "ts": formatter.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
         "level": record.levelname.lower(),
         "logger": record.name,
         "msg": record.getMessage(),
     }
     # Named facts of the line (``extra={"kv": {...}}``): fields of their own, not prose, so
-    # the JSON format keeps them queryable and key=value stays greppable.
+    # the JSON format keeps them queryable (a number stays a number, a bool a bool) and
+    # key=value stays greppable.
     kv = getattr(record, "kv", None)
     if isinstance(kv, dict):
         for key, value in kv.items():
-            out.setdefault(str(key), str(value))
+            out.setdefault(str(key), _typed(value))
     trace_id = getattr(record, "trace_id", "")
     if trace_id:
         out["trace_id"] = trace_id
@@ -44,15 +47,35 @@ def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str
     return out
 
 
+def _typed(value: Any) -> Any:
+    """Numbers (an amount of money included), bools and None as they are, to be written as
+    JSON numbers, bools and null; anything else as its text."""
+    return value if value is None or isinstance(value, bool | int | float | Decimal) \
+        else str(value)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"cannot write {type(value).__name__}")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_fields(record, self), ensure_ascii=False)
+        return json.dumps(_fields(record, self), ensure_ascii=False, default=_number)
 
 
 class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         parts = []
-        for key, value in _fields(record, self).items():
+        for key, typed in _fields(record, self).items():
+            value = typed if isinstance(typed, str) else _text(typed)
             if value == "" or any(c in value for c in ' "=\n\\'):
                 value = json.dumps(value, ensure_ascii=False)
             parts.append(f"{key}={value}")

@@ -37,6 +37,12 @@ class TokenVerifier:
                  anonymous: Identity | None = None) -> None:
         """``anonymous``: who a request without ``Authorization`` is (None: refused). A
         request with a token that matches nothing is refused either way."""
+        self.replace(entries, anonymous=anonymous)
+
+    def replace(self, entries: Sequence[TokenEntry], *,
+                anonymous: Identity | None = None) -> None:
+        """The accepted tokens anew (a config reload): the next request is checked against
+        these; requests already past the gate keep the identity they were given."""
         self._entries = tuple(entries)
         self._anonymous = anonymous
 

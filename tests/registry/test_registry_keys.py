@@ -53,3 +53,15 @@ async def test_a_key_change_needs_the_old_keys_signature(client: Client,
     assert status == 403 and body["error"]["code"] == "key_change_refused"
     status, body = await register(client, None, identity_key={"kty": "RSA"})
     assert status == 400
+
+
+async def test_a_name_of_another_identity_is_name_owned_whatever_the_key(
+    client: Client, tmp_path: Path
+) -> None:
+    # Issue 39: bob registering alice's "office" with a key of his own was answered
+    # key_change_refused; the name being alice's is the reason.
+    assert (await register(client, load_identity(tmp_path / "office")))[0] == 201
+    card = {**make_card(), **load_identity(tmp_path / "bobs").v2_card_fields()}
+    resp = await client.put("/v1/agents/office", json={"card": card}, headers=auth("bob"))
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "name_owned"

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import httpx2
@@ -32,6 +32,7 @@ from butler.skills.child_env import child_environment
 from butler.skills.fidelity import Fidelity
 from butler.skills.mcp_servers.http_bridge import GuardedTransport
 from butler.skills.mcp_servers.tool import tool_skill
+from internal.protocol.a2a.codec.input_schema import schema_problem
 
 log = logging.getLogger("butler.skills.mcp_servers")
 
@@ -40,7 +41,9 @@ FIRST_BACKOFF_SECONDS = 1.0
 MAX_BACKOFF_SECONDS = 60.0
 # A server that ran this long before it died starts again from the first back-off.
 STEADY_SECONDS = 60.0
-# Without a call in flight only a ping notices that a server has died.
+# Without a call in flight only a ping notices that a server has died; a call in flight
+# notices by itself (its stream closes) and is bounded by the skill's time limit, so a
+# server busy with a call is never pinged (a tool may block the server's loop meanwhile).
 PING_SECONDS = 5.0
 
 
@@ -55,6 +58,7 @@ class McpServer:
         self.mcp: McpToolsConfig = config.mcp
         self.catalog = catalog
         self.session: ClientSession | None = None
+        self.calls = 0  # calls in flight on ``session``
         self._lost = asyncio.Event()
         self._first_try = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -78,6 +82,18 @@ class McpServer:
     def lost(self, session: ClientSession) -> None:
         if session is self.session:  # not a call's news of a session already replaced
             self._lost.set()
+
+    def busy(self) -> bool:
+        return self.calls > 0
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around each call: while one is in flight the server is not pinged."""
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
 
     async def _supervise(self) -> None:
         backoff = FIRST_BACKOFF_SECONDS
@@ -134,15 +150,21 @@ class McpServer:
         return await stack.enter_async_context(ClientSession(read, write))
 
     async def _watch(self, session: ClientSession) -> None:
+        """Until a call finds the session broken, or an idle server misses a ping. A server
+        stuck under a call is judged once its calls have timed out: it is idle then."""
         while not self._lost.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(PING_SECONDS):
                     await self._lost.wait()
                     return
+            if self.busy():
+                continue
             try:
                 async with asyncio.timeout(PING_SECONDS):
                     await session.send_ping()
             except TimeoutError:
+                if self.busy():  # a call began meanwhile: its own time limit judges it
+                    continue
                 raise ConnectionError(f"no answer to a ping within {PING_SECONDS:g}s") from None
 
     def _skills(self, tools: list[Tool]) -> list[Skill]:
@@ -166,10 +188,18 @@ class McpServer:
                 self.config, id=skill_id, name=tool.title or tool.name,
                 description=tool.description or self.config.description,
                 capabilities=(*self.config.capabilities, skill_id),
-                input_schema=self.config.input_schema or _object_schema(tool.input_schema))
+                input_schema=self.config.input_schema or _object_schema(tool.input_schema),
+                output_schema=self.config.output_schema or _object_schema(tool.output_schema),
+                tool_annotations=None if tool.annotations is None else
+                tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True))
+            fidelity = FIDELITY
+            if tool.execution is not None and tool.execution.task_support == "required":
+                log.warning("MCP server %s: tool %r is withheld: it runs only as an MCP task "
+                            "(taskSupport: required), which Butler does not call", self.id,
+                            tool.name)
+                fidelity = TASK_REQUIRED
             skills.append(Skill(config, tool_skill(
-                tool, lambda: self.session, self.lost, server=self.id,
-                max_output_bytes=self.config.max_output_bytes), FIDELITY))
+                tool, self, max_output_bytes=self.config.max_output_bytes), fidelity))
         return skills
 
 
@@ -177,12 +207,18 @@ class McpServer:
 FIDELITY = Fidelity("adapted", (
     "no streaming: the tool's answer arrives at the end",
     "no input-required: a tool cannot ask its caller for more",
+    "a request's file parts do not reach the tool: its arguments are JSON",
+))
+# A tool that must be called as an MCP task (2025-11-25 tasks utility): on no card.
+TASK_REQUIRED = Fidelity("unsupported", (
+    "runs only as an MCP task (execution.taskSupport: required), which Butler does not call",
 ))
 
 
 def _object_schema(schema: object) -> dict[str, Any] | None:
-    """The tool's own input schema, kept as the skill's when it describes an object and is
-    no larger than a configured one may be (it goes on the card, which registries cap)."""
+    """The tool's own input (or output) schema, kept as the skill's when it describes an
+    object, is valid JSON Schema and is no larger than a configured one may be (it goes on
+    the card, which registries cap)."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return None
     try:
@@ -192,6 +228,9 @@ def _object_schema(schema: object) -> dict[str, Any] | None:
     if len(text.encode()) > MAX_INPUT_SCHEMA_BYTES:
         return None
     kept: dict[str, Any] = json.loads(text)
+    if (problem := schema_problem(kept)) is not None:
+        log.warning("an MCP tool's schema is left out: %s", problem)
+        return None
     return kept
 
 

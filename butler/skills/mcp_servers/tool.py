@@ -3,56 +3,54 @@ tool's answer becomes the task's parts (docs/mcp.md#mcp-servers-as-skills)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from contextlib import AbstractContextManager
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    CONNECTION_CLOSED,
-    AudioContent,
-    CallToolResult,
-    ImageContent,
-    ResourceLink,
-    TextContent,
-    TextResourceContents,
-    Tool,
-)
+from mcp.types import CONNECTION_CLOSED, CallToolResult, TextContent, Tool
 
 from butler.skills.base import SkillContext, SkillFailed, SkillFunction, SkillOutput, SkillResult
-from internal.protocol.a2a.model import Part
-
-# Properties that take a task in words, in the order they are tried.
-TEXT_ARGUMENTS = ("task", "text")
+from butler.skills.mcp_servers.content import to_parts
+from internal.protocol.a2a.codec.input_schema import with_text
 
 
-def tool_skill(tool: Tool, session: Callable[[], ClientSession | None],
-               lost: Callable[[ClientSession], None], *, server: str,
-               max_output_bytes: int) -> SkillFunction:
-    """``session`` gives the server's live session (None during an outage); ``lost`` tells
-    the supervisor that this session broke under a call, so it restarts the server now."""
+class Server(Protocol):
+    """The supervised server a tool belongs to (``supervisor.McpServer``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def session(self) -> ClientSession | None: ...  # None during an outage
+    def lost(self, session: ClientSession) -> None: ...  # broke under a call: restart now
+    def calling(self) -> AbstractContextManager[None]: ...  # a call in flight: no pings
+
+
+def tool_skill(tool: Tool, server: Server, *, max_output_bytes: int) -> SkillFunction:
     async def run(ctx: SkillContext) -> SkillOutput:
-        live = session()
+        live = server.session
         if live is None:
             raise SkillFailed("skill_unavailable",
-                              f"MCP server {server} is not running; it is being restarted")
+                              f"MCP server {server.id} is not running; it is being restarted")
         try:
-            # Cancelling the task cancels this await; the SDK tells the server the
-            # request is cancelled.
-            result = await live.call_tool(tool.name, arguments(tool, ctx.text, ctx.input))
+            # Cancelling the task (its time limit too) cancels this await; the SDK tells
+            # the server the request is cancelled.
+            with server.calling():
+                result = await live.call_tool(tool.name, arguments(tool, ctx.text, ctx.input))
         except MCPError as exc:
             if exc.error.code == CONNECTION_CLOSED:
-                lost(live)
+                server.lost(live)
                 raise SkillFailed("skill_unavailable",
-                                  f"MCP server {server} went away during the call") from None
+                                  f"MCP server {server.id} went away during the call") from None
             raise SkillFailed("tool_error", exc.error.message) from None
+        except RuntimeError as exc:  # the SDK held the answer to the tool's output schema
+            raise SkillFailed("invalid_output", str(exc).split("\n", 1)[0]) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            lost(live)
+            server.lost(live)
             raise SkillFailed("skill_unavailable",
-                              f"MCP server {server} is not running; it is being restarted"
+                              f"MCP server {server.id} is not running; it is being restarted"
                               ) from None
         return to_result(result, max_output_bytes)
 
@@ -62,15 +60,7 @@ def tool_skill(tool: Tool, session: Callable[[], ClientSession | None],
 def arguments(tool: Tool, text: str, given: dict[str, Any]) -> dict[str, Any]:
     """The task's ``input`` is the arguments; its words fill a ``task`` (else ``text``)
     string property the tool declares and the input does not set."""
-    args = {key: _plain(value) for key, value in given.items()}
-    properties = tool.input_schema.get("properties")
-    if text and isinstance(properties, dict):
-        for name in TEXT_ARGUMENTS:
-            spec = properties.get(name)
-            if isinstance(spec, dict) and spec.get("type") == "string":
-                args.setdefault(name, text)
-                break
-    return args
+    return with_text(tool.input_schema, text, {k: _plain(v) for k, v in given.items()})
 
 
 def _plain(value: Any) -> Any:
@@ -85,48 +75,13 @@ def _plain(value: Any) -> Any:
 
 
 def to_result(result: CallToolResult, cap: int) -> SkillResult:
-    """Text blocks become text parts, structured content one data part, images, audio and
-    resources file parts. An ``isError`` result fails the task with ``tool_error``."""
-    texts = [c.text for c in result.content if isinstance(c, TextContent)]
+    """The answer's blocks as parts (``content.to_parts``). An ``isError`` result fails
+    the task with ``tool_error``."""
     if result.is_error:
+        texts = [c.text for c in result.content if isinstance(c, TextContent)]
         raise SkillFailed("tool_error", "\n".join(texts) or "the tool reported an error")
     structured = result.structured_content
-    parts: list[Part] = []
-    size = 0
-    for block in result.content:
-        if isinstance(block, TextContent):
-            # The spec asks tools with structured content to repeat it as JSON text:
-            # the data part carries it, once.
-            if structured is not None and _same_json(block.text, structured):
-                continue
-            part = Part(text=block.text)
-            size += len(block.text.encode())
-        elif isinstance(block, ImageContent | AudioContent):
-            part = Part(file={"bytes": block.data, "mimeType": block.mime_type})
-            size += len(block.data)
-        elif isinstance(block, ResourceLink):
-            part = Part(file={"uri": str(block.uri), "name": block.name,
-                              **({"mimeType": block.mime_type} if block.mime_type else {})})
-        else:  # an embedded resource
-            res = block.resource
-            if isinstance(res, TextResourceContents):
-                part = Part(text=res.text)
-                size += len(res.text.encode())
-            else:
-                part = Part(file={"bytes": res.blob, "uri": str(res.uri),
-                                  **({"mimeType": res.mime_type} if res.mime_type else {})})
-                size += len(res.blob)
-        parts.append(part)
-    if structured is not None:
-        parts.append(Part(data=structured))
-        size += len(json.dumps(structured, default=str).encode())
+    parts, size = to_parts(result.content, structured if isinstance(structured, dict) else None)
     if size > cap:
         raise SkillFailed("output_too_large", f"the tool answered more than {cap} bytes")
     return SkillResult(parts=tuple(parts))
-
-
-def _same_json(text: str, data: dict[str, Any]) -> bool:
-    try:
-        return bool(json.loads(text) == data)
-    except ValueError:
-        return False

@@ -133,9 +133,10 @@ def mapped_errors(name: str, timeout: float, translate: Translate) -> Iterator[N
         raise DelegationFailed("peer_error", f"{name}: {exc.message}") from None
     except ButlerError:
         raise
-    except TimeoutError:
-        raise DelegationFailed("peer_timeout",
-                               f"{name} did not answer within {timeout:g}s") from None
+    except TimeoutError as exc:
+        # The transport may know more (a connection never accepted is not a slow answer).
+        raise translate(name, exc) or DelegationFailed(
+            "peer_timeout", f"{name} did not answer within {timeout:g}s") from None
     except Exception as exc:
         mapped = translate(name, exc)
         if mapped is not None:

@@ -190,6 +190,12 @@ def transport_errors(name: str, timeout: float) -> contextlib.AbstractContextMan
 
 
 def _aiohttp_failure(name: str, exc: Exception) -> DelegationFailed | None:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return DelegationFailed("peer_timeout", f"{name} did not accept a connection within "
+                                "its connect timeout (connect_timeout_seconds): it is off the "
+                                "network, or a firewall drops the packets")
+    if isinstance(exc, TimeoutError):
+        return None  # any other time running out: the exchange's own peer_timeout
     if isinstance(exc, aiohttp.NonHttpUrlClientError):
         return DelegationFailed("peer_address_refused", f"{name}: the URL is not http or https")
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):

@@ -94,12 +94,11 @@ def decode_task_request(body: Any) -> TaskRequest:
     text = data.get("task", "")
     if not isinstance(text, str) or len(text) > MAX_TEXT:
         raise _bad(f"task must be a string of at most {MAX_TEXT} characters")
-    input_ = data.get("input", {})
-    if input_ is None:
-        input_ = {}
-    input_ = plain_numbers(_mapping(input_, "input"))
+    input_ = data.get("input")
+    given = input_ is not None  # {} is an input: a skill may take no arguments
+    input_ = plain_numbers(_mapping(input_, "input")) if given else {}
     parts = decode_parts(data["parts"]) if "parts" in data else ()
-    if not text and not input_ and not parts:
+    if not text and not given and not parts:
         raise _bad("a task needs task (text), input or parts")
     mode = data.get("mode", "blocking")
     if mode not in ("blocking", "async"):
@@ -344,7 +343,7 @@ def encode_request(
         out["id"] = request.id
     if request.context_id:
         out["context_id"] = request.context_id
-    if request.input:
+    if request.input or not (request.text or request.parts):  # {} alone is the input
         out["input"] = request.input
     if request.parts:
         out["parts"] = [encode_part(p) for p in request.parts]

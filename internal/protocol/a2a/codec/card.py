@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from internal.protocol.a2a.model import LEGACY_VERSION, PROTOCOL_VERSION, CardInfo
@@ -87,6 +88,12 @@ def encode_card(info: CardInfo) -> dict[str, Any]:
         scheme = card["securitySchemes"][BEARER]
         scheme.update({"type": "http", **scheme["httpAuthSecurityScheme"]})
     return card if info.sign is None else info.sign(card)
+
+
+def encode_card_v1(info: CardInfo) -> dict[str, Any]:
+    """The 1.0 card without the 0.3 fields: what a 1.0 method (``GetExtendedAgentCard``)
+    and a 1.0 client's card request get (CARD-EXT-001)."""
+    return encode_card(replace(info, legacy_v03=False))
 
 
 def encode_card_v03(info: CardInfo) -> dict[str, Any]:

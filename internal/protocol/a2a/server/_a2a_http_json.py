@@ -14,7 +14,7 @@ from aiohttp import web
 
 from internal.http import SseTiming, error_headers, identity_of, read_json, sse_frame, sse_stream
 from internal.protocol.a2a.codec import a2a_v1, exact_json, proto3, swarm_envelope
-from internal.protocol.a2a.codec.card import encode_card
+from internal.protocol.a2a.codec.card import encode_card_v1
 from internal.protocol.a2a.model import (
     PROTOCOL_VERSION,
     VERSION_HEADER,
@@ -145,7 +145,7 @@ class A2ARestBinding:
 
     async def card(self, request: web.Request) -> web.Response:
         self._check_version(request)
-        return answer(encode_card(self.ops.card(identity_of(request))))
+        return answer(encode_card_v1(self.ops.card(identity_of(request))))
 
     async def create_push(self, request: web.Request) -> web.Response:
         body = await self._body(request)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import replace
 from email.utils import formatdate, parsedate_to_datetime
 
 from aiohttp import web
 
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.codec.card import encode_card, encode_card_v03
+from internal.protocol.a2a.codec.card import encode_card, encode_card_v03, encode_card_v1
 from internal.protocol.a2a.model import (
     LEGACY_VERSION,
     PROTOCOL_VERSION,
@@ -66,7 +65,7 @@ class CardRoute:
             return encode_card(info)
         if version == LEGACY_VERSION:
             return encode_card_v03(info)
-        return encode_card(replace(info, legacy_v03=False))
+        return encode_card_v1(info)
 
     def _body(self, request: web.Request) -> tuple[bytes, str, float]:
         info, version = self.card(None), self._version(request)

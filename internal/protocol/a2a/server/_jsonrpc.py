@@ -33,7 +33,7 @@ from internal.http import (
     sse_stream,
 )
 from internal.protocol.a2a.codec import a2a_v03, a2a_v1, exact_json, proto3, swarm_envelope
-from internal.protocol.a2a.codec.card import encode_card, encode_card_v03
+from internal.protocol.a2a.codec.card import encode_card_v03, encode_card_v1
 from internal.protocol.a2a.model import (
     JSONRPC_PATH,
     LEGACY_VERSION,
@@ -241,8 +241,8 @@ class V1Dialect:
             return a2a_v1.encode_task(await ops.cancel(caller, _id(params, "id")))
         if method == "SubscribeToTask":
             return encoded_events(a2a_v1.encode_event, ops.subscribe(caller, _id(params, "id")))
-        if method == "GetExtendedAgentCard":
-            return encode_card(ops.card(caller))
+        if method == "GetExtendedAgentCard":  # a 1.0 method: the 1.0 card alone
+            return encode_card_v1(ops.card(caller))
         return await self._push(method, caller, params)
 
     async def _push(self, method: str, caller: Identity, params: dict[str, Any]) -> Any:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The intent router's speed: ``.venv/bin/python bench/intent.py [--candidates N]``.
+"""The intent router's speed alone: ``.venv/bin/python bench/intent/speed.py [--candidates N]``.
 
 Builds N synthetic cards (names, tags, capabilities, examples and descriptions drawn from
 a 3,000-word vocabulary with a Zipf-like skew, so common words are on many cards, as
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from butler.routing import RouteCandidate, RouteIndex
 
