@@ -4,12 +4,24 @@ for as many turns and hops as it takes; Butler peers on loopback."""
 
 from __future__ import annotations
 
+import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+from opentelemetry.trace import NoOpTracer
 
-from internal.protocol.a2a.model import TaskRequest, TaskState
+from butler.delegation.delegator import PeerDelegator
+from butler.delegation.peers import Candidate
+from internal.protocol.a2a.model import (
+    DelegationFailed,
+    PeerTask,
+    Refusal,
+    TaskRequest,
+    TaskState,
+)
 from tests.delegation_support import Mesh
 
 SURVEY = {"id": "survey", "python": "tests.plugins.questions:survey", "expose": True,
@@ -138,3 +150,28 @@ async def test_a_streaming_caller_sees_each_hops_progress_as_it_comes(
     (story,) = final["result"]["artifacts"]  # the whole artifact, once
     assert [p["text"] for p in story["parts"]] == ["Once ", "upon a time."]
     assert story["source"] == "lab" and story["name"] == "story"
+
+
+async def test_each_turn_is_checked_for_loop_budget_and_peer_like_the_first() -> None:
+    """An answer goes on only to a peer this task may still call: refused before anything
+    is sent (nothing listens at the peer's address)."""
+    lab = Candidate("lab", "http://127.0.0.1:9", "t", ("lab.survey",), cost_usd=Decimal("0.50"))
+    delegator = PeerDelegator(agent_id="office", static=[lab], tracer=NoOpTracer(),
+                              audit=lambda *_, **__: None, max_concurrency=1)
+    deadline = time.monotonic() + 5
+    answer = TaskRequest(text="teal")
+    try:
+        with pytest.raises(Refusal) as refused:
+            await delegator.resume(peer_task=PeerTask("lab", "t1"), chain=("home", "LAB"),
+                                   budget=Decimal("1"), request=answer, deadline=deadline)
+        assert refused.value.code == "loop_detected"
+        with pytest.raises(Refusal) as refused:
+            await delegator.resume(peer_task=PeerTask("lab", "t1"), chain=("home",),
+                                   budget=Decimal("0.10"), request=answer, deadline=deadline)
+        assert refused.value.code == "budget_exhausted"
+        with pytest.raises(DelegationFailed) as failed:
+            await delegator.resume(peer_task=PeerTask("gone", "t1"), chain=("home",),
+                                   budget=Decimal("1"), request=answer, deadline=deadline)
+        assert failed.value.code == "no_capable_peer"
+    finally:
+        await delegator.aclose()
