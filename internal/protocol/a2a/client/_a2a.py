@@ -369,12 +369,12 @@ class A2AClient:
                 async for kind, data in transport.events(task.id):
                     if kind == "artifact":
                         chunk = PeerUpdate(ref, task, *transport.artifact_event(data))
-                        await asyncio.shield(tracking.watch(chunk))
+                        await tracking.watch(chunk)
                         continue
                     task = transport.decode(data)
                     if (task.state, task.status_message) != seen:
                         seen = (task.state, task.status_message)
-                        await asyncio.shield(tracking.watch(PeerUpdate(ref, task)))
+                        await tracking.watch(PeerUpdate(ref, task))
                     if interrupted_or_terminal(task.state):
                         return
                 return
