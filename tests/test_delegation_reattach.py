@@ -17,10 +17,12 @@ import aiohttp
 import pytest
 
 from tests.delegation_support import free_port
+from tests.sdk_agent import sdk_agent
 from tests.support import (
     Instance,
     ServeProcess,
     config_dict,
+    new_pair,
     plugin_skill,
     start_instance,
     wait_until,
@@ -32,7 +34,8 @@ COUNT = plugin_skill("count", "tests.plugins.questions:ask_then_work",
 
 
 class Pair:
-    """lab in process, home as a child process delegating to it."""
+    """lab in process, home as a child process delegating to it (or, ``home_to``, to
+    another agent)."""
 
     def __init__(self, tmp: Path, http: aiohttp.ClientSession) -> None:
         self.tmp, self.http = tmp, http
@@ -41,15 +44,19 @@ class Pair:
             tmp, "lab", skills=[COUNT],
             callers={"operator": {"bound": False, "tier": "admin"}, "home": {}})
         self.lab_cfg["configurations"]["a2a"]["port"] = self.lab_port
-        token_file = tmp / "home-to-lab.token"
-        token_file.write_text(self.lab_tokens["home"])
-        cfg, self.home_tokens = config_dict(tmp, "home", skills=[], peers=[{
-            "name": "lab", "url": f"http://127.0.0.1:{self.lab_port}",
-            "capabilities": ["lab.count"], "token_file": str(token_file)}])
-        cfg["configurations"]["a2a"]["port"] = free_port()
-        self.home_config = write_config(tmp, "home", cfg)
+        self.home_to(f"http://127.0.0.1:{self.lab_port}", self.lab_tokens["home"],
+                     name="lab", capabilities=["lab.count"])
         self.lab: Instance | None = None
         self.home: ServeProcess | None = None
+
+    def home_to(self, url: str, token: str, **peer: Any) -> None:
+        """home's config: its one peer at ``url``."""
+        token_file = self.tmp / "home-to-peer.token"
+        token_file.write_text(token)
+        cfg, self.home_tokens = config_dict(self.tmp, "home", skills=[], peers=[{
+            "url": url, "token_file": str(token_file), **peer}])
+        cfg["configurations"]["a2a"]["port"] = free_port()
+        self.home_config = write_config(self.tmp, "home", cfg)
 
     async def start_lab(self, data_dir: str = "lab") -> Instance:
         self.lab_cfg["data_dir"] = str(self.tmp / data_dir)
@@ -168,3 +175,29 @@ async def test_a_peer_that_no_longer_knows_the_task_fails_it_clearly(pair: Pair)
     failed = await until_state(pair, submitted["id"], "failed")
     assert failed["error"]["code"] == "peer_task_lost", failed["error"]
     assert "lab no longer knows task" in failed["error"]["message"]
+
+
+async def test_a_delegation_to_an_sdk_agent_reattaches_over_its_binding(pair: Pair) -> None:
+    """The official SDK's agent (JSON-RPC 1.0, no stream) asks; home is killed while the
+    question waits; the restarted home reads the peer's task with GetTask, asks its caller
+    again, and the answer reaches the peer's task."""
+    token, _ = new_pair()
+    async with sdk_agent(token, reply="ask", streaming=False) as agent:
+        pair.home_to(agent.url, token, name="shouter", protocol="a2a", capabilities=["shout"])
+        await pair.start_home()
+        submitted = await pair.home_call("POST", "/v2/tasks", {
+            "task": "hello", "capabilities_needed": ["shout"], "mode": "async"})
+        asked = await until_state(pair, submitted["id"], "input-required")
+        assert asked["status"]["message"] == "how loud?"
+        assert pair.home is not None
+        await pair.home.kill9()
+        await pair.start_home()
+        again = await until_state(pair, submitted["id"], "input-required",
+                                  history=len(asked["history"]) + 2)
+        assert again["status"]["asked_by"] == "shouter"
+        await pair.home_call("POST", f"/v2/tasks/{submitted['id']}/input", {"task": "back"})
+        done = await until_state(pair, submitted["id"], "completed")
+        assert done["output"] == "BACK"
+        first, answer = agent.seen.messages[0], agent.seen.messages[1]
+        assert len(agent.seen.messages) == 2 and answer.task_id
+        assert answer.context_id == first.context_id
