@@ -218,6 +218,7 @@ class Daemon:
             max_children=cfg.swarm.max_children_per_task,
             running_tasks=cfg.shares.running_tasks,
             redact=self.redact,
+            input_wait_seconds=cfg.swarm.input_wait_seconds,
             workspace=workspace,
             planner=planner,
             seal=lambda task: sealing(task, cfg.agent.id, self.url),

@@ -94,10 +94,13 @@ class Mesh:
         self.instances.clear()
 
 
-async def butler_with_peer(swarm: Swarm, url: str, token: str, **peer: Any) -> Instance:
+async def butler_with_peer(swarm: Swarm, url: str, token: str, *,
+                           configurations: dict[str, dict[str, Any]] | None = None,
+                           **peer: Any) -> Instance:
+    """``configurations``: sections (or keys of one) of home's own config."""
     token_file = swarm.tmp / "peer.token"
     token_file.write_text(token)
-    cfg, tokens = config_dict(swarm.tmp, "home", peers=[{
+    cfg, tokens = config_dict(swarm.tmp, "home", configurations=configurations, peers=[{
         "name": "shouter", "url": url, "token_file": str(token_file), "protocol": "a2a",
         "capabilities": ["shout"], **peer}])
     inst = await start_instance(swarm.tmp, swarm.session, cfg, tokens)

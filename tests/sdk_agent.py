@@ -48,7 +48,8 @@ class Seen:
 
 class Shout(AgentExecutor):
     """Answers with the text in upper case: as a task with an artifact, or a message; or
-    (``wait``) works until canceled, and honours the cancel."""
+    (``wait``) works until canceled, and honours the cancel; ``ask``: first asks "how
+    loud?" (``input-required``), then shouts the answer."""
 
     def __init__(self, seen: Seen, reply: str) -> None:
         self.seen = seen
@@ -62,9 +63,16 @@ class Shout(AgentExecutor):
             await event_queue.enqueue_event(new_text_message(loud))
             return
         task = context.current_task or new_task_from_user_message(context.message)
-        await event_queue.enqueue_event(task)
+        if context.current_task is None:
+            await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        await updater.start_work()
+        if self.reply == "ask" and context.current_task is None:
+            await updater.requires_input(new_text_message("how loud?", context_id=task.context_id,
+                                                          task_id=task.id))
+            return
+        await updater.start_work(new_text_message("shouting", context_id=task.context_id,
+                                                  task_id=task.id) if self.reply == "ask"
+                                 else None)
         if self.reply == "wait":
             self.seen.working.append(task.id)
             await asyncio.Event().wait()  # until the cancel stops it

@@ -22,11 +22,13 @@ from butler.skills.catalog import Skill, SkillCatalog
 from butler.skills.plugin import load_plugin
 from butler.swarm.decision import SwarmPolicy
 from butler.swarm.spend import BudgetLedger
+from internal.protocol.a2a.client import PeerTracking
 from internal.protocol.a2a.model import (
     AuthError,
     CostNode,
     Envelope,
     Identity,
+    PeerTask,
     Refusal,
     TaskRequest,
     TaskState,
@@ -94,13 +96,20 @@ class FakeDelegator:
 
     async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
                        chain: tuple[str, ...], budget: Decimal, deadline: float,
-                       parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
+                       parent_task_id: str = "", tree_id: str = "",
+                       tracking: PeerTracking | None = None) -> DelegationResult:
         share = self.shares.pop(0) if self.shares else Decimal("0")
         spent = (budget * share).quantize(Decimal("0.01")).min(budget)
         self.grants.append((budget, spent))
         return DelegationResult(
             peer="office", task_id="t", state="completed", parts=(), artifacts=(),
             spent_usd=spent, cost=CostNode("office", "w", spent, 1, "completed"))
+
+    async def resume(self, *, peer_task: PeerTask, request: TaskRequest,
+                     chain: tuple[str, ...], budget: Decimal, deadline: float,
+                     parent_task_id: str = "", tracking: PeerTracking | None = None,
+                     reattach: bool = False) -> DelegationResult:
+        raise AssertionError("this peer never asks its caller")
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]:
         return ()

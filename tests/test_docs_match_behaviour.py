@@ -70,8 +70,8 @@ async def test_the_public_routes_are_the_ones_quickstart_names(swarm: Swarm) -> 
     from butler.http_app import PUBLIC_PATHS
     from tests.support import REPO
 
-    named = ("/healthz", "/.well-known/agent-card.json", "/v2/openapi.json", "/dashboard",
-             "/v2/log/head")
+    named = ("/healthz", "/.well-known/agent-card.json", "/.well-known/ai-catalog.json",
+             "/v2/openapi.json", "/dashboard", "/v2/log/head")
     assert set(PUBLIC_PATHS) == {*named, *DAEMON_PAGE.paths, "/v2/log/consistency"}
     assert "`/v2/log/consistency`" in (REPO / "docs" / "quickstart.md").read_text()
     text = (REPO / "docs" / "quickstart.md").read_text()

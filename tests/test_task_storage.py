@@ -26,6 +26,7 @@ from internal.protocol.a2a.model import (
     CostNode,
     Message,
     Part,
+    PeerTask,
     StatusEntry,
     Task,
     TaskError,
@@ -79,13 +80,14 @@ def _rich() -> Task:
         history=(StatusEntry(TaskState.SUBMITTED, T0, "queued"),
                  StatusEntry(TaskState.FAILED, "not a time", "boom")),
         parts=(Part(text="a", metadata={"m": 1}), Part(text="b")),
-        artifacts=(Artifact("art", (Part(text="x"),), "name", "desc"),),
+        artifacts=(Artifact("art", (Part(text="x"),), "name", "desc", "lab"),),
         error=TaskError("skill_failed", "boom"), status_message="boom",
         budget=Budget(Decimal("1.10"), Decimal("0.25")),
         cost=CostNode("home", "s", Decimal("0.1"), 12, "failed",
                       (CostNode("peer", "t", Decimal("0.05"), 3, "completed"),)),
         chain=("op", "bob"), trace_id="t" * 32, messages=(message,), reply_as_message=True,
-        receipts=("eyJhbGciOiJFZERTQSJ9.e30.c2ln", "eyJ9.e30.eA"))
+        receipts=("eyJhbGciOiJFZERTQSJ9.e30.c2ln", "eyJ9.e30.eA"), asked_by="lab",
+        peer_task=PeerTask("office", "pt", "pc", "JSONRPC", "1.0", "http://o/a2a", "tree"))
 
 
 def test_every_field_survives_the_keyed_row() -> None:
@@ -144,7 +146,7 @@ def test_the_round_trip_covers_every_field_of_a_task() -> None:
     every = set().union(*fields_of.values())
     assert every - set_somewhere == set()
     assert set(fields_of) == {"Task", "TaskRequest", "Message", "Part", "StatusEntry",
-                              "Artifact", "TaskError", "Budget", "CostNode"}
+                              "Artifact", "TaskError", "Budget", "CostNode", "PeerTask"}
 
 
 _texts = st.text(max_size=8)

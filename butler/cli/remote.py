@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from butler.cli.json_output import error_json, json_flag, print_json
-from butler.cli.render import one_line, print_task, print_task_header, print_task_line
+from butler.cli.render import (
+    asked_by,
+    one_line,
+    print_task,
+    print_task_header,
+    print_task_line,
+)
 from internal.http import CONFIGURED, OutboundGuard
 from internal.protocol.a2a.client import BlockingV2Transport
 from internal.protocol.a2a.codec import butler_v2
@@ -180,8 +186,8 @@ def _send(args: argparse.Namespace, client: BlockingV2Transport) -> int:
 def _follow(args: argparse.Namespace, client: BlockingV2Transport, task: Task) -> int:
     for name, payload in client.events(task.id):
         if name == "status":
-            print(f"  {payload['state']}: {payload['status'].get('message', '')}",
-                  file=sys.stderr)
+            print(f"  {payload['state']}: {payload['status'].get('message', '')}"
+                  f"{asked_by(payload)}", file=sys.stderr)
             if payload["state"] in (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED):
                 # Waiting on us: following on would never end.
                 print(f"task {task.id} waits for an answer; reply with: butler tasks answer "
@@ -255,7 +261,7 @@ def _watch(args: argparse.Namespace, client: BlockingV2Transport) -> int:
             print(json.dumps({"event": name, "data": payload}, default=str), flush=True)
         elif name == "status":
             print(f"{payload['updated_at']} {payload['state']}: "
-                  f"{payload['status'].get('message', '')}", flush=True)
+                  f"{payload['status'].get('message', '')}{asked_by(payload)}", flush=True)
         else:
             print(f"artifact: {json.dumps(payload['artifact'], default=str)}", flush=True)
     return 0 if state == TaskState.COMPLETED.value else 1

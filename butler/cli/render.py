@@ -33,11 +33,15 @@ def print_task(task: Task) -> None:
     print(f"task {task.id}: {task.state.value}  (skill {task.skill or '-'})")
     if task.error is not None:
         print(f"  error: {task.error.code}: {task.error.message}")
+    if task.state.interrupted:
+        by = f" (asked by {task.asked_by})" if task.asked_by else ""
+        print(f"  question: {task.status_message}{by}")
     for part in task.parts:
         if part.text is not None:
             print("  result: " + part.text.replace("\n", "\n          "))
     for artifact in task.artifacts:
-        print(f"  artifact {artifact.name or artifact.artifact_id}")
+        source = f" (from {artifact.source})" if artifact.source else ""
+        print(f"  artifact {artifact.name or artifact.artifact_id}{source}")
     if task.budget is not None:
         print(f"  budget: start {task.budget.start_usd} USD, spent {task.budget.spent_usd}, "
               f"left {task.budget.left_usd}")
@@ -46,6 +50,12 @@ def print_task(task: Task) -> None:
         print("\n".join(cost_lines(task.cost, 2)))
     if task.trace_id:
         print(f"  trace id: {task.trace_id}")
+
+
+def asked_by(task: dict[str, Any]) -> str:
+    """`` (asked by lab)`` for a /v2 task that waits on a question relayed from lab."""
+    by = task.get("status", {}).get("asked_by") if isinstance(task.get("status"), dict) else ""
+    return f" (asked by {by})" if isinstance(by, str) and by else ""
 
 
 def cost_lines(node: CostNode, indent: int) -> list[str]:

@@ -132,6 +132,8 @@ class SwarmConfig:
     workspace_ttl_hours: float = 24.0
     max_children_per_task: int = 8
     max_outbound_concurrency: int = 32
+    # How long a delegated task waits for its caller's answer to a peer's question.
+    input_wait_seconds: float = 300.0
     routing_threshold: float = 0.4  # butler.routing.DEFAULT_THRESHOLD
 
 

@@ -22,7 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import NoOpTracer, Tracer
 from opentelemetry.util.types import Attributes
 
-from butler.delegation.peer_cancel import PeerCancels
+from butler.delegation.peer_cancel import Followed, PeerCancels
 from butler.delegation.peer_cards import PeerCards, from_card
 from butler.delegation.peer_identity import PeerIdentities
 from butler.delegation.peers import (
@@ -37,13 +37,20 @@ from butler.routing import RouteCandidate
 from butler.skills.base import DelegationResult
 from butler.telemetry.traces import inject_headers
 from internal.http import OutboundGuard, OutboundRules, ResolverFactory, outbound_session
-from internal.protocol.a2a.client import A2AClient, GrpcChannels, PeerTask, V2Transport
+from internal.protocol.a2a.client import (
+    A2AClient,
+    GrpcChannels,
+    PeerTracking,
+    PeerUpdate,
+    V2Transport,
+)
 from internal.protocol.a2a.codec import swarm_envelope
 from internal.protocol.a2a.model import (
     Budget,
     ButlerError,
     CostNode,
     DelegationFailed,
+    PeerTask,
     Refusal,
     Task,
     TaskRequest,
@@ -213,10 +220,12 @@ class PeerDelegator:
 
     async def delegate(self, *, plan: DelegationPlan, request: TaskRequest,
                        chain: tuple[str, ...], budget: Decimal, deadline: float,
-                       parent_task_id: str = "", tree_id: str = "") -> DelegationResult:
+                       parent_task_id: str = "", tree_id: str = "",
+                       tracking: PeerTracking | None = None) -> DelegationResult:
         """Send ``request`` to ``plan``'s targets in turn. ``parent_task_id``: the local
         task this delegation works for (audit records); ``tree_id``: its delegation tree,
-        sent on so the peer keys its workspace by it."""
+        sent on so the peer keys its workspace by it. ``tracking``: the peer's task followed
+        as it goes (a delegation that relays its peer's progress and survives a restart)."""
         if not plan.targets:
             wanted = plan.peer or ", ".join(plan.capabilities) or "this task"
             raise DelegationFailed("no_capable_peer", f"no peer available for {wanted}")
@@ -232,7 +241,7 @@ class PeerDelegator:
                 break
             try:
                 return await self._send(cand, request, chain, _grant(cand, budget), deadline,
-                                        parent_task_id, tree_id)
+                                        parent_task_id, tree_id, tracking=tracking)
             except DelegationFailed as err:
                 if err.code == "no_capable_peer":
                     raise
@@ -262,8 +271,21 @@ class PeerDelegator:
 
     async def _send(self, cand: Candidate, request: TaskRequest, chain: tuple[str, ...],
                     grant: Decimal, deadline: float, parent_task_id: str,
-                    tree_id: str) -> DelegationResult:
+                    tree_id: str, *, peer_task: PeerTask | None = None,
+                    tracking: PeerTracking | None = None, reattach: bool = False
+                    ) -> DelegationResult:
+        """One exchange with ``cand``: a new task, a follow-up answer to ``peer_task``,
+        or (``reattach``) reading ``peer_task`` until it ends or waits again."""
         client = self._client(cand)
+        where: list[PeerTask] = []  # the peer's task, once it is known
+        followed = Followed()  # for a cancel sent to it (``peer_cancel``)
+
+        async def seen(update: PeerUpdate) -> None:
+            where[:] = [update.ref]
+            followed.seen(update)
+            if tracking is not None:
+                await tracking.watch(update)
+
         started = time.monotonic()
         audit: dict[str, Any] = {"caller": self.agent_id,
                                  "task_id": parent_task_id or request.id, "chain": chain,
@@ -284,12 +306,16 @@ class PeerDelegator:
                         decision=cand.name, trace_id=trace_id)
             async with self._slots:
                 async def call(card: dict[str, Any] | None) -> Task:
-                    peer_task = PeerTask()  # ended early while it runs: it is canceled
-                    with self.cancels.following(client, peer_task, seconds=cand.timeout,
+                    with self.cancels.following(client, followed, seconds=cand.timeout,
                                                 record={**audit, "trace_id": trace_id}):
-                        task = await client.run(request, chain=chain, budget=grant,
-                                                headers=headers, deadline=deadline,
-                                                card=card, peer_task=peer_task)
+                        if reattach and peer_task is not None:
+                            task = await client.follow(peer_task, deadline=deadline,
+                                                       watch=seen)
+                        else:
+                            task = await client.run(request, chain=chain, budget=grant,
+                                                    headers=headers, deadline=deadline,
+                                                    card=card, peer_task=peer_task,
+                                                    watch=seen, tracking=tracking)
                     if cand.protocol != "a2a":
                         return task
                     # A standard A2A agent reports no spend: a completed task is charged
@@ -336,8 +362,33 @@ class PeerDelegator:
             artifacts=task.artifacts, spent_usd=spent, cost=cost,
             error_code=task.error.code if task.error else "",
             error_message=task.error.message if task.error else "",
-            receipts=task.receipts,
+            receipts=task.receipts, peer_task=where[0] if where else peer_task,
+            status_message=task.status_message,
+            asked_by=task.asked_by or (cand.name if task.state.interrupted else ""),
         )
+
+    # -- a conversation's later turns (issue 34): the same exchange, to a known task ----
+
+    async def resume(self, *, peer_task: PeerTask, request: TaskRequest,
+                     chain: tuple[str, ...], budget: Decimal, deadline: float,
+                     parent_task_id: str = "", tracking: PeerTracking | None = None,
+                     reattach: bool = False) -> DelegationResult:
+        """Send ``request`` (the caller's answer) to ``peer_task``, waiting on its caller;
+        or (``reattach``) follow ``peer_task`` after a restart. Checked as the first turn
+        was: the peer must still be one (not in ``chain``), and affordable."""
+        if agent_key(peer_task.peer) in {agent_key(a) for a in (*chain, self.agent_id)}:
+            raise Refusal("loop_detected", f"{peer_task.peer} is already in the caller chain")
+        plan = await self.plan((), chain, peer=peer_task.peer)
+        if not plan.targets:
+            raise DelegationFailed("no_capable_peer",
+                                   f"{peer_task.peer} is no longer a peer of this agent")
+        cand = plan.targets[0]
+        if cand.cost_usd > _grant(cand, budget):
+            raise Refusal("budget_exhausted", f"{cand.name} costs {cand.cost_usd} USD, "
+                                              f"{budget} USD is left")
+        return await self._send(cand, request, chain, _grant(cand, budget), deadline,
+                                parent_task_id, peer_task.tree_id, peer_task=peer_task,
+                                tracking=tracking, reattach=reattach)
 
 
 def _grant(cand: Candidate, budget: Decimal) -> Decimal:

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from internal.protocol.a2a.client import A2AClient, PeerTask
-from internal.protocol.a2a.model import ButlerError, DelegationFailed, Task
+from internal.protocol.a2a.client import A2AClient, PeerUpdate
+from internal.protocol.a2a.model import ButlerError, DelegationFailed, PeerTask, Task
 
 log = logging.getLogger("butler.delegation")
 # How long a cancel may take, and how long a stop waits for the cancels still on their way.
@@ -32,35 +32,61 @@ CANCEL_SECONDS = 5.0
 NOT_YET_SECONDS = 0.05
 
 
+class Followed:
+    """What a delegation has seen of its peer's task so far (``seen``, its client's watch
+    feeds it): what a cancel needs."""
+
+    __slots__ = ("update",)
+
+    def __init__(self) -> None:
+        self.update: PeerUpdate | None = None
+
+    def seen(self, update: PeerUpdate) -> None:
+        self.update = update
+
+    @property
+    def running(self) -> bool:
+        """Reported by the peer and not ended (waiting on its caller counts as running)."""
+        found = self.update
+        return found is not None and found.reported and not found.task.state.terminal
+
+    @property
+    def maybe_running(self) -> bool:
+        """Running, or sent under a known id and not yet answered for (a Butler's)."""
+        found = self.update
+        return found is not None and not (found.reported and found.task.state.terminal)
+
+
 class PeerCancels:
     def __init__(self, audit: Callable[..., None]) -> None:
         self._audit = audit
         self._jobs: set[asyncio.Task[None]] = set()
         # The peers' tasks delegations follow now (the operator's view of them).
-        self.followed: set[PeerTask] = set()
+        self.followed: set[Followed] = set()
 
     def __len__(self) -> int:
         return len(self._jobs)
 
     @contextlib.contextmanager
-    def following(self, client: A2AClient, peer_task: PeerTask, *, seconds: float,
+    def following(self, client: A2AClient, followed: Followed, *, seconds: float,
                   record: Mapping[str, Any]) -> Iterator[None]:
-        """Around a call that follows ``peer_task``: when it ends by an exception while
-        the peer's task still runs, that task is canceled. When this side stopped waiting
-        (canceled, or out of time) the task may run without the peer having said so yet
-        (a Butler's, sent under a known id): it is canceled too. ``record``: the fields
-        of the delegation's audit records."""
-        self.followed.add(peer_task)
+        """Around a call that follows a peer's task (told to ``followed`` as it goes):
+        when it ends by an exception while the peer's task still runs, that task is
+        canceled. When this side stopped waiting (canceled, or out of time) the task may
+        run without the peer having said so yet (a Butler's, sent under a known id): it is
+        canceled too. ``record``: the fields of the delegation's audit records."""
+        self.followed.add(followed)
         try:
             yield
         except BaseException as exc:
             gave_up = isinstance(exc, asyncio.CancelledError | TimeoutError) or (
                 isinstance(exc, DelegationFailed) and exc.code == "peer_timeout")
-            if peer_task.running or (gave_up and peer_task.maybe_running):
-                self.send(client, peer_task, seconds=seconds, record=record)
+            if followed.update is not None and (
+                    followed.running or (gave_up and followed.maybe_running)):
+                self.send(client, followed.update.ref, seconds=seconds, record=record)
             raise
         finally:
-            self.followed.discard(peer_task)
+            self.followed.discard(followed)
 
     def send(self, client: A2AClient, peer_task: PeerTask, *, seconds: float,
              record: Mapping[str, Any]) -> None:
@@ -93,9 +119,8 @@ class PeerCancels:
         else:
             log.info("task %s on %s: %s after the cancel", peer_task.task_id, client.name,
                      decision)
-        where = peer_task.where
         detail = {**record.get("detail", {}), "peer_task_id": peer_task.task_id,
-                  "binding": where.binding if where else "", "seconds": took}
+                  "binding": peer_task.binding, "seconds": took}
         self._audit("delegation_canceled", **{**record, "detail": detail},
                     budget_before=None, budget_after=None, decision=decision, code=code)
 

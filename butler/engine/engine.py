@@ -19,6 +19,7 @@ from typing import Any
 from butler.engine.events import EventHub, OutcomeWaiters
 from butler.engine.outcome import final_record
 from butler.engine.purge import PurgeListener, purge_loop
+from butler.engine.reattach import admitted_again, owner_of, reattachable, time_left
 from butler.engine.recovery import FinalRecords, recover
 from butler.engine.run import Delegator, RunDeps, TaskRun
 from butler.engine.shutdown import stop_runs
@@ -30,6 +31,8 @@ from butler.engine.transitions import (
     Canceled,
     Event,
     InputReceived,
+    PeerTaskKnown,
+    Started,
     apply,
     created,
     interrupted,
@@ -111,10 +114,32 @@ class TaskEngine:
     async def start(self, records: FinalRecords | None = None) -> int:
         """Repair what the previous process left (``recovery``); returns how many tasks it
         cut off. ``records``: the audit log, to find final records it lost."""
-        stale = await recover(self.store, self._audit_final, records, self._store)
+        stale = await recover(self.store, self._audit_final, records, self._store,
+                              self._reattach)
         self._purger = asyncio.create_task(
             purge_loop(self.store, self._retention, self.purge_listeners))
         return stale
+
+    def _reattach(self, task: Task) -> bool:
+        """Start again the run of a delegation the restart cut off: it follows its peer's
+        task (``engine.reattach``). False for any other task."""
+        peer_task = task.peer_task
+        if self.delegator is None or peer_task is None or not reattachable(task):
+            return False
+        try:
+            place = self._running.take(task.owner)
+        except PoolFull:  # more to take up than its owner's share: it ends, as any other
+            return False
+        # Working again at once: an answer that comes before its run asks again is
+        # refused (``task_not_waiting``) rather than lost. Stored with its next change.
+        task = apply(task, Started(f"following {peer_task.peer}'s task again after a "
+                                   "restart"), now_iso())
+        run = TaskRun(self, self.swarm, self.deps, task, None,
+                      admitted_again(task, self.swarm.policy), owner_of(task),
+                      time_left(task, self._timeout(None, task.request)), None,
+                      self.delegator, reattach=peer_task)
+        self._start(run, place)
+        return True
 
     async def stop(self, grace: float) -> None:
         purger, self._purger = self._purger, None
@@ -372,6 +397,12 @@ class TaskEngine:
 
     # -- state changes (``RunEngine``: called by runs) ----------------------------
 
+    def followed(self, task_id: str) -> bool:
+        return self.hub.subscribers(task_id) > 0
+
+    async def until_followed(self, task_id: str) -> None:
+        await self.hub.until_followed(task_id)
+
     async def apply(self, task_id: str, event: Event) -> Task | None:
         """Apply ``event`` to the live task (``transitions.apply``), persist, publish.
         None when the task has ended already: whatever arrives after that is dropped."""
@@ -386,6 +417,9 @@ class TaskEngine:
             return current  # nothing to record
         self._live[task_id] = task
         run = self._runs.get(task_id)
+        if isinstance(event, PeerTaskKnown):  # kept, not a change anyone follows
+            await self.store.put(task)
+            return task
         if isinstance(event, ArtifactAdded):
             try:
                 await self.store.put(task)

@@ -16,6 +16,8 @@ class EventHub:
     def __init__(self) -> None:
         self._subs: dict[str, set[asyncio.Queue[TaskEvent | None]]] = {}
         self._listeners: list[Callable[[TaskEvent], None]] = []
+        # Runs waiting for someone to follow their task (``until_followed``).
+        self._awaited: dict[str, asyncio.Event] = {}
 
     def listen(self, listener: Callable[[TaskEvent], None]) -> None:
         """Every event of every task, synchronously: ``listener`` must not block."""
@@ -36,10 +38,23 @@ class EventHub:
     def subscribers(self, task_id: str) -> int:
         return len(self._subs.get(task_id, ()))
 
+    async def until_followed(self, task_id: str) -> None:
+        """Returns once the task has a subscriber (at once if it has one)."""
+        if self._subs.get(task_id):
+            return
+        followed = self._awaited.setdefault(task_id, asyncio.Event())
+        try:
+            await followed.wait()
+        finally:
+            if self._awaited.get(task_id) is followed:
+                del self._awaited[task_id]
+
     @asynccontextmanager
     async def subscribe(self, task_id: str) -> AsyncIterator[asyncio.Queue[TaskEvent | None]]:
         queue: asyncio.Queue[TaskEvent | None] = asyncio.Queue(QUEUE_LIMIT)
         self._subs.setdefault(task_id, set()).add(queue)
+        if (awaited := self._awaited.get(task_id)) is not None:
+            awaited.set()
         try:
             yield queue
         finally:

@@ -45,12 +45,15 @@ AuditFinal = Callable[[Task, datetime | None, Sealed | None], None]
 
 async def recover(store: TaskStore, audit_final: AuditFinal,
                   records: FinalRecords | None,
-                  store_final: Callable[[Task], Awaitable[Sealed]] | None = None) -> int:
+                  store_final: Callable[[Task], Awaitable[Sealed]] | None = None,
+                  reattach: Callable[[Task], bool] = lambda task: False) -> int:
     """Repairs both; returns how many tasks were found cut off by the restart.
-    ``store_final`` commits a task it ends, with its receipt (else ``store.put``)."""
+    ``store_final`` commits a task it ends, with its receipt (else ``store.put``).
+    ``reattach``: takes up a task that can go on (a delegation following its peer's
+    task, ``engine.reattach``), True if it did."""
     if records is not None:
         await _record_missing_finals(store, audit_final, records)
-    stale = await store.open_tasks()
+    stale = [task for task in await store.open_tasks() if not reattach(task)]
     why = "the daemon restarted while this task was running"
     for task in stale:
         ended = interrupted(task, "interrupted_by_restart", why, now_iso())

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from butler.delegation.conversation import converse
 from butler.delegation.peers import DelegationPlan, PeerStatus
 from butler.engine.plan_run import PlanSteps
 from butler.engine.transitions import (
@@ -23,6 +24,7 @@ from butler.engine.transitions import (
     Event,
     Finished,
     InputRequested,
+    PeerTaskKnown,
     Started,
 )
 from butler.engine.workspace import NoWorkspace, Workspace
@@ -45,6 +47,7 @@ from butler.swarm.decision import Admitted, SwarmDecision
 from butler.swarm.spend import BudgetLedger
 from butler.telemetry.logs import TRACE_ID
 from butler.telemetry.traces import Incoming, remote_parent
+from internal.protocol.a2a.client import PeerTracking, PeerUpdate
 from internal.protocol.a2a.model import (
     Artifact,
     Budget,
@@ -53,6 +56,7 @@ from internal.protocol.a2a.model import (
     Identity,
     Message,
     Part,
+    PeerTask,
     Task,
     TaskError,
     TaskRequest,
@@ -73,8 +77,16 @@ class Delegator(Protocol):
     async def delegate(
         self, *, plan: DelegationPlan, request: TaskRequest, chain: tuple[str, ...],
         budget: Decimal, deadline: float, parent_task_id: str = "", tree_id: str = "",
+        tracking: PeerTracking | None = None,
     ) -> DelegationResult:
         """Send ``request`` to ``plan``'s targets, without choosing again."""
+
+    async def resume(
+        self, *, peer_task: PeerTask, request: TaskRequest, chain: tuple[str, ...],
+        budget: Decimal, deadline: float, parent_task_id: str = "",
+        tracking: PeerTracking | None = None, reattach: bool = False,
+    ) -> DelegationResult:
+        """The caller's answer to ``peer_task`` (or, ``reattach``, following it again)."""
 
     async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
 
@@ -93,6 +105,24 @@ class RunEngine(Protocol):
         ended already (the event is dropped)."""
 
     def live(self, task_id: str) -> Task | None: ...
+
+    def followed(self, task_id: str) -> bool:
+        """Whether someone follows the task's progress now (a caller streams it)."""
+
+    async def until_followed(self, task_id: str) -> None:
+        """Returns once someone follows the task's progress."""
+
+
+def _merged(streamed: tuple[Artifact, ...], final: tuple[Artifact, ...]
+            ) -> tuple[Artifact, ...]:
+    """The artifacts the run streamed, each replaced by the result's of the same id (a
+    peer's whole artifact, of which only the chunks seen were relayed), then the rest."""
+    if not streamed or not final:
+        return streamed + final
+    last = {a.artifact_id: a for a in final}
+    ids = {a.artifact_id for a in streamed}
+    return (tuple(last.get(a.artifact_id, a) for a in streamed)
+            + tuple(a for a in final if a.artifact_id not in ids))
 
 
 def _no_audit(kind: str, **fields: Any) -> None:
@@ -121,6 +151,7 @@ class RunDeps:
     redact: Callable[[str], str] = str
     # Running tasks, and each caller's share of them (``shares.running_tasks``).
     running_tasks: Share = field(default_factory=lambda: Share(1_000_000, 1_000_000))
+    input_wait_seconds: float = 300.0  # a peer's question, relayed: its caller's answer
     planner: Planner | None = None  # the config's ``planner:``
     # A terminal task and its receipt's claims, which its commit turns into its receipt
     # (``butler.identity.receipt_log``); None: no receipts.
@@ -137,13 +168,16 @@ class TaskRun:
     def __init__(self, engine: RunEngine, swarm: SwarmDecision, deps: RunDeps, task: Task,
                  skill: Skill | None, admitted: Admitted, caller: Identity, timeout: float,
                  incoming: Incoming | None, delegator: Delegator | None,
-                 delegation: DelegationPlan | None = None) -> None:
+                 delegation: DelegationPlan | None = None, *,
+                 reattach: PeerTask | None = None) -> None:
         """``swarm``: what the task's skill may route to or plan with (``route``,
         ``toolbox``); ``delegation``: where the task itself goes, when it is delegated
-        (the swarm decision chose it)."""
+        (the swarm decision chose it). ``reattach``: the peer's task a delegation cut off
+        by a restart follows again (``engine.reattach``)."""
         self.engine = engine
         self.swarm = swarm
         self.delegation = delegation
+        self.reattach = reattach
         self.deps = deps
         self.delegator = delegator
         self.may_delegate = admitted.may_delegate
@@ -234,7 +268,8 @@ class TaskRun:
             return self._ended(started, TaskState.FAILED, "skill_error",
                                f"{type(exc).__name__}: {str(exc)[:500]}")
         return self._ended(started, TaskState.COMPLETED, message=result.status_message or None,
-                           parts=result.parts, artifacts=self._artifacts() + result.artifacts,
+                           parts=result.parts,
+                           artifacts=_merged(self._artifacts(), result.artifacts),
                            as_message=result.as_message)
 
     def _ended(self, started: float, state: TaskState, code: str | None = None,
@@ -291,14 +326,37 @@ class TaskRun:
         return result
 
     async def _run_delegation(self) -> SkillResult:
-        assert self.delegation is not None
         request = self.task.request
-        result = await self._send(self._delegator(), self.delegation, request.text,
-                                  dict(request.input))
+        plan = self.delegation or DelegationPlan(())  # re-attached: it goes where it went
+        result = await self._send(self._delegator(), plan, request.text, dict(request.input),
+                                  tracking=PeerTracking(
+                                      self._watch_peer,
+                                      lambda: self.engine.followed(self.task_id),
+                                      lambda: self.engine.until_followed(self.task_id)),
+                                  reattach=self.reattach)
         if result.state != TaskState.COMPLETED.value:
             raise SkillFailed(result.error_code or "peer_error",
                               f"{result.peer}: {result.error_message or result.state}")
-        return SkillResult(parts=result.parts, artifacts=result.artifacts)
+        # Marked as its relayed chunks were: the final whole replaces them (``_merged``).
+        return SkillResult(parts=result.parts, artifacts=tuple(
+            replace(a, source=a.source or result.peer) for a in result.artifacts))
+
+    async def _watch_peer(self, update: PeerUpdate) -> None:
+        """The task's own delegation: its peer's task kept with it once known (a restart
+        re-attaches to it), and the peer's progress relayed as it comes, marked with the
+        agent it came from (docs/delegation.md#progress)."""
+        live = self.engine.live(self.task_id)
+        if live is None:
+            return
+        peer, task = update.ref.peer, update.task
+        if live.peer_task != update.ref and not task.state.terminal:
+            await self.engine.apply(self.task_id, PeerTaskKnown(update.ref))
+        if update.artifact is not None:
+            chunk = update.artifact
+            await self.artifact(replace(chunk, source=chunk.source or peer),
+                                append=update.append, last_chunk=update.last_chunk)
+        elif task.state is TaskState.WORKING and task.status_message:
+            await self.progress(f"[{peer}] {task.status_message}")
 
     # -- Host: what SkillContext calls ---------------------------------------------
 
@@ -309,9 +367,11 @@ class TaskRun:
                        last_chunk: bool = True) -> None:
         await self.engine.apply(self.task_id, ArtifactAdded(artifact, append, last_chunk))
 
-    async def request_input(self, prompt: str, *, auth: bool = False) -> FollowUp:
+    async def request_input(self, prompt: str, *, auth: bool = False,
+                            asked_by: str = "") -> FollowUp:
         self._waiter = asyncio.get_running_loop().create_future()
-        await self.engine.apply(self.task_id, InputRequested(prompt, auth=auth))
+        await self.engine.apply(self.task_id, InputRequested(prompt, auth=auth,
+                                                             asked_by=asked_by))
         try:
             return await self._waiter
         finally:
@@ -363,12 +423,26 @@ class TaskRun:
         if self._delegations >= self.deps.max_children:
             raise SkillFailed("too_many_delegations",
                               f"a task may delegate at most {self.deps.max_children} times")
-        if not self.may_delegate:
-            raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+        self._delegator_turn()
         return self.delegator
 
+    def _delegator_turn(self) -> None:
+        """Each turn of a delegation (the first, and each answer) is within max_depth."""
+        if not self.may_delegate:
+            raise SkillFailed("depth_exceeded", "delegating would exceed max_depth")
+
+    async def _ask(self, result: DelegationResult) -> FollowUp:
+        """The peer's question, asked of this task's caller: its answer."""
+        return await self.request_input(
+            result.status_message, auth=result.state == TaskState.AUTH_REQUIRED.value,
+            asked_by=result.asked_by or result.peer)
+
     async def _send(self, delegator: Delegator, plan: DelegationPlan, task: str,
-                    input: dict[str, Any] | None) -> DelegationResult:
+                    input: dict[str, Any] | None, tracking: PeerTracking | None = None,
+                    reattach: PeerTask | None = None) -> DelegationResult:
+        """One delegation, to its end: its peer's questions relayed to this task's caller
+        (``conversation``). ``reattach``: the peer's task this delegation was following
+        when this agent restarted, followed again instead of sending anything."""
         if not trace.get_current_span().get_span_context().is_valid:
             # Nothing records spans here, but the outbound call must still carry the
             # trace: it reads the parent from the current context.
@@ -379,11 +453,29 @@ class TaskRun:
                                     capabilities_needed=plan.capabilities,
                                     context_id=self.task.context_id)
         result: DelegationResult | None = None
+        chain = (*self.chain, self.deps.agent_id)
+
+        async def answer(peer_task: PeerTask, followup: FollowUp) -> DelegationResult:
+            self._delegator_turn()
+            return await delegator.resume(
+                peer_task=peer_task, chain=chain, budget=grant, deadline=self.deadline,
+                request=TaskRequest(text=followup.text, input=followup.input,
+                                    parts=followup.parts),
+                parent_task_id=self.task_id, tracking=tracking)
+
         try:
-            result = await delegator.delegate(
-                plan=plan, request=child_request, chain=(*self.chain, self.deps.agent_id),
-                budget=grant, deadline=self.deadline, parent_task_id=self.task_id,
-                tree_id=self.tree_id)
+            if reattach is not None:
+                result = await delegator.resume(
+                    peer_task=reattach, request=child_request, chain=chain, budget=grant,
+                    deadline=self.deadline, parent_task_id=self.task_id, tracking=tracking,
+                    reattach=True)
+            else:
+                result = await delegator.delegate(
+                    plan=plan, request=child_request, chain=chain, budget=grant,
+                    deadline=self.deadline, parent_task_id=self.task_id,
+                    tree_id=self.tree_id, tracking=tracking)
+            result = await converse(result, ask=self._ask, answer=answer,
+                                    wait_seconds=self.deps.input_wait_seconds)
         except ButlerError as err:
             raise DelegationError(err.code, err.message) from None
         finally:

@@ -24,6 +24,7 @@ from internal.protocol.a2a.model import (
     CostNode,
     Message,
     Part,
+    PeerTask,
     StateConflict,
     StatusEntry,
     Task,
@@ -45,6 +46,7 @@ class InputRequested:
 
     prompt: str
     auth: bool = False
+    asked_by: str = ""  # a peer's question relayed: the agent that asked it
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,14 @@ class InputReceived:
     """The caller answered a task waiting in ``input-required``."""
 
     message: Message | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTaskKnown:
+    """The delegation's peer task is known (its id, context, binding): kept with the task
+    so a caller's answer and a restart find it. Not a change of state."""
+
+    peer_task: PeerTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +113,8 @@ def failed(code: str, message: str, state: TaskState = TaskState.FAILED) -> Fini
     return Finished(state, error=TaskError(code, message), message=message)
 
 
-Event = Started | InputRequested | InputReceived | ArtifactAdded | Canceled | Finished
+Event = (Started | InputRequested | InputReceived | ArtifactAdded | Canceled | Finished
+         | PeerTaskKnown)
 
 
 def apply(task: Task, event: Event, at: str) -> Task:
@@ -118,9 +129,12 @@ def apply(task: Task, event: Event, at: str) -> Task:
             return task  # nothing to record
         case Started(message=message):
             return _move(task, TaskState.WORKING, message, at)
-        case InputRequested(prompt=prompt, auth=auth):
+        case InputRequested(prompt=prompt, auth=auth, asked_by=asked_by):
             waiting = TaskState.AUTH_REQUIRED if auth else TaskState.INPUT_REQUIRED
-            return _move(task, waiting, prompt, at)
+            return _move(task, waiting, prompt, at, asked_by=asked_by)
+        case PeerTaskKnown(peer_task=peer_task):
+            return task if task.peer_task == peer_task else replace(
+                task, peer_task=peer_task, updated_at=at)
         case InputReceived(message=message):
             if not task.state.interrupted:
                 raise StateConflict("task_not_waiting", f"task {task.id} is "
@@ -162,6 +176,8 @@ def _finish(task: Task, event: Finished, at: str) -> Task:
 
 
 def _move(task: Task, state: TaskState, message: str | None, at: str, **changes: Any) -> Task:
+    if task.asked_by and "asked_by" not in changes:
+        changes["asked_by"] = ""  # the question it waited on is answered, or moot
     if state is not task.state or message is not None:
         changes["history"] = (*task.history, StatusEntry(state, at, message or ""))
         # A new state without a message clears the old one, as its history entry does.

@@ -8,7 +8,15 @@ from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
 from butler.routing import Ranking
-from internal.protocol.a2a.model import Artifact, CostNode, Message, Part, TaskFailed
+from internal.protocol.a2a.model import (
+    Artifact,
+    CostNode,
+    Message,
+    Part,
+    PeerTask,
+    TaskFailed,
+    TaskState,
+)
 
 
 class SkillFailed(TaskFailed):
@@ -62,6 +70,16 @@ class DelegationResult:
     error_code: str = ""
     error_message: str = ""
     receipts: tuple[str, ...] = ()  # the peer's signed receipts, its own first
+    # Where the peer's task is (a follow-up answer goes there); its status message (the
+    # question, when it waits on its caller) and the agent down the path that asked it.
+    peer_task: PeerTask | None = None
+    status_message: str = ""
+    asked_by: str = ""
+
+    @property
+    def waiting(self) -> bool:
+        """The peer's task waits on its caller (``input-required``, ``auth-required``)."""
+        return self.state in (TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value)
 
     @property
     def text(self) -> str:

@@ -4,7 +4,8 @@ MODE CARD`` listens on 127.0.0.1 port 0 and prints ``{"port": N}``; it answers i
 case. MODE ``updater``: only the TaskUpdater pattern, so a stream begins with a
 ``status-update``; ``task``: the task first; ``wait``: the task first, then it works until
 canceled, and honours the cancel (``GET /test/seen`` lists the tasks begun and the
-cancels received). CARD ``new``: /.well-known/agent-card.json;
+cancels received); ``ask``: the task first, asking "how loud?" (``input-required``), then
+shouting the answer. CARD ``new``: /.well-known/agent-card.json;
 ``old``: only /.well-known/agent.json (0.2-era agents)."""
 
 from __future__ import annotations
@@ -33,14 +34,18 @@ SEEN: dict[str, list[str]] = {"working": [], "cancels": []}
 class Shout(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         loud = context.get_user_input().upper()
-        if MODE in ("task", "wait") and context.current_task is None and \
-                context.message is not None:
+        first = context.current_task is None
+        if MODE in ("task", "wait", "ask") and first and context.message is not None:
             task = new_task(context.message)
             await event_queue.enqueue_event(task)
             task_id, context_id = task.id, task.context_id
         else:
             task_id, context_id = context.task_id or "", context.context_id or ""
         updater = TaskUpdater(event_queue, task_id, context_id)
+        if MODE == "ask" and first:
+            await updater.requires_input(updater.new_agent_message(
+                [Part(root=TextPart(text="how loud?"))]), final=True)
+            return
         await updater.start_work()
         if MODE == "wait":
             SEEN["working"].append(task_id)

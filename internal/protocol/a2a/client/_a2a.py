@@ -9,9 +9,10 @@ its caller: over a stream when the agent offers one, else by polling. Transport 
 become ``DelegationFailed`` (the delegator tries another peer); a Butler's refusal keeps
 its class (never retried).
 
-The peer's task is reported (``PeerTask``) as soon as the peer names it, so a caller that
-stops following it can cancel it (``cancel``) on the binding it runs on: a Butler is sent
-the task under an id the client chose, known before anything is sent.
+The peer's task (``PeerTask``: where it runs, its id and context) is told to the caller's
+``watch`` as soon as the peer names it, so a caller that stops following it can cancel it
+(``cancel``) on the binding it runs on: a Butler is sent the task under an id the client
+chose, known before anything is sent.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -40,15 +41,23 @@ from internal.protocol.a2a.client._http_bindings import (
     HttpRequests,
     JsonRpcTransport,
 )
-from internal.protocol.a2a.client._message import Outgoing
+from internal.protocol.a2a.client._message import (
+    Outgoing,
+    PeerTracking,
+    PeerUpdate,
+    PeerWatch,
+)
 from internal.protocol.a2a.client._v2 import V2Transport
-from internal.protocol.a2a.codec.peer_answers import apply_event
+from internal.protocol.a2a.codec import swarm_envelope
+from internal.protocol.a2a.codec.peer_answers import apply_event, artifact_update
 from internal.protocol.a2a.model import (
     LEGACY_CARD_PATH,
     LEGACY_VERSION,
     PROTOCOL_VERSION,
     WELL_KNOWN_CARD_PATH,
+    ButlerError,
     DelegationFailed,
+    PeerTask,
     Task,
     TaskRequest,
     TaskState,
@@ -67,32 +76,6 @@ class Interface:
     binding: str
     version: str
     url: str
-
-
-@dataclass(eq=False)
-class PeerTask:
-    """The task a peer runs for one call, filled in as the peer reports it: where it runs
-    and its id (what a cancel needs), its context and the last state seen."""
-
-    task_id: str = ""
-    context_id: str = ""
-    state: TaskState | None = None
-    where: Interface | None = None
-    message: Outgoing | None = None  # what was sent: a cancel carries the same headers
-
-    @property
-    def running(self) -> bool:
-        """Reported by the peer and not ended (waiting on its caller counts as running)."""
-        return bool(self.task_id) and self.state is not None and not self.state.terminal
-
-    @property
-    def maybe_running(self) -> bool:
-        """Running, or sent under a known id and not yet answered for (a Butler's)."""
-        return bool(self.task_id) and (self.state is None or not self.state.terminal)
-
-    def seen(self, task: Task) -> None:
-        self.task_id, self.state = task.id or self.task_id, task.state
-        self.context_id = task.context_id or self.context_id
 
 
 def offered_interfaces(card: Mapping[str, Any]) -> list[Interface]:
@@ -219,48 +202,102 @@ class A2AClient:
     async def run(self, request: TaskRequest, *, chain: tuple[str, ...],
                   budget: Decimal | None, headers: Mapping[str, str] | None = None,
                   deadline: float, card: dict[str, Any] | None = None,
-                  peer_task: PeerTask | None = None) -> Task:
+                  peer_task: PeerTask | None = None, watch: PeerWatch | None = None,
+                  tracking: PeerTracking | None = None) -> Task:
         """Send ``request``; the task once it ended or waits on its caller. ``card``: the
         peer's A2A card as the caller already read (and checked) it, else it is read here
-        (a Butler's /v2 binding needs none). ``peer_task``: filled in as soon as the peer
-        names its task, and kept up to date while it is followed."""
-        seen = PeerTask() if peer_task is None else peer_task
-        if self._v2 is not None:
+        (a Butler's /v2 binding needs none). ``peer_task``: the peer's task waiting on its
+        caller that ``request`` answers (sent to it, on the binding it was sent on).
+        ``watch``: told of the peer's task once its id is known, then of each change seen.
+        ``tracking``: follow the peer's task as it goes (a delegation that relays its
+        peer's progress and survives a restart of this agent): known before it is sent
+        where the binding allows (on /v2, sent with an id of ours); its changes read from
+        the peer's stream, or, while someone follows the delegating task, from a Butler's
+        events or (an agent that does not stream) every poll."""
+        headers = dict(headers or {})
+        if peer_task is not None:
+            message = Outgoing(request, chain, budget, headers, peer_task.task_id,
+                               peer_task.context_id)
+            iface = self._interface_of(peer_task)
+            streaming = card is not None and _streams(card)
+            return await self._on_interface(iface, deadline, (
+                lambda transport: self._follow(transport, iface, message, deadline,
+                                               streaming=streaming, watch=watch,
+                                               tracking=tracking)))
+        if self._v2 is not None and not request.id:
             # A Butler keeps the caller's id: the task is known before it is sent.
-            request = replace(request, id=request.id or uuid.uuid4().hex)
-        seen.message = message = Outgoing(request, chain, budget, dict(headers or {}))
+            request = replace(request, id=uuid.uuid4().hex)
+        message = Outgoing(request, chain, budget, headers)
         if self._v2 is not None:
-            seen.where = Interface(BUTLER_V2, "", self.base_url)
-            seen.task_id = request.id or ""  # its state: once the peer answers
-            return await self._follow(self._v2, message, deadline, streaming=False, seen=seen)
+            if watch is not None:
+                pending = _pending_of(message)
+                await watch(PeerUpdate(self._ref(_BUTLER, pending, message), pending,
+                                       reported=False))
+            return await self._follow(self._v2, _BUTLER, message, deadline,
+                                      streaming=False, watch=watch, tracking=tracking)
         if card is None:
             card = await self.card(deadline)
-        seen.where = iface = choose_interface(card, self.name)
-        streaming = _dict(card.get("capabilities")).get("streaming") is True
-        async with self._transport(iface, deadline) as transport:
-            return await self._follow(transport, message, deadline, streaming=streaming,
-                                      seen=seen)
+        iface = choose_interface(card, self.name)
+        return await self._on_interface(iface, deadline, (
+            lambda transport: self._follow(transport, iface, message, deadline,
+                                           streaming=_streams(card), watch=watch,
+                                           tracking=tracking)))
+
+    async def follow(self, peer_task: PeerTask, *, deadline: float,
+                     watch: PeerWatch | None = None) -> Task:
+        """The peer's task, read (``GetTask``) every ``poll_seconds`` until it ends or
+        waits on its caller: a delegation re-attached after a restart. A peer that does
+        not know the task any more: ``DelegationFailed("peer_task_lost")``."""
+        message = _about(peer_task)
+
+        async def poll(transport: Transport) -> Task:
+            while True:
+                try:
+                    task = await transport.task(peer_task.task_id, message,
+                                                self._call_deadline(deadline))
+                    break
+                except DelegationFailed as err:
+                    if err.code not in TRANSIENT:
+                        raise _lost(peer_task, err) from None
+                    # Not reachable yet (it may be restarting too): until the deadline.
+                    log.info("%s: re-attaching to task %s: %s", self.name,
+                             peer_task.task_id, err.message)
+                    await asyncio.sleep(min(self._poll, self._http.left(deadline)))
+                except ButlerError as err:
+                    raise _lost(peer_task, err) from None
+            return await self._poll_task(transport, task, message, deadline, peer_task, watch)
+
+        return await self._on_interface(self._interface_of(peer_task), deadline, poll)
 
     async def cancel(self, peer_task: PeerTask, deadline: float) -> Task:
-        """Cancel the peer's task on the binding it runs on (``CancelTask``, ``tasks/cancel``,
-        ``:cancel`` or /v2's cancel): the task as the peer answers."""
-        if peer_task.where is None or peer_task.message is None or not peer_task.task_id:
-            raise DelegationFailed("peer_error", f"{self.name} named no task to cancel")
-        async with self._transport(peer_task.where, deadline) as transport:
-            return await transport.cancel(peer_task.task_id, peer_task.message,
-                                          self._call_deadline(deadline))
+        """Cancel the peer's task on the binding it runs on (/v2's cancel, ``CancelTask``,
+        ``tasks/cancel``, ``:cancel`` or gRPC ``CancelTask``): the task as the peer
+        answers."""
+        message = _about(peer_task)
+        return await self._on_interface(self._interface_of(peer_task), deadline, (
+            lambda transport: transport.cancel(peer_task.task_id, message,
+                                               self._call_deadline(deadline))))
 
-    @contextlib.asynccontextmanager
-    async def _transport(self, iface: Interface, deadline: float) -> AsyncIterator[Transport]:
-        """The transport of ``iface`` (a gRPC one over the peer's kept channel)."""
-        if iface.binding == BUTLER_V2:
+    def _interface_of(self, peer_task: PeerTask) -> Interface:
+        if peer_task.binding == "butler":
+            if self._v2 is None:
+                raise DelegationFailed("peer_error", f"{self.name} is no longer a Butler peer")
+            return _BUTLER
+        if self._v2 is not None:
+            raise DelegationFailed("peer_error", f"{self.name} is now a Butler peer, its "
+                                                 f"task was sent over {peer_task.binding}")
+        return Interface(peer_task.binding, peer_task.version, peer_task.url)
+
+    async def _on_interface(self, iface: Interface, deadline: float,
+                            use: Callable[[Transport], Awaitable[Task]]) -> Task:
+        """``use`` with the transport of ``iface``: the /v2 binding, JSON-RPC or HTTP+JSON
+        over the session, or gRPC over the peer's channel."""
+        if iface.binding == "butler":
             assert self._v2 is not None
-            yield self._v2
-            return
+            return await use(self._v2)
         if iface.binding != "GRPC":
-            yield (JsonRpcTransport if iface.binding == "JSONRPC" else HttpJsonTransport)(
-                iface.url, iface.version, self._http)
-            return
+            return await use((JsonRpcTransport if iface.binding == "JSONRPC"
+                              else HttpJsonTransport)(iface.url, iface.version, self._http))
         channels = GrpcChannels(size=1) if self._grpc is None else self._grpc
         try:
             with self._http.mapped(self._http.left(deadline)):
@@ -269,7 +306,7 @@ class A2AClient:
                         guard=self._guard, ca_file=self._ca_file,
                         max_response_bytes=self._max, connect_timeout=self._connect_timeout,
                         check=self._check) as grpc_transport:
-                    yield grpc_transport
+                    return await use(grpc_transport)
         finally:
             if self._grpc is None:  # a one-off client: its channel goes with the call
                 await channels.aclose()
@@ -278,27 +315,108 @@ class A2AClient:
         """One request's deadline: the call's, within the client's timeout."""
         return time.monotonic() + self._http.left(deadline)
 
-    async def _follow(self, transport: Transport, message: Outgoing, deadline: float, *,
-                      streaming: bool, seen: PeerTask) -> Task:
+    async def _follow(self, transport: Transport, iface: Interface, message: Outgoing,
+                      deadline: float, *, streaming: bool, watch: PeerWatch | None = None,
+                      tracking: PeerTracking | None = None) -> Task:
         """Stream when the agent offers it, else (or when the stream is of no use) send;
-        then poll until the task ends or waits on its caller."""
+        then poll until the task ends or waits on its caller. ``tracking``, for a send:
+        a Butler's events are read meanwhile once someone follows; another agent is asked
+        to answer at once and polled when someone follows already."""
         task = None
         if streaming and isinstance(transport, StreamingTransport):
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
-                task = await self._fold(transport, transport.stream(message, deadline), seen)
-        if task is None:
+                task = await self._fold(transport, iface, message,
+                                        transport.stream(message, deadline), watch)
+        if task is None and tracking is not None and isinstance(transport, V2Transport):
+            task = await self._send_relaying(transport, message, deadline, tracking)
+        elif task is None:
+            if tracking is not None and tracking.followed():  # its progress read every poll
+                message = replace(message, return_immediately=True)
             task = await transport.send(message, self._call_deadline(deadline))
-        seen.seen(task)
-        while not interrupted_or_terminal(task.state):
-            await asyncio.sleep(min(self._poll, self._http.left(deadline)))
-            task = await transport.task(task.id, message, self._call_deadline(deadline))
-            seen.seen(task)
-        return task
+        return await self._poll_task(transport, task, message, deadline,
+                                     self._ref(iface, task, message), watch)
 
-    async def _fold(self, transport: StreamingTransport, results: AsyncIterator[Any],
-                    seen: PeerTask) -> Task | None:
+    async def _poll_task(self, transport: Transport, task: Task, message: Outgoing,
+                    deadline: float, ref: PeerTask, watch: PeerWatch | None) -> Task:
+        """Read the task every ``poll_seconds`` until it ends or waits on its caller;
+        ``watch`` is told of each state or status message it had not seen."""
+        seen: tuple[TaskState, str] | None = None
+        pause = self._poll / 8  # sooner at first: most tasks are quick
+        while True:
+            if watch is not None and (task.state, task.status_message) != seen:
+                seen = (task.state, task.status_message)
+                await watch(PeerUpdate(ref, task))
+            if interrupted_or_terminal(task.state):
+                return task
+            await asyncio.sleep(min(pause, self._http.left(deadline)))
+            pause = min(pause * 2, self._poll)
+            task = await transport.task(task.id, message, self._call_deadline(deadline))
+
+    async def _send_relaying(self, transport: V2Transport, message: Outgoing,
+                             deadline: float, tracking: PeerTracking) -> Task:
+        """A Butler's answer, waited for in one request; meanwhile, once someone follows
+        the delegating task, the peer task's events, each told to ``tracking.watch``."""
+        relaying = asyncio.Event()
+        relay = asyncio.create_task(self._relay_events(transport, message, tracking,
+                                                       relaying))
+        try:
+            task = await transport.send(message, self._call_deadline(deadline))
+            if relaying.is_set():
+                # The answer may come before the events that led to it: those are relayed
+                # first (the stream ends with the task's last state), for a moment at most.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(relay), RELAY_DRAIN_SECONDS)
+            return task
+        finally:
+            relay.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await relay
+
+    async def _relay_events(self, transport: V2Transport, message: Outgoing,
+                            tracking: PeerTracking, relaying: asyncio.Event) -> None:
+        """The peer task's events (a status, an artifact chunk) as they come, until it
+        ends or waits on its caller; what cannot be read is not relayed, and costs the
+        delegation nothing."""
+        await tracking.until_followed()
+        relaying.set()
+        task = _pending_of(message)
+        ref = self._ref(_BUTLER, task, message)
+        seen: tuple[TaskState, str] | None = None
+        while True:
+            try:
+                async for kind, data in transport.events(task.id):
+                    if kind == "artifact":
+                        chunk = PeerUpdate(ref, task, *transport.artifact_event(data))
+                        await tracking.watch(chunk)
+                        continue
+                    task = transport.decode(data)
+                    if (task.state, task.status_message) != seen:
+                        seen = (task.state, task.status_message)
+                        await tracking.watch(PeerUpdate(ref, task))
+                    if interrupted_or_terminal(task.state):
+                        return
+                return
+            except ButlerError as err:  # not there yet (the send is on its way): again
+                log.debug("%s: events of task %s: %s", self.name, task.id, err.message)
+                await asyncio.sleep(self._poll)
+            except Exception:
+                log.warning("%s: relaying the progress of task %s stopped", self.name,
+                            task.id, exc_info=True)
+                return
+
+    def _ref(self, iface: Interface, task: Task, message: Outgoing) -> PeerTask:
+        """Where the peer's task is, as a delegation keeps it."""
+        return PeerTask(self.name, task.id or message.task_id,
+                        task.context_id or message.context_id, iface.binding, iface.version,
+                        iface.url or self.base_url,
+                        message.headers.get(swarm_envelope.TREE_HEADER, ""))
+
+    async def _fold(self, transport: StreamingTransport, iface: Interface,
+                    message: Outgoing, results: AsyncIterator[Any],
+                    watch: PeerWatch | None = None) -> Task | None:
         """A stream's results into the task, until it ends or waits on its caller; None
-        when the stream does not begin with anything usable (the caller sends instead)."""
+        when the stream does not begin with anything usable (the caller sends instead).
+        ``watch`` is told of each event as it comes."""
         task: Task | None = None
         async with contextlib.aclosing(results):  # type: ignore[type-var]
             async for result in results:
@@ -312,7 +430,11 @@ class A2AClient:
                     log.info("%s: a stream that does not begin with anything usable; "
                              "sending the message without streaming", self.name)
                     return None
-                seen.seen(task)
+                if watch is not None:
+                    chunk = artifact_update(result, transport.version)
+                    ref = self._ref(iface, task, message)
+                    await watch(PeerUpdate(ref, task, *chunk) if chunk is not None
+                                else PeerUpdate(ref, task))
                 if interrupted_or_terminal(task.state):
                     break
         return task
@@ -320,3 +442,38 @@ class A2AClient:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _streams(card: Mapping[str, Any]) -> bool:
+    return _dict(card.get("capabilities")).get("streaming") is True
+
+
+# The /v2 binding, as a delegation's peer task records it.
+_BUTLER = Interface("butler", "", "")
+
+# How long a delegation's answer waits for the events before it to be relayed.
+RELAY_DRAIN_SECONDS = 1.0
+
+# A peer that cannot be reached (or not in time) may still know the task.
+TRANSIENT = frozenset({"peer_unreachable", "peer_timeout"})
+
+
+def _lost(peer_task: PeerTask, err: ButlerError) -> DelegationFailed:
+    return DelegationFailed("peer_task_lost", f"{peer_task.peer} no longer knows task "
+                                              f"{peer_task.task_id}: {err.message}")
+
+
+def _about(peer_task: PeerTask) -> Outgoing:
+    """A request about the peer's task (read it, cancel it): with its delegation tree."""
+    return Outgoing(TaskRequest(), headers={
+        swarm_envelope.TREE_HEADER: peer_task.tree_id} if peer_task.tree_id else {})
+
+
+def _pending_of(message: Outgoing) -> Task:
+    """The task ``message`` is sent to, as known before it is sent: its id is ours (a new
+    /v2 task) or the peer's (a follow-up)."""
+    return Task(id=message.task_id or message.request.id or "",
+                context_id=message.context_id or message.request.context_id or "", owner="",
+                state=TaskState.SUBMITTED, request=TaskRequest(), created_at="",
+                updated_at="")
+

@@ -34,7 +34,13 @@ from internal.protocol.a2a.client._exchange import (
     quoted,
 )
 from internal.protocol.a2a.codec import butler_v2, swarm_envelope
-from internal.protocol.a2a.model import DelegationFailed, Task, TaskRequest
+from internal.protocol.a2a.model import (
+    Artifact,
+    ButlerError,
+    DelegationFailed,
+    Task,
+    TaskRequest,
+)
 
 if TYPE_CHECKING:
     from internal.protocol.a2a.client._message import Outgoing
@@ -114,10 +120,31 @@ class V2Transport:
         return self._x.task(data)
 
     async def send(self, message: Outgoing, deadline: float) -> Task:
-        """``A2AClient``'s send: the task submitted to block until it ends."""
-        return await self.submit(replace(message.request, blocking=True), chain=message.chain,
-                                 budget=message.budget, headers=message.headers,
-                                 timeout=deadline - time.monotonic())
+        """``A2AClient``'s send: the task submitted (or, a follow-up, the answer to the
+        peer's task that waits on it) to block until it ends or waits again."""
+        request = replace(message.request, blocking=True)
+        timeout = deadline - time.monotonic()
+        if not message.task_id:
+            return await self.submit(request, chain=message.chain, budget=message.budget,
+                                     headers=message.headers, timeout=timeout)
+        body = butler_v2.encode_request(request, chain=message.chain, budget=message.budget)
+        path = f"/v2/tasks/{quoted(message.task_id)}/input"
+        return self._x.task(await self.request("POST", path, body=body,
+                                               headers=message.headers, timeout=timeout))
+
+    def decode(self, data: Any) -> Task:
+        """A task as an event (or an answer) carries it."""
+        return self._x.task(data)
+
+    def artifact_event(self, data: Any) -> tuple[Artifact, bool, bool]:
+        """An ``artifact`` event's artifact chunk: (artifact, append, last chunk)."""
+        try:
+            item = data if isinstance(data, dict) else {}
+            artifact = butler_v2.decode_artifact(item.get("artifact"))
+        except ButlerError as err:
+            raise DelegationFailed("peer_error", f"{self.name} sent an invalid artifact: "
+                                                 f"{err.message}") from None
+        return artifact, item.get("append") is True, item.get("last_chunk") is not False
 
     async def task(self, task_id: str, message: Outgoing, deadline: float) -> Task:
         return await self.get(task_id, timeout=deadline - time.monotonic())

@@ -187,8 +187,8 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
     update: dict[str, Any] = {
         "kind": "status-update", "taskId": task.wire_id, "contextId": task.context_id,
         "status": encode_status(task), "final": interrupted_or_terminal(task.state)}
-    if task.receipts:
-        update["metadata"] = a2a_v1.receipts_metadata(task)
+    if task.receipts or task.asked_by:
+        update["metadata"] = a2a_v1.update_metadata(task)
     return update
 
 

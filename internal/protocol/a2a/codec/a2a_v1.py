@@ -258,6 +258,8 @@ def encode_artifact(artifact: Artifact,
         out["name"] = artifact.name
     if artifact.description:
         out["description"] = artifact.description
+    if artifact.source:
+        out["metadata"] = {SWARM_EXTENSION_URI: {"source": artifact.source}}
     return out
 
 
@@ -289,6 +291,8 @@ def butler_metadata(task: Task) -> dict[str, Any]:
         out["cost"] = encode_cost(task.cost)
     if task.receipts:
         out["receipts"] = list(task.receipts)
+    if task.asked_by:
+        out["askedBy"] = task.asked_by
     return {SWARM_EXTENSION_URI: out}
 
 
@@ -326,14 +330,20 @@ def encode_event(event: TaskEvent) -> dict[str, Any]:
                                    "append": event.append, "lastChunk": event.last_chunk}}
     update: dict[str, Any] = {"taskId": task.wire_id, "contextId": task.context_id,
                               "status": encode_status(task)}
-    if task.receipts:
-        update["metadata"] = receipts_metadata(task)
+    if task.receipts or task.asked_by:
+        update["metadata"] = update_metadata(task)
     return {"statusUpdate": update}
 
 
-def receipts_metadata(task: Task) -> dict[str, Any]:
-    """A stream's last status update carries the signed receipts: the caller keeps them."""
-    return {SWARM_EXTENSION_URI: {"receipts": list(task.receipts)}}
+def update_metadata(task: Task) -> dict[str, Any]:
+    """A stream's last status update carries the signed receipts (the caller keeps them);
+    a question relayed from down the delegation path, the agent that asked it."""
+    out: dict[str, Any] = {}
+    if task.receipts:
+        out["receipts"] = list(task.receipts)
+    if task.asked_by:
+        out["askedBy"] = task.asked_by
+    return {SWARM_EXTENSION_URI: out}
 
 
 def encode_page(page: TaskPage, query: ListQuery) -> dict[str, Any]:

@@ -170,6 +170,8 @@ def encode_artifact(artifact: Artifact) -> dict[str, Any]:
         out["name"] = artifact.name
     if artifact.description:
         out["description"] = artifact.description
+    if artifact.source:  # relayed from down the delegation path: the agent that made it
+        out["source"] = artifact.source
     return out
 
 
@@ -184,6 +186,9 @@ def encode_cost(node: CostNode) -> dict[str, Any]:
         "children": [encode_cost(c) for c in node.children],
     }
 
+
+# The longest agent name kept: a relayed question's asker, a relayed artifact's source.
+MAX_AGENT_NAME = 256
 
 # A state's wire name; ``TaskState.value`` is a property, looked up in Python each time.
 _STATE_NAMES = {s: s.value for s in TaskState}
@@ -226,6 +231,8 @@ def encode_task(task: Task) -> dict[str, Any]:
         out["cost"] = encode_cost(task.cost)
     if task.receipts:
         out["receipts"] = list(task.receipts)
+    if task.asked_by:  # a question relayed from down the delegation path: who asked it
+        out["status"]["asked_by"] = task.asked_by
     return out
 
 
@@ -280,6 +287,17 @@ def _history(entries: list[Any]) -> tuple[StatusEntry, ...]:
     return tuple(out)
 
 
+def decode_artifact(value: Any, where: str = "artifact") -> Artifact:
+    item = _mapping(value, where)
+    return Artifact(
+        artifact_id=str(item.get("artifact_id", "")),
+        parts=decode_parts(item.get("parts", []), f"{where}.parts"),
+        name=str(item.get("name", "")),
+        description=str(item.get("description", "")),
+        source=str(item.get("source", "") or "")[:MAX_AGENT_NAME],
+    )
+
+
 def decode_task(value: Any) -> Task:
     """A task as a peer reports it; strict enough that garbage fails loudly."""
     data = _mapping(value, "task")
@@ -288,15 +306,8 @@ def decode_task(value: Any) -> Task:
         raise _bad("task.state missing or unknown")
     result = data.get("result") or {}
     _mapping(result, "result")
-    artifacts = []
-    for i, raw in enumerate(_list(result.get("artifacts"), "result.artifacts")):
-        item = _mapping(raw, f"artifacts[{i}]")
-        artifacts.append(Artifact(
-            artifact_id=str(item.get("artifact_id", "")),
-            parts=decode_parts(item.get("parts", []), f"artifacts[{i}].parts"),
-            name=str(item.get("name", "")),
-            description=str(item.get("description", "")),
-        ))
+    artifacts = [decode_artifact(raw, f"artifacts[{i}]")
+                 for i, raw in enumerate(_list(result.get("artifacts"), "result.artifacts"))]
     error = None
     if isinstance(data.get("error"), dict):
         error = TaskError(str(data["error"].get("code", "peer_error")),
@@ -328,6 +339,7 @@ def decode_task(value: Any) -> Task:
         chain=tuple(str(c) for c in _list(swarm.get("caller_chain"), "swarm.caller_chain")),
         trace_id=str(swarm.get("trace_id", "") or ""),
         receipts=_receipts(data.get("receipts")),
+        asked_by=str(status.get("asked_by", "") or "")[:MAX_AGENT_NAME],
     )
 
 

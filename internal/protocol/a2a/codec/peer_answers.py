@@ -15,6 +15,7 @@ from internal.protocol.a2a.model import (
     BUTLER_DOMAIN,
     ERROR_TABLE,
     PROTOCOL_VERSION,
+    Artifact,
     ButlerError,
     DelegationFailed,
     Part,
@@ -101,6 +102,7 @@ def decode_task(raw: Any, version: str, peer: str) -> Task:
         id=data["id"], context_id=str(data.get("contextId", "")), owner="", state=state,
         request=TaskRequest(), created_at="", updated_at=str(status.get("timestamp", "")),
         parts=parts, error=error, status_message=note, receipts=_receipts(data),
+        asked_by=asked_by(data),
     )
 
 
@@ -111,6 +113,13 @@ def _receipts(task: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(found, list):
         return ()
     return tuple(r for r in found[:1000] if isinstance(r, str))
+
+
+def asked_by(task_or_update: dict[str, Any]) -> str:
+    """The agent a Butler peer names as the one that asked its question (a relayed
+    ``input-required``); "" when the peer asked it itself, or is not a Butler."""
+    found = _dict(_dict(task_or_update.get("metadata")).get(SWARM_EXTENSION_URI)).get("askedBy")
+    return found[:256] if isinstance(found, str) else ""
 
 
 def message_task(raw: Any, peer: str) -> Task:
@@ -166,8 +175,29 @@ def apply_event(task: Task | None, result: Any, version: str, peer: str) -> Task
         if not parts and state is TaskState.COMPLETED:
             parts = decode_parts(_dict(status.get("message")).get("parts"))
         return replace(task, state=state, status_message=note, error=error, parts=parts,
-                       receipts=_receipts(update) or task.receipts)
+                       receipts=_receipts(update) or task.receipts,
+                       asked_by=asked_by(update))
     raise bad_answer(peer, f"an unknown stream event {sorted(data)!r}")
+
+
+def artifact_update(result: Any, version: str) -> tuple[Artifact, bool, bool] | None:
+    """A stream event's artifact chunk as it came: (the artifact with this chunk's parts,
+    append, last chunk); None for any other event."""
+    data = _dict(result)
+    if version == PROTOCOL_VERSION:
+        update = _dict(data.get("artifactUpdate"))
+    else:
+        update = data if data.get("kind") == "artifact-update" else {}
+    raw = _dict(update.get("artifact"))
+    if not raw:
+        return None
+    source = _dict(_dict(raw.get("metadata")).get(SWARM_EXTENSION_URI)).get("source")
+    artifact = Artifact(artifact_id=str(raw.get("artifactId", ""))[:256],
+                        parts=decode_parts(raw.get("parts")),
+                        name=str(raw.get("name", "") or "")[:256],
+                        description=str(raw.get("description", "") or "")[:1024],
+                        source=source[:256] if isinstance(source, str) else "")
+    return artifact, update.get("append") is True, update.get("lastChunk") is not False
 
 
 def peer_error(peer: str, error: Any) -> ButlerError:

@@ -118,6 +118,8 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "registry_error": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "peer_identity_changed": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     "peer_log_forked": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
+    # A delegation re-attached after a restart: its peer no longer knows its task.
+    "peer_task_lost": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
     # Not wire answers: should one leak, it is an internal error to the caller.
     "skill_error": ErrorSpec(500, -32603, "task", grpc="INTERNAL"),
     "invalid_config": ErrorSpec(500, -32603, "setup", grpc="INTERNAL"),

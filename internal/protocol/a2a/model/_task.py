@@ -78,6 +78,8 @@ class Artifact:
     parts: tuple[Part, ...]
     name: str = ""
     description: str = ""
+    # Relayed from down the delegation path as it came: the agent that made it.
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,20 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerTask:
+    """The peer's task a delegation's work is in, as the delegating agent follows it: a
+    caller's answer goes there, and a restart re-attaches to it (docs/delegation.md)."""
+
+    peer: str  # the peer entry's name
+    task_id: str
+    context_id: str = ""
+    binding: str = ""  # "butler" (/v2), or the A2A binding: JSONRPC, HTTP+JSON, GRPC
+    version: str = ""  # the A2A protocol version of that binding
+    url: str = ""  # the interface it was sent to
+    tree_id: str = ""  # the delegation tree it belongs to (sent again with each turn)
+
+
+@dataclass(frozen=True, slots=True)
 class Task:
     id: str
     context_id: str
@@ -202,6 +218,11 @@ class Task:
     # Signed receipts (compact JWS): this agent's own first, then its delegations' (the
     # whole tree below it), once the task has ended.
     receipts: tuple[str, ...] = ()
+    # The task waits (input- or auth-required) on a question this agent relays: the
+    # agent down the delegation path that asked it ("": its own skill asked).
+    asked_by: str = ""
+    # A delegated task's peer task, once known: follow-ups and re-attachment go there.
+    peer_task: PeerTask | None = None
 
     @property
     def wire_id(self) -> str:
