@@ -19,10 +19,9 @@ from butler.audit import AuditLog
 from butler.daemon import Daemon
 from butler.delegation.delegator import PeerDelegator
 from butler.delegation.peer_cancel import PeerCancels
-from internal.protocol.a2a.client import A2AClient, Interface, PeerTask
-from internal.protocol.a2a.client._message import Outgoing
+from internal.protocol.a2a.client import A2AClient
 from internal.protocol.a2a.codec import butler_v2
-from internal.protocol.a2a.model import Task, TaskRequest, TaskState
+from internal.protocol.a2a.model import PeerTask, Task, TaskRequest, TaskState
 from tests.a2a_support import WAIT
 from tests.delegation_support import Mesh, a2a_card, butler_with_peer, serving
 from tests.sdk03_support import sdk03_agent
@@ -42,7 +41,8 @@ def following(inst: Instance) -> list[str]:
     """The ids of the peers' tasks its delegations follow now."""
     delegator = inst.daemon.engine.delegator
     assert isinstance(delegator, PeerDelegator)
-    return [t.task_id for t in delegator.cancels.followed if t.running]
+    return [f.update.ref.task_id for f in delegator.cancels.followed
+            if f.running and f.update is not None]
 
 
 async def stored(inst: Instance, task_id: str) -> Task:
@@ -72,7 +72,7 @@ async def three_hops(mesh: Mesh, protocol: str = "butler", **home: Any
     return dict(await mesh.start())
 
 
-@pytest.mark.parametrize(("protocol", "binding"), [("butler", "BUTLER"), ("a2a", "JSONRPC")])
+@pytest.mark.parametrize(("protocol", "binding"), [("butler", "butler"), ("a2a", "JSONRPC")])
 async def test_a_cancel_at_home_cancels_office_and_lab(mesh: Mesh, protocol: str,
                                                        binding: str) -> None:
     agents = await three_hops(mesh, protocol)
@@ -260,8 +260,7 @@ async def test_a_cancel_that_overtakes_the_task_is_sent_again(http: aiohttp.Clie
     cancels = PeerCancels(lambda kind, **fields: records.append({"kind": kind, **fields}))
     async with serving(app) as url:
         client = A2AClient(url, "t0k", session=http, protocol="butler", name="office")
-        peer_task = PeerTask(task_id="t-1", where=Interface("BUTLER", "", url),
-                             message=Outgoing(TaskRequest()))
+        peer_task = PeerTask("office", "t-1", binding="butler", url=url)
         cancels.send(client, peer_task, seconds=5, record={"caller": "home", "task_id": "h-1",
                                                           "chain": (), "detail": {}})
         await cancels.aclose()

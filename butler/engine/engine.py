@@ -70,7 +70,7 @@ from internal.protocol.a2a.model import (
     TaskState,
     scoped_task_id,
 )
-from internal.shares import FairPool, Held
+from internal.shares import FairPool, Held, PoolFull
 
 log = logging.getLogger("butler.engine")
 
