@@ -39,7 +39,7 @@ async def get_healthz(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     """One keep-alive GET on an open connection (with ``token`` as a bearer token, if
     any); returns the status."""
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode())
     async with asyncio.timeout(5):
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")

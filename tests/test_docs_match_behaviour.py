@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.delegation_support import Mesh, skill
-from tests.support import Swarm, post_task, run_cli
+from tests.support import Swarm, new_pair, post_task, run_cli
 
 
 async def test_audit_commands_need_no_token_variable(
@@ -98,10 +98,12 @@ async def test_a_peer_that_never_accepts_is_a_connect_timeout(swarm: Swarm) -> N
         client.setblocking(False)
         client.connect_ex(listener.getsockname())
         waiting.append(client)
+    token_file = swarm.tmp / "office.token"
+    token_file.write_text(new_pair()[0])
     try:
         home = await swarm.start("home", skills=[], peers=[{
             "name": "office", "url": f"http://127.0.0.1:{listener.getsockname()[1]}",
-            "token_file": __file__, "capabilities": ["x.work"],
+            "token_file": str(token_file), "capabilities": ["x.work"],
             "connect_timeout_seconds": 0.3, "timeout_seconds": 60}])
         _, task = await post_task(home, {"task": "t", "capabilities_needed": ["x.work"]})
     finally:

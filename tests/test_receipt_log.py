@@ -144,6 +144,10 @@ async def test_receipts_of_the_per_task_form_still_verify(mesh: Mesh) -> None:
     old_form = dict(raw, receipts=[*raw["receipts"][:2], signed_receipt(claims, key)])
     tree = await verify_receipts(old_form, card_reader(mesh.session))
     assert [ln.split()[0] for ln in tree.lines()] == ["a", "b", "c"]
+    # One from before receipts recorded the delegation path: nothing to hold it to.
+    pathless = {k: v for k, v in claims.items() if k != "chain"}
+    older = dict(raw, receipts=[*raw["receipts"][:2], signed_receipt(pathless, key)])
+    await verify_receipts(older, card_reader(mesh.session))
     other = IdentityKey.generate()  # the same claims signed by a key c's card does not name
     forged = dict(raw, receipts=[*raw["receipts"][:2], signed_receipt(claims, other)])
     try:

@@ -36,7 +36,12 @@ CardFetcher = Callable[[str], Awaitable[Mapping[str, Any]]]
 class Receipt:
     claims: dict[str, Any]
     kid: str
+    logged: bool = True  # in its agent's receipt log; False: the per-task form
     children: list[Receipt] = field(default_factory=list)
+
+    @property
+    def path(self) -> list[str] | None:
+        return _path(self.claims, self.logged)
 
     def lines(self, indent: int = 0) -> list[str]:
         c = self.claims
@@ -105,9 +110,13 @@ def _names_its_card(rid: Any, claims: Mapping[str, Any], url: str,
                            "name as its agent's")
 
 
-def _path(claims: Mapping[str, Any]) -> list[str]:
-    """The delegation path a receipt records: its task's caller chain, as names compare."""
+def _path(claims: Mapping[str, Any], logged: bool) -> list[str] | None:
+    """The delegation path a receipt records: its task's caller chain, as names compare.
+    None for a receipt of the per-task form made before receipts recorded it (they were
+    all of that form): nothing to hold it to. Every logged receipt records one."""
     chain = claims.get("chain")
+    if chain is None and not logged:
+        return None
     if not isinstance(chain, list) or not all(isinstance(a, str) for a in chain):
         raise BadSignature(f"receipt {claims.get('receipt_id')} records no delegation path "
                            "(chain)")
@@ -128,9 +137,9 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
         if not isinstance(rid, str) or rid in found:
             raise BadSignature(f"receipt id {rid!r} is missing or repeated")
         key = await _signer(jws, claims, card_of, cards)
-        found[rid] = Receipt(claims, key.kid)
+        found[rid] = Receipt(claims, key.kid, logged=jws.startswith("{"))
     root = next(iter(found.values()))
-    _check_root(root.claims, task)
+    _check_root(root, task)
     seen = {root.claims["receipt_id"]}
     pending = [root]
     while pending:
@@ -146,7 +155,9 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
                                    f"{child_id}, which is {'repeated' if child else 'missing'}")
             if child.claims.get("trace_id") != root.claims.get("trace_id"):
                 raise BadSignature(f"receipt {child_id} is of another trace")
-            if _path(child.claims) != [*_path(node.claims), agent_key(node.claims["agent"])]:
+            below_path, own_path = child.path, node.path
+            if below_path is not None and own_path is not None and \
+                    below_path != [*own_path, agent_key(node.claims["agent"])]:
                 raise BadSignature(
                     f"receipt {child_id} ({child.claims['agent']}) was not delegated by "
                     f"{node.claims['agent']}: its path is {child.claims['chain']}, "
@@ -163,11 +174,14 @@ async def verify_receipts(task: Mapping[str, Any], card_of: CardFetcher) -> Rece
     return root
 
 
-def _check_root(claims: Mapping[str, Any], task: Mapping[str, Any]) -> None:
+def _check_root(root: Receipt, task: Mapping[str, Any]) -> None:
+    claims = root.claims
     rid = claims.get("receipt_id")
     swarm = task.get("swarm")
     chain = swarm.get("caller_chain") if isinstance(swarm, dict) else None
-    if isinstance(chain, list) and _path(claims) != [agent_key(str(a)) for a in chain]:
+    path = root.path
+    if isinstance(chain, list) and path is not None and \
+            path != [agent_key(str(a)) for a in chain]:
         raise BadSignature(f"receipt {rid} records the path {claims.get('chain')}, the task "
                            f"{chain}")
     if claims.get("task_id") != task.get("id"):

@@ -37,7 +37,7 @@ from butler.registry.catalog_index import CatalogIndex
 from butler.registry.federation_config import FederationConfig
 from internal.http import OutboundGuard, OutboundRules, outbound_session, read_capped
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.model import ButlerError
+from internal.protocol.a2a.model import ButlerError, Unavailable
 
 log = logging.getLogger("butler.registry")
 
@@ -62,8 +62,12 @@ class _Known:
     due: float = 0.0
 
 
-class CrawlFailed(Exception):
-    pass
+class CrawlFailed(Unavailable):
+    """A catalog that could not be fetched or read: recorded with its URL, re-crawled at
+    the next round."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("catalog_unavailable", message)
 
 
 def crawl_rules(config: FederationConfig) -> OutboundRules:

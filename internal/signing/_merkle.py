@@ -18,12 +18,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
+from internal.signing._eddsa import BadSignature
+
 # (level, index) -> the hash of that perfect subtree
 NodeReader = Callable[[int, int], bytes]
 MAX_PROOF = 64  # hashes in one proof: a tree of 2**64 leaves needs fewer
 
 
-class BadProof(ValueError):
+class BadProof(BadSignature):
     """A proof that does not fold to the root it is checked against, or is malformed."""
 
 

@@ -104,6 +104,8 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "too_many_agents": ErrorSpec(409, -32004, "state", grpc="RESOURCE_EXHAUSTED"),
     "rate_limited": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
     "overloaded": ErrorSpec(503, -31503, "unavailable", grpc="UNAVAILABLE"),
+    # A catalog the registry crawls could not be fetched or read (kept in its status).
+    "catalog_unavailable": ErrorSpec(502, -32603, "unavailable", grpc="UNAVAILABLE"),
     "too_many_streams": ErrorSpec(429, -31429, "unavailable", grpc="RESOURCE_EXHAUSTED"),
     "internal_error": ErrorSpec(500, -32603, "unavailable", "INTERNAL_ERROR", grpc="INTERNAL"),
     "peer_unreachable": ErrorSpec(502, -32603, "delegation", grpc="UNAVAILABLE"),
