@@ -1,0 +1,93 @@
+"""The character n-gram stage: a word of the task meets the card words spelled like it.
+
+"wether" is "weather", "translation" is "translate", "calender" is "calendar": each of
+the task's words is cut into its character 3-, 4- and 5-grams (with the word's edges
+marked, so a start and an end count), and every word of the cards that shares enough
+of them (Dice similarity ``MIN_SIMILARITY`` or more) counts, in proportion to the
+similarity, with the points the lexical stage gives that card word. So the stage is
+BM25 over words as they are spelled rather than as they are stemmed; a word as
+written still counts fully here.
+
+The grams are taken over the cards' vocabulary (their distinct words), not over whole
+texts, so a task costs one look-up per gram of its own words, not one per candidate;
+each word's matches are kept (a bounded cache) because tasks repeat words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from butler.routing.lexical import REFERENCE, LexicalIndex
+
+SIZES = (3, 4, 5)
+MIN_SIMILARITY = 0.5
+# A word shorter than this is matched only as written ("tv", "pdf"): too few grams.
+MIN_LENGTH = 4
+_CACHED = 4096
+
+
+def grams(word: str) -> frozenset[str]:
+    padded = f"<{word}>"
+    return frozenset(padded[i:i + n] for n in SIZES for i in range(len(padded) - n + 1))
+
+
+class SpellingIndex:
+    def __init__(self, lexical: LexicalIndex) -> None:
+        self._lexical = lexical
+        self._vocab = sorted(lexical.idf)
+        self._sizes = [len(grams(v)) for v in self._vocab]
+        postings: dict[str, list[int]] = {}
+        for j, v in enumerate(self._vocab):
+            for g in grams(v):
+                postings.setdefault(g, []).append(j)
+        self._postings = postings
+        self._cache: dict[str, tuple[tuple[str, float], ...]] = {}
+
+    def alike(self, stem: str) -> tuple[tuple[str, float], ...]:
+        """The card words spelled like ``stem``, each with its similarity, best first."""
+        found = self._cache.get(stem)
+        if found is not None:
+            return found
+        if len(stem) < MIN_LENGTH:
+            found = ((stem, 1.0),) if stem in self._lexical else ()
+        else:
+            mine = grams(stem)
+            shared: dict[int, int] = {}
+            for g in mine:
+                for j in self._postings.get(g, ()):
+                    shared[j] = shared.get(j, 0) + 1
+            found = tuple(sorted(
+                ((self._vocab[j], round(2 * k / (len(mine) + self._sizes[j]), 3))
+                 for j, k in shared.items()
+                 if 2 * k >= MIN_SIMILARITY * (len(mine) + self._sizes[j])),
+                key=lambda m: (-m[1], m[0])))
+        if len(self._cache) >= _CACHED:
+            self._cache.clear()
+        self._cache[stem] = found
+        return found
+
+    def score(self, stems: Sequence[str]) -> tuple[list[float], float]:
+        """Like ``LexicalIndex.score``: each candidate's points, and the points a share
+        of 1 needs. A task word counts with its best-matching card word per candidate."""
+        lexical = self._lexical
+        acc = [0.0] * lexical.n
+        total = 0.0
+        for stem in stems:
+            matches = self.alike(stem)
+            if not matches:
+                continue
+            total += max(lexical.idf[v] * sim for v, sim in matches) * REFERENCE
+            if len(matches) == 1:
+                v, sim = matches[0]
+                for i, points in lexical.postings[v]:
+                    acc[i] += points * sim
+                continue
+            best: dict[int, float] = {}
+            for v, sim in matches:
+                for i, points in lexical.postings[v]:
+                    p = points * sim
+                    if p > best.get(i, 0.0):
+                        best[i] = p
+            for i, p in best.items():
+                acc[i] += p
+        return acc, total
