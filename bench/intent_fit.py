@@ -27,7 +27,9 @@ import yaml
 from butler.delegation.peer_cards import from_card
 from butler.delegation.peers import Candidate
 from butler.routing import RouteCandidate, RouteIndex
+from butler.routing import fusion
 from butler.routing.calibration import COEFFICIENTS, DEFAULT_THRESHOLD
+from butler.routing.fusion import prior
 from butler.routing.words import words
 
 MAX_FALSE_ACCEPTS = 0.15
@@ -82,20 +84,55 @@ def rows(index: RouteIndex, own: str, data: list[dict[str, Any]]) -> list[Row]:
     return out
 
 
-def fit(data: list[Row], steps: int = 4000, rate: float = 0.5) -> tuple[float, ...]:
-    """Logistic regression by gradient descent (four numbers: no library needed)."""
-    xs = [(1.0, *r.features) for r in data if r.top is not None]
-    ys = [1.0 if r.top == r.expect else 0.0 for r in data if r.top is not None]
-    w = [0.0, 0.0, 0.0, 0.0]
+def logistic(xs: list[tuple[float, ...]], ys: list[float], steps: int = 3000,
+             rate: float = 1.0) -> tuple[float, ...]:
+    """Logistic regression by gradient descent (a handful of numbers: no library needed).
+    Each x starts with its constant 1."""
+    w = [0.0] * len(xs[0])
     for _ in range(steps):
-        grad = [0.0] * 4
+        grad = [0.0] * len(w)
         for x, y in zip(xs, ys, strict=True):
             z = sum(a * b for a, b in zip(w, x, strict=True))
             p = 1 / (1 + math.exp(-max(-50.0, min(50.0, z))))
-            for k in range(4):
-                grad[k] += (p - y) * x[k]
+            for k, xk in enumerate(x):
+                grad[k] += (p - y) * xk
         w = [a - rate * g / len(xs) for a, g in zip(w, grad, strict=True)]
     return tuple(round(a, 3) for a in w)
+
+
+def fit(data: list[Row]) -> tuple[float, ...]:
+    """The calibration: P(the top candidate is right | fused, margin, known)."""
+    xs = [(1.0, *r.features) for r in data if r.top is not None]
+    ys = [1.0 if r.top == r.expect else 0.0 for r in data if r.top is not None]
+    return logistic(xs, ys)
+
+
+def fit_fusion(index: RouteIndex, own: str, data: list[dict[str, Any]]
+               ) -> dict[str, float]:
+    """The fusion weights: a logistic regression of "this candidate is the right one" on
+    each candidate's stage shares (times its prior) and whether the task names its peer,
+    over the requests some candidate should take; scaled so the stage weights sum to 1."""
+    ignore = frozenset(words(own))
+    priors = [prior(c) for c in index.candidates]
+    labels = [label(own, c) for c in index.candidates]
+    xs: list[tuple[float, ...]] = []
+    ys: list[float] = []
+    names: list[str] = []
+    for r in data:
+        if r["expect"] == "decline":
+            continue
+        ev = index.evidence(r["text"], ignore)
+        if not ev.stems:
+            continue
+        names = list(ev.shares)
+        for i, p in enumerate(priors):
+            xs.append((1.0, *(p * ev.shares[s][i] for s in names), float(ev.named[i])))
+            ys.append(1.0 if labels[i] == r["expect"] else 0.0)
+    w = logistic(xs, ys)
+    total = sum(max(0.0, v) for v in w[1:-1]) or 1.0
+    out = {s: round(max(0.0, v) / total, 3) for s, v in zip(names, w[1:-1], strict=True)}
+    out["named"] = round(w[-1] / total, 3)
+    return out
 
 
 def prob(w: tuple[float, ...], f: tuple[float, float, float]) -> float:
@@ -136,6 +173,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path("bench/intent"))
     ap.add_argument("--semantic", choices=("on", "off", "both"), default="both")
+    ap.add_argument("--use-fitted", action="store_true",
+                    help="route with the fitted fusion weights before fitting the calibration")
     ap.add_argument("--errors", action="store_true", help="list the requests it gets wrong")
     args = ap.parse_args()
     own, cands = load_cards(args.data / "cards")
@@ -143,6 +182,12 @@ def main() -> None:
             if line.strip()]
     for sem in ((True, False) if args.semantic == "both" else (args.semantic == "on",)):
         index = RouteIndex(cands, semantic=sem)
+        weights = fit_fusion(index, own, data)
+        print(f"fusion weights fitted: {weights} (in code: {fusion.STAGE_WEIGHTS}, "
+              f"named {fusion.NAMED_BONUS})")
+        if args.use_fitted:
+            fusion.NAMED_BONUS = weights.pop("named")
+            fusion.STAGE_WEIGHTS.update(weights)
         t0 = time.perf_counter()
         got = rows(index, own, data)
         per = (time.perf_counter() - t0) / len(data) * 1000

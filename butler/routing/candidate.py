@@ -61,9 +61,12 @@ class RouteCandidate:
 
     def field_words(self) -> dict[str, tuple[str, ...]]:
         """Each field's distinct stemmed words. A skill of a peer's card does not carry
-        its peer's name (``office.printer`` is ``printer``): a task that names the peer
-        is counted once, by the router, for all of that peer's candidates alike."""
+        its peer's name (``office.printer`` is ``printer``), and a peer as a whole not its
+        card's name: a task that names the peer is counted once, by the router, for all of
+        that peer's candidates alike."""
         peer_words = set(words(self.peer)) if self.peer else set()
+        if self.kind == "peer":
+            peer_words.update(words(self.name))
         return {name: tuple(w for w in dict.fromkeys(words(" ".join(texts)))
                             if w not in peer_words)
                 for name, texts in self.fields().items()}

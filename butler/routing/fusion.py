@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from butler.routing.candidate import RouteCandidate
 
-STAGE_WEIGHTS: dict[str, float] = {"lexical": 0.45, "ngrams": 0.40, "semantic": 0.30}
+STAGE_WEIGHTS: dict[str, float] = {"lexical": 0.31, "ngrams": 0.33, "semantic": 0.36}
 SOURCE_PRIOR: dict[str, float] = {"local": 1.0, "config": 0.95, "card": 0.95,
                                   "registry": 0.9}
 WHOLE_PEER_PRIOR = 0.9

@@ -63,6 +63,8 @@ class LexicalIndex:
             for s in tf:
                 df[s] = df.get(s, 0) + 1
         self.idf = {s: math.log(1 + (self.n - d + 0.5) / (d + 0.5)) for s, d in df.items()}
+        # The idf of a word only one card has: what a word no card has is taken to be.
+        self.rarest = math.log(1 + (self.n - 0.5) / 1.5) if self.n else 0.0
         postings: dict[str, list[tuple[int, float]]] = {}
         for i, tf in enumerate(counts):
             for s, t in tf.items():

@@ -25,7 +25,7 @@ from butler.routing import semantic
 from butler.routing.calibration import CLOSE, DEFAULT_THRESHOLD, confidence
 from butler.routing.candidate import RouteCandidate
 from butler.routing.fusion import NAMED_BONUS, fuse, prior
-from butler.routing.lexical import LexicalIndex
+from butler.routing.lexical import REFERENCE, LexicalIndex
 from butler.routing.ngrams import SpellingIndex
 from butler.routing.words import terms, words
 
@@ -33,6 +33,8 @@ __all__ = ["DEFAULT_THRESHOLD", "Match", "Ranking", "RouteCandidate", "RouteInde
            "explain", "route"]
 
 SHOWN = 5
+# What a word no card has counts in a share's denominator, next to a known word's 1.
+UNKNOWN_WEIGHT = 0.25
 # Only the start of a long text is read: a paragraph is placed by its first sentences,
 # and a caller's megabyte of text must not hold the event loop.
 ROUTED_CHARS = 2000
@@ -113,6 +115,15 @@ class Ranking:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    said: list[tuple[str, str]]  # (stem, word as written) for each content word
+    stems: list[str]  # the distinct stems, in order
+    shares: dict[str, list[float]]  # stage -> each candidate's share, 0..1
+    named: list[bool]  # per candidate: the task names its peer
+    known: float  # the share of the task's words that some card has
+
+
 @dataclass(slots=True)
 class _Excluded:
     """Candidates left out of the index, and why (for ``explain``)."""
@@ -139,7 +150,18 @@ class RouteIndex:
         for i, c in enumerate(kept):
             if c.peer:
                 self._by_peer.setdefault(c.peer, []).append(i)
-            for stem in set(words(c.peer)):
+        # A peer is named by its name or, for a peer as a whole, by a word of its card's
+        # name that no other agent's card has ("ShopMate", not "Shopping"): such a word
+        # counts once, for every candidate of that peer alike.
+        address: dict[str, set[str]] = {}
+        for c in kept:
+            if c.peer:
+                address.setdefault(c.peer, set()).update(words(c.peer))
+            if c.kind == "peer":
+                address[c.peer].update(s for s in words(c.name) if all(
+                    kept[i].peer == c.peer for i, _ in self._lexical.postings.get(s, ())))
+        for i, c in enumerate(kept):
+            for stem in address.get(c.peer, ()):
                 self._named.setdefault(stem, []).append(i)
 
     def __len__(self) -> int:
@@ -158,29 +180,18 @@ class RouteIndex:
         the chain); ``allow``: which candidates may (asked only of those that scored);
         ``ignore``: words that say nothing here (the agent's own name, see ``words``)."""
         text = text[:ROUTED_CHARS]
-        said = [(s, w) for s, w in terms(text) if s not in ignore]
-        stems = list(dict.fromkeys(s for s, _ in said))
         stages = self.stages
-        if not stems:
+        ev = self.evidence(text, ignore)
+        if not ev.stems:
             return Ranking(text, threshold, (), stages=stages,
                            reason="the task has no words to route by (only greetings or "
                                   "words any request has)")
-        n = len(self._candidates)
-        lex_points, lex_total = self._lexical.score((s, 1.0) for s in stems)
-        ng_points, ng_total = self._spelling.score(stems)
-        shares: dict[str, list[float]] = {
-            "lexical": _shares(lex_points, lex_total), "ngrams": _shares(ng_points, ng_total)}
-        known = sum(1 for s in stems if self._spelling.alike(s)) / len(stems)
-        if "semantic" in stages:
-            shares["semantic"] = self._semantic_index().score(text)
-        elif not known:
+        if not ev.known and "semantic" not in stages:
             return Ranking(text, threshold, (), stages=stages,
                            reason="no word of the task is on any card (a language no card "
                                   "is written in? the semantic stage is not installed)")
-        named = [False] * n
-        for stem in stems:
-            for i in self._named.get(stem, ()):
-                named[i] = True
+        shares, named, known, stems = ev.shares, ev.named, ev.known, ev.stems
+        n = len(self._candidates)
         fused = fuse(shares, self._priors, named)
         if skip_peer is not None:
             for peer, members in self._by_peer.items():
@@ -195,7 +206,7 @@ class RouteIndex:
         top = [i for i in top if fused[i] > 0]
         top.sort(key=lambda i: self._order(i, fused[i]))
         stage_set = frozenset(stages)
-        written = {s: w for s, w in reversed(said)}
+        written = {s: w for s, w in reversed(ev.said)}
         ranked = []
         for i in top[:SHOWN]:
             rival = max((fused[j] for j in top if j != i), default=0.0)
@@ -206,6 +217,34 @@ class RouteIndex:
                 tuple((s, round(v[i], 4)) for s, v in shares.items()), self._notes(i)))
         ignored = tuple(written[s] for s in stems if not self._spelling.alike(s))
         return Ranking(text, threshold, tuple(ranked), ignored, stages, known=known)
+
+    @property
+    def candidates(self) -> tuple[RouteCandidate, ...]:
+        return tuple(self._candidates)
+
+    def evidence(self, text: str, ignore: Collection[str] = ()) -> Evidence:
+        """Each stage's share for every candidate (what ``route`` fuses; the calibration
+        script fits on it)."""
+        said = [(s, w) for s, w in terms(text[:ROUTED_CHARS]) if s not in ignore]
+        stems = list(dict.fromkeys(s for s, _ in said))
+        n = len(self._candidates)
+        if not stems:
+            return Evidence(said, stems, {}, [False] * n, 0.0)
+        unknown = [s for s in stems if not self._spelling.alike(s)]
+        # A word no card has is not evidence against a candidate, but it is not nothing:
+        # it counts a little in what a share of 1 needs (see lexical.py).
+        missing = len(unknown) * UNKNOWN_WEIGHT * self._lexical.rarest * REFERENCE
+        lex_points, lex_total = self._lexical.score((s, 1.0) for s in stems)
+        ng_points, ng_total = self._spelling.score(stems)
+        shares = {"lexical": _shares(lex_points, lex_total + missing),
+                  "ngrams": _shares(ng_points, ng_total + missing)}
+        if "semantic" in self.stages:
+            shares["semantic"] = self._semantic_index().score(text[:ROUTED_CHARS])
+        named = [False] * n
+        for stem in stems:
+            for i in self._named.get(stem, ()):
+                named[i] = True
+        return Evidence(said, stems, shares, named, 1 - len(unknown) / len(stems))
 
     def _semantic_index(self) -> semantic.SemanticIndex:
         if self._semantic is None:
