@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_THRESHOLD", "Match", "Ranking", "RouteCandidate", "RouteInde
 
 SHOWN = 5
 # What a word no card has counts in a share's denominator, next to a known word's 1.
-UNKNOWN_WEIGHT = 0.25
+UNKNOWN_WEIGHT = 0.5
 # Only the start of a long text is read: a paragraph is placed by its first sentences,
 # and a caller's megabyte of text must not hold the event loop.
 ROUTED_CHARS = 2000
