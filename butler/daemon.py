@@ -213,7 +213,7 @@ class Daemon:
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,
             policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
-                               cfg.swarm.routing_threshold),
+                               cfg.swarm.routing_threshold, cfg.swarm.routing_semantic),
             delegator=delegator, retention_hours=cfg.tasks.retention_hours,
             default_timeout=cfg.tasks.default_timeout_seconds,
             card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,

@@ -87,6 +87,7 @@ def parse_swarm(node: Node | None) -> m.SwarmConfig:
     k = node.mapping({
         "enabled", "max_depth", "budget_usd", "workspace_ttl_hours",
         "max_children_per_task", "max_outbound_concurrency", "routing_threshold",
+        "routing_semantic",
     })
     return m.SwarmConfig(
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
@@ -101,6 +102,8 @@ def parse_swarm(node: Node | None) -> m.SwarmConfig:
         if "max_outbound_concurrency" in k else d.max_outbound_concurrency,
         routing_threshold=_threshold(k["routing_threshold"]) if "routing_threshold" in k
         else d.routing_threshold,
+        routing_semantic=k["routing_semantic"].boolean() if "routing_semantic" in k
+        else d.routing_semantic,
     )
 
 

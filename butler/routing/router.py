@@ -202,21 +202,43 @@ class RouteIndex:
             for i, f in enumerate(fused):
                 if f and not allow(self._candidates[i]):
                     fused[i] = 0.0
+        named_peers = {self._candidates[i].peer for i in range(n) if named[i]}
+        for peer in named_peers:
+            self._let_the_peer_choose(peer, fused, shares)
         top = heapq.nlargest(SHOWN + 1, range(n), key=fused.__getitem__)
         top = [i for i in top if fused[i] > 0]
         top.sort(key=lambda i: self._order(i, fused[i]))
         stage_set = frozenset(stages)
         written = {s: w for s, w in reversed(ev.said)}
+        # A task that names a peer has chosen the agent: its candidates compete with the
+        # other agents' for the confidence, not with one another (the peer can decide).
+        others = {p: max((f for j, f in enumerate(fused) if self._candidates[j].peer != p),
+                         default=0.0) for p in named_peers}
         ranked = []
         for i in top[:SHOWN]:
-            rival = max((fused[j] for j in top if j != i), default=0.0)
+            peer = self._candidates[i].peer
+            rival = others[peer] if named[i] else max(
+                (fused[j] for j in top if j != i), default=0.0)
             ranked.append(Scored(
                 self._candidates[i],
                 round(confidence(stage_set, fused[i], fused[i] - rival, known), 4),
                 self._matches(i, stems, written), named[i], round(fused[i], 4),
                 tuple((s, round(v[i], 4)) for s, v in shares.items()), self._notes(i)))
-        ignored = tuple(written[s] for s in stems if not self._spelling.alike(s))
+        ignored = tuple(written[s] for s in stems
+                        if not self._spelling.alike(s) and s not in self._named)
         return Ranking(text, threshold, tuple(ranked), ignored, stages, known=known)
+
+    def _let_the_peer_choose(self, peer: str, fused: list[float],
+                             shares: dict[str, list[float]]) -> None:
+        """The task names ``peer``: if no word of it is on any of the peer's skills (only
+        the semantic stage places one), the peer as a whole goes first and decides."""
+        members = self._by_peer.get(peer, [])
+        whole = next((i for i in members if self._candidates[i].kind == "peer"), None)
+        skills = [i for i in members if i != whole and fused[i] > 0]
+        if whole is None or not fused[whole] or not skills:
+            return
+        if all(shares["lexical"][i] == 0 and shares["ngrams"][i] == 0 for i in skills):
+            fused[whole] = max(fused[whole], max(fused[i] for i in skills) + 1e-3)
 
     @property
     def candidates(self) -> tuple[RouteCandidate, ...]:
@@ -230,7 +252,7 @@ class RouteIndex:
         n = len(self._candidates)
         if not stems:
             return Evidence(said, stems, {}, [False] * n, 0.0)
-        unknown = [s for s in stems if not self._spelling.alike(s)]
+        unknown = [s for s in stems if not self._spelling.alike(s) and s not in self._named]
         # A word no card has is not evidence against a candidate, but it is not nothing:
         # it counts a little in what a share of 1 needs (see lexical.py).
         missing = len(unknown) * UNKNOWN_WEIGHT * self._lexical.rarest * REFERENCE

@@ -66,6 +66,7 @@ class SwarmPolicy:
     budget_cap_usd: Decimal
     # The score a task in plain words must reach for the intent router to choose (0..1).
     routing_threshold: float = DEFAULT_THRESHOLD
+    routing_semantic: bool = True  # the router's semantic stage, where installed
 
     def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
         chain = envelope.chain
@@ -178,9 +179,10 @@ def local_candidate(cfg: SkillConfig) -> RouteCandidate:
 
 class IntentRouter:
     def __init__(self, catalog: SkillCatalog, threshold: float = DEFAULT_THRESHOLD,
-                 agent_id: str = "") -> None:
+                 agent_id: str = "", *, semantic: bool = True) -> None:
         self.catalog = catalog
         self.threshold = threshold
+        self.semantic = semantic
         # "ask my office about the budget", arriving at office: "office" is the address,
         # not what is asked for, so the words of this agent's own id are not read.
         self._own = frozenset(words(agent_id))
@@ -202,7 +204,7 @@ class IntentRouter:
         if cached is not None and cached[0] is peer_routes and cached[1] == generation:
             return cached[2]
         local = [local_candidate(s.config) for s in self.catalog.visible(caller)]
-        index = RouteIndex([*local, *peer_routes])
+        index = RouteIndex([*local, *peer_routes], semantic=self.semantic)
         self._indexes[tier] = (peer_routes, generation, index)
         return index
 
@@ -231,9 +233,10 @@ class IntentRouter:
             return Intent(ranking, skill=self.catalog.find(best.candidate.skill_id))
         if best is not None:
             return Intent(ranking, peer=best.candidate)
-        if visible and not words(ranking.text):
-            # Nothing to route by (no text, only data parts, or only words like "hello"):
-            # the first skill the caller may see does it, as before the router.
+        if visible and not ranking.text.strip():
+            # No text at all (only data parts): words cannot say where it goes, so the
+            # first skill the caller may see does it, as before the router. A text of
+            # words like "hello" is declined instead (ranking.reason says why).
             return Intent(ranking, skill=visible[0])
         return Intent(ranking)
 
@@ -295,7 +298,8 @@ class SwarmDecision:
     def __post_init__(self) -> None:
         object.__setattr__(self, "intent",
                            IntentRouter(self.catalog, self.policy.routing_threshold,
-                                        self.policy.agent_id))
+                                        self.policy.agent_id,
+                                        semantic=self.policy.routing_semantic))
 
     async def decide(self, caller: Identity, envelope: Envelope, request: TaskRequest,
                      peers: Peers | None, task_id: str) -> Decision:
@@ -349,7 +353,9 @@ class SwarmDecision:
             # text is made only when the line is written.
             if log.isEnabledFor(logging.INFO):
                 log.info("intent router, for %s: %s", caller.name,
-                         f"{best.candidate.label} ({best.score:.2f})" if best is not None
+                         f"{best.candidate.label} ({best.score:.2f})"
+                         + (f", a close call with {intent.ranking.closest()}"
+                            if intent.ranking.rivals else "") if best is not None
                          else f"{intent.skill.id}, the first visible skill" if intent.skill
                          else f"nothing above the threshold; closest: "
                               f"{intent.ranking.closest()}")
@@ -426,7 +432,10 @@ async def _nobody_provides(peers: Peers, caps: Sequence[str]) -> str:
 
 
 def _refused(ranking: Ranking) -> NoPlan:
-    """Below the threshold: the task fails saying what came closest."""
+    """Below the threshold: the task fails saying what came closest, or why nothing
+    could be (only greetings, or no word any card has)."""
+    if ranking.reason:
+        return NoPlan("no_capable_skill", f"no skill or peer can be chosen: {ranking.reason}")
     return NoPlan("no_capable_skill",
                   f"no skill or peer matches this task well enough (threshold "
                   f"{ranking.threshold:g}); closest: {ranking.closest()}")
