@@ -65,11 +65,12 @@ class RouteCandidate:
         card's name: a task that names the peer is counted once, by the router, for all of
         that peer's candidates alike."""
         peer_words = set(words(self.peer)) if self.peer else set()
+        fields = self.fields()
         if self.kind == "peer":
-            peer_words.update(words(self.name))
+            fields["name"] = ()  # the peer's address, not what it does
         return {name: tuple(w for w in dict.fromkeys(words(" ".join(texts)))
                             if w not in peer_words)
-                for name, texts in self.fields().items()}
+                for name, texts in fields.items()}
 
     def text(self) -> str:
         """The card in one text, for the semantic stage."""

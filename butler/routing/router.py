@@ -35,6 +35,8 @@ __all__ = ["DEFAULT_THRESHOLD", "Match", "Ranking", "RouteCandidate", "RouteInde
 SHOWN = 5
 # What a word no card has counts in a share's denominator, next to a known word's 1.
 UNKNOWN_WEIGHT = 0.5
+# The confidence of the best candidate of a peer the task names (see ``route``).
+NAMED_CONFIDENCE = 0.9
 # Only the start of a long text is read: a paragraph is placed by its first sentences,
 # and a caller's megabyte of text must not hold the event loop.
 ROUTED_CHARS = 2000
@@ -87,7 +89,10 @@ class Ranking:
         best = self.best
         if best is None:
             return ()
-        close = tuple(s for s in self.ranked[1:] if best.score - s.score <= CLOSE)
+        # A peer as a whole is no rival to its own skill: it would choose that skill.
+        close = tuple(s for s in self.ranked[1:] if best.score - s.score <= CLOSE
+                      and not (s.candidate.peer == best.candidate.peer
+                               and "peer" in (s.candidate.kind, best.candidate.kind)))
         return (best, *close) if close else ()
 
     def closest(self) -> str:
@@ -150,15 +155,15 @@ class RouteIndex:
         for i, c in enumerate(kept):
             if c.peer:
                 self._by_peer.setdefault(c.peer, []).append(i)
-        # A peer is named by its name or, for a peer as a whole, by a word of its card's
-        # name that no other agent's card has ("ShopMate", not "Shopping"): such a word
-        # counts once, for every candidate of that peer alike.
+        # A peer is named by a word of its name or, for a peer as a whole, of its card's
+        # name ("ShopMate") that no other agent's card has: a peer called "calendar" is
+        # not named by every task about a calendar. Such a word counts once, for every
+        # candidate of that peer alike.
         address: dict[str, set[str]] = {}
         for c in kept:
             if c.peer:
-                address.setdefault(c.peer, set()).update(words(c.peer))
-            if c.kind == "peer":
-                address[c.peer].update(s for s in words(c.name) if all(
+                said = {*words(c.peer), *(words(c.name) if c.kind == "peer" else ())}
+                address.setdefault(c.peer, set()).update(s for s in said if all(
                     kept[i].peer == c.peer for i, _ in self._lexical.postings.get(s, ())))
         for i, c in enumerate(kept):
             for stem in address.get(c.peer, ()):
@@ -219,9 +224,12 @@ class RouteIndex:
             peer = self._candidates[i].peer
             rival = others[peer] if named[i] else max(
                 (fused[j] for j in top if j != i), default=0.0)
+            sure = confidence(stage_set, fused[i], fused[i] - rival, known)
+            if named[i] and i == top[0] and rival < fused[i] / 2:
+                # Naming an agent is choosing it, when no other agent fits half as well.
+                sure = max(sure, NAMED_CONFIDENCE)
             ranked.append(Scored(
-                self._candidates[i],
-                round(confidence(stage_set, fused[i], fused[i] - rival, known), 4),
+                self._candidates[i], round(sure, 4),
                 self._matches(i, stems, written), named[i], round(fused[i], 4),
                 tuple((s, round(v[i], 4)) for s, v in shares.items()), self._notes(i)))
         ignored = tuple(written[s] for s in stems
