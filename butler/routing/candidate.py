@@ -9,6 +9,7 @@ the words that do get in count).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -59,12 +60,13 @@ class RouteCandidate:
             out[name] = tuple(kept)[:count]
         return out
 
-    def field_words(self) -> dict[str, tuple[str, ...]]:
+    def field_words(self, names: Collection[str] = ()) -> dict[str, tuple[str, ...]]:
         """Each field's distinct stemmed words. A skill of a peer's card does not carry
         its peer's name (``office.printer`` is ``printer``), and a peer as a whole not its
         card's name: a task that names the peer is counted once, by the router, for all of
-        that peer's candidates alike."""
-        peer_words = set(words(self.peer)) if self.peer else set()
+        that peer's candidates alike. ``names``: the words of every peer's name, which no
+        card may use (a card saying "office" cannot pass for the office)."""
+        peer_words = {*names, *words(self.peer)}
         fields = self.fields()
         if self.kind == "peer":
             fields["name"] = ()  # the peer's address, not what it does

@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from butler.routing.candidate import RouteCandidate
+from butler.routing.words import words
 
 FIELD_WEIGHTS: dict[str, float] = {
     "name": 3.0, "tags": 2.5, "id": 2.0, "capabilities": 2.0, "examples": 1.5,
@@ -42,7 +43,8 @@ class LexicalIndex:
 
     def __init__(self, candidates: Sequence[RouteCandidate]) -> None:
         self.n = len(candidates)
-        per_field = [c.field_words() for c in candidates]
+        names = {w for c in candidates for w in words(c.peer)}
+        per_field = [c.field_words(names) for c in candidates]
         avg = {f: max(1.0, sum(len(fw[f]) for fw in per_field) / max(1, self.n))
                for f in FIELD_WEIGHTS}
         counts: list[dict[str, float]] = []

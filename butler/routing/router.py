@@ -160,10 +160,15 @@ class RouteIndex:
         # not named by every task about a calendar. Such a word counts once, for every
         # candidate of that peer alike.
         address: dict[str, set[str]] = {}
+        owner: dict[str, set[str]] = {}  # a word of a peer's name -> the peers it names
+        for c in kept:
+            for stem in words(c.peer):
+                owner.setdefault(stem, set()).add(c.peer)
         for c in kept:
             if c.peer:
                 said = {*words(c.peer), *(words(c.name) if c.kind == "peer" else ())}
-                address.setdefault(c.peer, set()).update(s for s in said if all(
+                address.setdefault(c.peer, set()).update(s for s in said if owner.get(
+                    s, {c.peer}) == {c.peer} and all(
                     kept[i].peer == c.peer for i, _ in self._lexical.postings.get(s, ())))
         for i, c in enumerate(kept):
             for stem in address.get(c.peer, ()):
