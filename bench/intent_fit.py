@@ -26,8 +26,7 @@ import yaml
 
 from butler.delegation.peer_cards import from_card
 from butler.delegation.peers import Candidate
-from butler.routing import RouteCandidate, RouteIndex
-from butler.routing import fusion
+from butler.routing import RouteCandidate, RouteIndex, fusion
 from butler.routing.calibration import COEFFICIENTS, DEFAULT_THRESHOLD
 from butler.routing.fusion import prior
 from butler.routing.words import words
@@ -197,7 +196,8 @@ def main() -> None:
         cur = COEFFICIENTS[stages]
         print(f"stages {sorted(stages)}: {len(cands)} candidates, {len(data)} requests, "
               f"{per:.2f} ms each")
-        print(f"  fitted {w}, threshold {t:.2f}: " + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
+        print(f"  fitted {w}, threshold {t:.2f}: "
+              + ", ".join(f"{k} {v:.1%}" for k, v in s.items()))
         print(f"  in code {cur}, threshold {DEFAULT_THRESHOLD}: " + ", ".join(
             f"{k} {v:.1%}" for k, v in score(got, cur, DEFAULT_THRESHOLD).items()))
         if args.errors:

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from butler.routing import RouteCandidate, RouteIndex, explain, route
+from butler.routing import RouteCandidate, RouteIndex, explain
 from butler.routing.router import ROUTED_CHARS
 from butler.routing.words import words
 
@@ -60,6 +60,11 @@ CARDS = [
 INDEX = RouteIndex(CARDS, semantic=False)  # the same answers with or without the extra
 REFUSE = None
 
+
+def XFAIL(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
 # (task as a person would type it, the label that should win or REFUSE)
 TABLE = [
     ("check with my office for pending action items", "office/office.action_items"),
@@ -68,7 +73,7 @@ TABLE = [
     ("hey could you please check with my office butler whether there are any pending "
      "action items for me today", "office/office.action_items"),
     pytest.param("show my todo list from work", "office/office.action_items",
-                 marks=pytest.mark.xfail(strict=True, reason="lexical stages alone: below the threshold")),
+                 marks=XFAIL("lexical stages alone: below the threshold")),
     ("what follow-ups are open?", "office/office.action_items"),
     ("ask my office about the budget", "office (peer)"),
     ("office butler: anything new?", "office (peer)"),
@@ -79,7 +84,7 @@ TABLE = [
     ("Lights on in the living room please", "home.lights"),
     ("set heating to 20", "home.thermostat"),
     pytest.param("how warm is it in the living room", "home.thermostat",
-                 marks=pytest.mark.xfail(strict=True, reason="a near miss: lights' example says living room")),
+                 marks=XFAIL("a near miss: lights' example says living room")),
     ("it's cold, what is the temperature inside?", "home.thermostat"),
     ("is the front door locked?", "home.locks"),
     ("lock up", "home.locks"),
@@ -87,11 +92,11 @@ TABLE = [
     ("remember that the car is due for service in March", "notes.write"),
     ("note down the wifi password: hunter2", "notes.write"),
     pytest.param("search my notes for the wifi password", "notes.search",
-                 marks=pytest.mark.xfail(strict=True, reason="a near miss: notes.write's example has the wifi password")),
+                 marks=XFAIL("a near miss: notes.write's example has the wifi password")),
     ("what is on my calendar tomorrow", "calendar.agenda"),
     ("when is my next dentist appointment", "calendar.agenda"),
     pytest.param("any meetings this afternoon?", "calendar.agenda",
-                 marks=pytest.mark.xfail(strict=True, reason="lexical stages alone: just below the threshold")),
+                 marks=XFAIL("lexical stages alone: just below the threshold")),
     ("book a meeting with Anna on Monday", "calendar.add"),
     ("add an event to the calendar: school play friday", "calendar.add"),
     ("find the lease pdf", "files.find"),
@@ -99,7 +104,7 @@ TABLE = [
     ("echo hello", "echo"),
     # Nothing offers these: refused, not guessed.
     pytest.param("what's the weather tomorrow", REFUSE,
-                 marks=pytest.mark.xfail(strict=True, reason="a false accept: tomorrow is only on the calendar")),
+                 marks=XFAIL("a false accept: tomorrow is only on the calendar")),
     ("tell me a joke", REFUSE),
     ("translate this to French", REFUSE),
     ("play some music", REFUSE),

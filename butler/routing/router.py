@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from butler.routing import semantic
+from butler.routing import semantic as semantic_stage
 from butler.routing.calibration import CLOSE, DEFAULT_THRESHOLD, confidence
 from butler.routing.candidate import RouteCandidate
 from butler.routing.fusion import NAMED_BONUS, fuse, prior
@@ -149,7 +149,7 @@ class RouteIndex:
         self._spelling = SpellingIndex(self._lexical)
         self._priors = [prior(c) for c in kept]
         self._use_semantic = semantic
-        self._semantic: semantic.SemanticIndex | None = None
+        self._semantic: semantic_stage.SemanticIndex | None = None
         self._named: dict[str, list[int]] = {}  # a word of a peer's name -> its candidates
         self._by_peer: dict[str, list[int]] = {}
         for i, c in enumerate(kept):
@@ -179,7 +179,7 @@ class RouteIndex:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        on = self._use_semantic and bool(self._candidates) and semantic.available()
+        on = self._use_semantic and bool(self._candidates) and semantic_stage.available()
         return ("lexical", "ngrams", "semantic") if on else ("lexical", "ngrams")
 
     def route(self, text: str, threshold: float = DEFAULT_THRESHOLD,
@@ -281,9 +281,9 @@ class RouteIndex:
                 named[i] = True
         return Evidence(said, stems, shares, named, 1 - len(unknown) / len(stems))
 
-    def _semantic_index(self) -> semantic.SemanticIndex:
+    def _semantic_index(self) -> semantic_stage.SemanticIndex:
         if self._semantic is None:
-            self._semantic = semantic.SemanticIndex([c.text() for c in self._candidates])
+            self._semantic = semantic_stage.SemanticIndex([c.text() for c in self._candidates])
         return self._semantic
 
     def _order(self, i: int, fused: float) -> tuple[float, int, Decimal, str]:
