@@ -39,11 +39,13 @@ def fuse(stages: Mapping[str, Sequence[float]], priors: Sequence[float],
          named: Sequence[bool]) -> list[float]:
     """One score per candidate from each stage's share (``stages``: name -> per
     candidate); only the stages given count, their weights renormalised."""
-    weights = {s: STAGE_WEIGHTS[s] for s in stages}
-    total = sum(weights.values()) or 1.0
-    rows = [(weights[s] / total, stages[s]) for s in stages]
-    out = []
-    for i, p in enumerate(priors):
-        fused = p * sum(w * row[i] for w, row in rows)
-        out.append(fused + NAMED_BONUS if named[i] else fused)
+    total = sum(STAGE_WEIGHTS[s] for s in stages) or 1.0
+    out = [0.0] * len(priors)
+    for stage, row in stages.items():
+        w = STAGE_WEIGHTS[stage] / total
+        out = [acc + w * v for acc, v in zip(out, row, strict=True)]
+    out = [p * f for p, f in zip(priors, out, strict=True)]
+    for i, is_named in enumerate(named):
+        if is_named:
+            out[i] += NAMED_BONUS
     return out

@@ -64,15 +64,17 @@ class Embedder:
         self._tokenizer = Tokenizer.from_file(str(where / TOKENIZER))
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
-        self._weights = _map_safetensors(where / WEIGHTS, np)
+        # A plain array over the mapping: indexing a np.memmap goes through Python.
+        self._weights = np.asarray(_map_safetensors(where / WEIGHTS, np))
 
     def embed(self, texts: list[str]) -> Vectors:
         """Unit vectors, one row per text (a text with no token is a zero row)."""
         np = self._np
         out = np.zeros((len(texts), self._weights.shape[1]), dtype=np.float32)
-        for row, enc in enumerate(self._tokenizer.encode_batch(
-                [t.casefold() for t in texts], add_special_tokens=False)):
-            ids = enc.ids[:EMBEDDED_TOKENS]
+        for row, text in enumerate(texts):
+            # One at a time: encode_batch hands a single text to a thread pool.
+            ids = self._tokenizer.encode(text.casefold(), add_special_tokens=False).ids
+            ids = ids[:EMBEDDED_TOKENS]
             if ids:
                 out[row] = self._weights[ids].astype(np.float32).mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
