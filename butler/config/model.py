@@ -203,6 +203,10 @@ class PlannerConfig:
     connect_timeout_seconds: float = 3.0
     stream: bool = True  # SSE from the endpoint; text is relayed to the task's streams
     max_response_bytes: int = 4 * 1024 * 1024
+    # "never": the planner runs only as a skill; "unsure": a task in plain words that the
+    # intent router declines or finds a close call goes to the planner skill instead.
+    when: str = "never"
+    shortlist: int = 8  # the router's best candidates the model sees as tools
 
 
 @dataclass(frozen=True)

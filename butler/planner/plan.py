@@ -65,7 +65,8 @@ class PlanHost(Protocol):
                    code: str = "") -> None:
         """A model call ended (``code``: it failed): the audit trail and the cost tree."""
 
-    async def toolbox(self) -> Toolbox: ...
+    async def toolbox(self, text: str) -> Toolbox:
+        """The tools for planning ``text``: the router's shortlist for it."""
 
     async def run(self, step: Step) -> ToolOutcome: ...
 
@@ -95,7 +96,7 @@ class Planner:
 
     async def plan(self, host: PlanHost, text: str) -> PlanResult:
         cfg = self.cfg
-        toolbox = await host.toolbox()
+        toolbox = await host.toolbox(text)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM_PROMPT.format(agent=host.agent_id)},
             {"role": "user", "content": text},

@@ -69,7 +69,7 @@ class Scored:
 class Ranking:
     text: str
     threshold: float
-    ranked: tuple[Scored, ...]  # best first, at most ``SHOWN``, only those with a score
+    ranked: tuple[Scored, ...]  # best first, at most ``shown``, only those with a score
     ignored: tuple[str, ...] = ()  # the task's words that no candidate has
     stages: tuple[str, ...] = ()  # the stages that ran
     reason: str = ""  # why nothing could be chosen, when the text alone says so
@@ -185,10 +185,11 @@ class RouteIndex:
     def route(self, text: str, threshold: float = DEFAULT_THRESHOLD,
               skip_peer: Callable[[str], bool] | None = None,
               allow: Callable[[RouteCandidate], bool] | None = None,
-              ignore: Collection[str] = ()) -> Ranking:
+              ignore: Collection[str] = (), shown: int = SHOWN) -> Ranking:
         """``skip_peer``: peers whose candidates may not win this time (one already in
         the chain); ``allow``: which candidates may (asked only of those that scored);
-        ``ignore``: words that say nothing here (the agent's own name, see ``words``)."""
+        ``ignore``: words that say nothing here (the agent's own name, see ``words``);
+        ``shown``: how many candidates the ranking lists."""
         text = text[:ROUTED_CHARS]
         stages = self.stages
         ev = self.evidence(text, ignore)
@@ -215,7 +216,7 @@ class RouteIndex:
         named_peers = {self._candidates[i].peer for i in range(n) if named[i]}
         for peer in named_peers:
             self._let_the_peer_choose(peer, fused, shares)
-        top = heapq.nlargest(SHOWN + 1, range(n), key=fused.__getitem__)
+        top = heapq.nlargest(shown + 1, range(n), key=fused.__getitem__)
         top = [i for i in top if fused[i] > 0]
         top.sort(key=lambda i: self._order(i, fused[i]))
         stage_set = frozenset(stages)
@@ -225,7 +226,7 @@ class RouteIndex:
         others = {p: max((f for j, f in enumerate(fused) if self._candidates[j].peer != p),
                          default=0.0) for p in named_peers}
         ranked = []
-        for i in top[:SHOWN]:
+        for i in top[:shown]:
             peer = self._candidates[i].peer
             rival = others[peer] if named[i] else max(
                 (fused[j] for j in top if j != i), default=0.0)

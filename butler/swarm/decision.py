@@ -22,6 +22,7 @@ from typing import Protocol
 from butler.config.model import CallerLimits, SkillConfig
 from butler.delegation.peers import DelegationPlan
 from butler.routing import DEFAULT_THRESHOLD, Ranking, RouteCandidate, RouteIndex
+from butler.routing.router import SHOWN
 from butler.routing.words import words
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.spend import SpendBook
@@ -67,6 +68,10 @@ class SwarmPolicy:
     # The score a task in plain words must reach for the intent router to choose (0..1).
     routing_threshold: float = DEFAULT_THRESHOLD
     routing_semantic: bool = True  # the router's semantic stage, where installed
+    # The planner (config ``planner.when``/``shortlist``): "unsure" hands a task in plain
+    # words the router declines or finds a close call to the planner skill.
+    planner_when: str = "never"
+    planner_shortlist: int = 8
 
     def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
         chain = envelope.chain
@@ -210,13 +215,14 @@ class IntentRouter:
 
     async def rank(self, caller: Identity | None, text: str, chain: Sequence[str],
                    peers: Peers | None,
-                   allow: Callable[[RouteCandidate], bool] | None = None) -> Ranking:
+                   allow: Callable[[RouteCandidate], bool] | None = None,
+                   shown: int = SHOWN) -> Ranking:
         """``chain``: the agents the task has passed through, this one included;
         ``allow``: the candidates the caller's grants leave it (``routable``)."""
         index = self.index(caller, await self.candidates(peers))
         passed = {agent_key(a) for a in chain}
         return index.route(text, self.threshold, skip_peer=lambda p: agent_key(p) in passed,
-                           allow=allow, ignore=self._own)
+                           allow=allow, ignore=self._own, shown=shown)
 
     async def choose(self, caller: Identity, text: str, chain: Sequence[str],
                      peers: Peers | None,
@@ -324,18 +330,29 @@ class SwarmDecision:
         return await self.intent.rank(caller, text, chain, peers,
                                       routable(limits, DELEGATE_SKILL))
 
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: Peers | None
-                    ) -> tuple[list[Skill], list[RouteCandidate]]:
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: Peers | None,
+                    text: str = "") -> tuple[list[Skill], list[RouteCandidate]]:
         """What a plan for ``caller`` may call: the router's candidates (visibility and
-        grants alike), less the planner skills themselves and the peers in ``chain``."""
+        grants alike), less the planner skills themselves and the peers in ``chain``; for
+        ``text``, only the router's best ``planner_shortlist`` of them for it."""
         limits = self.spend.limits.get(caller.name)
         allow = routable(limits, DELEGATE_SKILL) or (lambda _: True)
         skills = [s for s in self.catalog.visible(caller) if s.config.builtin != "planner"
                   and allow(local_candidate(s.config))]
         passed = {agent_key(a) for a in chain}
-        found = await self.intent.candidates(peers)
-        return skills, [c for c in found
-                        if c.peer and agent_key(c.peer) not in passed and allow(c)]
+        found = [c for c in await self.intent.candidates(peers)
+                 if c.peer and agent_key(c.peer) not in passed and allow(c)]
+        ranking = None if not text else await self.intent.rank(
+            caller, text, chain, peers, routable(limits, DELEGATE_SKILL),
+            shown=self.policy.planner_shortlist + 1)
+        if ranking is None or not ranking.ranked:
+            return skills, found  # nothing to rank by: every tool, as many as fit
+        best = [s.candidate for s in ranking.ranked
+                if s.candidate.peer or self.catalog.find(s.candidate.skill_id) in skills]
+        best = best[:self.policy.planner_shortlist]
+        ids = {c.skill_id for c in best if not c.peer}
+        return ([s for s in skills if s.id in ids],
+                [c for c in found if c in best])
 
     def settle(self, task: Task) -> None:
         """``task`` has ended: what it spent counts against its caller's caps."""
@@ -359,6 +376,9 @@ class SwarmDecision:
                          else f"{intent.skill.id}, the first visible skill" if intent.skill
                          else f"nothing above the threshold; closest: "
                               f"{intent.ranking.closest()}")
+            planner = self._planner_when_unsure(caller, intent)
+            if planner is not None:
+                return self._run(caller, limits, planner, request, admitted)
             if intent.skill is not None:
                 return self._run(caller, limits, intent.skill, request, admitted)
             if intent.peer is None:
@@ -374,6 +394,18 @@ class SwarmDecision:
         if skill is not None:
             return self._run(caller, limits, skill, request, admitted)
         return await self._plan_delegation(caller, limits, request, admitted, peers)
+
+    def _planner_when_unsure(self, caller: Identity, intent: Intent) -> Skill | None:
+        """With ``planner.when: unsure``: the planner skill the caller may see, when the
+        router declined (below the threshold, not for a text of greetings) or its best
+        is a close call. The planner's own calls pass the same checks as any."""
+        ranking = intent.ranking
+        if self.policy.planner_when != "unsure" or not ranking.ranked:
+            return None
+        if ranking.best is not None and not ranking.rivals:
+            return None
+        return next((s for s in self.catalog.visible(caller)
+                     if s.config.builtin == "planner"), None)
 
     @staticmethod
     def _run(caller: Identity, limits: CallerLimits | None, skill: Skill,
