@@ -95,8 +95,7 @@ TABLE = [
                  marks=XFAIL("a near miss: notes.write's example has the wifi password")),
     ("what is on my calendar tomorrow", "calendar.agenda"),
     ("when is my next dentist appointment", "calendar.agenda"),
-    pytest.param("any meetings this afternoon?", "calendar.agenda",
-                 marks=XFAIL("lexical stages alone: just below the threshold")),
+    ("any meetings this afternoon?", "calendar.agenda"),
     ("book a meeting with Anna on Monday", "calendar.add"),
     ("add an event to the calendar: school play friday", "calendar.add"),
     ("find the lease pdf", "files.find"),
@@ -109,7 +108,9 @@ TABLE = [
     ("translate this to French", REFUSE),
     ("play some music", REFUSE),
     ("open the garage", REFUSE),
-    ("make it warmer", "home.thermostat"),  # warmer ~ warm (n-grams); the old router refused
+    # warmer ~ warm (n-grams) ranks it first; the old router refused it outright.
+    pytest.param("make it warmer", "home.thermostat",
+                 marks=XFAIL("lexical stages alone: just below the threshold")),
     ("", REFUSE),
     ("please, thank you", REFUSE),
 ]

@@ -112,7 +112,7 @@ class SwarmConfig:
     workspace_ttl_hours: float = 24.0
     max_children_per_task: int = 8
     max_outbound_concurrency: int = 32
-    routing_threshold: float = 0.58  # butler.routing.DEFAULT_THRESHOLD
+    routing_threshold: float = 0.59  # butler.routing.DEFAULT_THRESHOLD
     # The intent router's semantic stage, when the `semantic` extra is installed.
     routing_semantic: bool = True
 

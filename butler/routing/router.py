@@ -271,7 +271,7 @@ class RouteIndex:
         # it counts a little in what a share of 1 needs (see lexical.py).
         missing = len(unknown) * UNKNOWN_WEIGHT * self._lexical.rarest * REFERENCE
         lex_points, lex_total = self._lexical.score((s, 1.0) for s in stems)
-        ng_points, ng_total = self._spelling.score(stems)
+        ng_points, ng_total = self._spelling.score(stems, (lex_points, lex_total))
         shares = {"lexical": _shares(lex_points, lex_total + missing),
                   "ngrams": _shares(ng_points, ng_total + missing)}
         if "semantic" in self.stages:
