@@ -11,6 +11,7 @@ import pytest
 from butler.delegation.peer_cards import from_card
 from butler.delegation.peers import Candidate
 from butler.routing import RouteCandidate, RouteIndex, explain
+from butler.routing.semantic import available as semantic_available
 
 C = RouteCandidate
 HONEST = [
@@ -133,3 +134,29 @@ def test_a_peer_name_counts_once_not_in_every_skill_id() -> None:
     # "office" is not read from the ids: the local printer wins on locality.
     assert ranking.ranked[0].candidate.label == "printer"
     assert not any(m.word == "office" for s in ranking.ranked for m in s.matches)
+
+
+def test_a_semantic_stage_that_cannot_load_leaves_the_others_routing(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from butler.routing import semantic
+
+    def broken(texts: list[str]) -> semantic.SemanticIndex:
+        raise OSError("weights file truncated")
+
+    monkeypatch.setattr(semantic, "available", lambda: True)
+    monkeypatch.setattr(semantic, "SemanticIndex", broken)
+    index = RouteIndex(HONEST)
+    ranking = index.route("turn off the kitchen lights")
+    assert ranking.stages == ("lexical", "ngrams")
+    assert ranking.best is not None and ranking.best.candidate.label == "lights"
+    assert "semantic stage failed" in caplog.text
+    assert index.stages == ("lexical", "ngrams")
+
+
+@pytest.mark.skipif(not semantic_available(), reason="the semantic extra is not installed")
+def test_the_semantic_stage_places_a_task_that_shares_no_word_with_the_card() -> None:
+    ranking = RouteIndex(HONEST).route("is it going to be sunny on saturday", threshold=0.0)
+    assert ranking.stages == ("lexical", "ngrams", "semantic")
+    top = ranking.ranked[0]
+    assert top.candidate.label == "skycast/forecast"
+    assert dict(top.stages)["lexical"] == 0 and dict(top.stages)["semantic"] > 0

@@ -17,6 +17,7 @@ docs/intent.md explains how to write cards that route well.
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -31,6 +32,8 @@ from butler.routing.words import terms, words
 
 __all__ = ["DEFAULT_THRESHOLD", "Match", "Ranking", "RouteCandidate", "RouteIndex", "Scored",
            "explain", "route"]
+
+log = logging.getLogger("butler.routing")
 
 SHOWN = 5
 # What a word no card has counts in a share's denominator, next to a known word's 1.
@@ -191,8 +194,8 @@ class RouteIndex:
         ``ignore``: words that say nothing here (the agent's own name, see ``words``);
         ``shown``: how many candidates the ranking lists."""
         text = text[:ROUTED_CHARS]
-        stages = self.stages
         ev = self.evidence(text, ignore)
+        stages = tuple(ev.shares) or self.stages
         if not ev.stems:
             return Ranking(text, threshold, (), stages=stages,
                            reason="the task has no words to route by (only greetings or "
@@ -275,17 +278,27 @@ class RouteIndex:
         shares = {"lexical": _shares(lex_points, lex_total + missing),
                   "ngrams": _shares(ng_points, ng_total + missing)}
         if "semantic" in self.stages:
-            shares["semantic"] = self._semantic_index().score(text[:ROUTED_CHARS])
+            semantic = self._semantic_scores(text[:ROUTED_CHARS])
+            if semantic is not None:
+                shares["semantic"] = semantic
         named = [False] * n
         for stem in stems:
             for i in self._named.get(stem, ()):
                 named[i] = True
         return Evidence(said, stems, shares, named, 1 - len(unknown) / len(stems))
 
-    def _semantic_index(self) -> semantic_stage.SemanticIndex:
-        if self._semantic is None:
-            self._semantic = semantic_stage.SemanticIndex([c.text() for c in self._candidates])
-        return self._semantic
+    def _semantic_scores(self, text: str) -> list[float] | None:
+        """The semantic stage's cosines, or None (and the stage off for this index) when
+        its model cannot be loaded: the other stages still route."""
+        try:
+            if self._semantic is None:
+                self._semantic = semantic_stage.SemanticIndex(
+                    [c.text() for c in self._candidates])
+            return self._semantic.score(text)
+        except Exception as exc:
+            log.warning("the router's semantic stage failed, routing without it: %r", exc)
+            self._use_semantic = False
+            return None
 
     def _order(self, i: int, fused: float) -> tuple[float, int, Decimal, str]:
         c = self._candidates[i]
