@@ -342,17 +342,18 @@ class SwarmDecision:
         passed = {agent_key(a) for a in chain}
         found = [c for c in await self.intent.candidates(peers)
                  if c.peer and agent_key(c.peer) not in passed and allow(c)]
-        ranking = None if not text else await self.intent.rank(
-            caller, text, chain, peers, routable(limits, DELEGATE_SKILL),
-            shown=self.policy.planner_shortlist + 1)
-        if ranking is None or not ranking.ranked:
-            return skills, found  # nothing to rank by: every tool, as many as fit
-        best = [s.candidate for s in ranking.ranked
-                if s.candidate.peer or self.catalog.find(s.candidate.skill_id) in skills]
-        best = best[:self.policy.planner_shortlist]
+        k = self.policy.planner_shortlist
+        if not text or len(skills) + len(found) <= k:
+            return skills, found
+        ranking = await self.intent.rank(caller, text, chain, peers,
+                                         routable(limits, DELEGATE_SKILL), shown=k + 1)
+        ranked = [s.candidate for s in ranking.ranked]
+        # The router's best first; when it ranks fewer than k, the rest in their order.
+        mine = [local_candidate(s.config) for s in skills]
+        best = [c for c in dict.fromkeys([*ranked, *mine, *found])
+                if c in found or c in mine][:k]
         ids = {c.skill_id for c in best if not c.peer}
-        return ([s for s in skills if s.id in ids],
-                [c for c in found if c in best])
+        return [s for s in skills if s.id in ids], [c for c in found if c in best]
 
     def settle(self, task: Task) -> None:
         """``task`` has ended: what it spent counts against its caller's caps."""
