@@ -182,8 +182,7 @@ class RouteIndex:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        on = self._use_semantic and bool(self._candidates) and semantic_stage.available()
-        return ("lexical", "ngrams", "semantic") if on else ("lexical", "ngrams")
+        return stages(self._use_semantic and bool(self._candidates))
 
     def route(self, text: str, threshold: float = DEFAULT_THRESHOLD,
               skip_peer: Callable[[str], bool] | None = None,
@@ -332,6 +331,13 @@ class RouteIndex:
         if len(c.description) > len(fields["description"][0] if fields["description"] else ""):
             notes.append("description capped")
         return tuple(notes)
+
+
+def stages(semantic: bool = True) -> tuple[str, ...]:
+    """The stages a router runs here: the semantic one only when ``semantic`` and its
+    extra is installed (the agent card says which, docs/intent.md)."""
+    on = semantic and semantic_stage.available()
+    return ("lexical", "ngrams", "semantic") if on else ("lexical", "ngrams")
 
 
 def _shares(points: list[float], total: float) -> list[float]:
