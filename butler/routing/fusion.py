@@ -20,6 +20,7 @@ and the whole peer wins only what names it and fits none of its skills.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 
 from butler.routing.candidate import RouteCandidate
 
@@ -40,11 +41,13 @@ def fuse(stages: Mapping[str, Sequence[float]], priors: Sequence[float],
     """One score per candidate from each stage's share (``stages``: name -> per
     candidate); only the stages given count, their weights renormalised."""
     total = sum(STAGE_WEIGHTS[s] for s in stages) or 1.0
-    out = [0.0] * len(priors)
-    for stage, row in stages.items():
-        w = STAGE_WEIGHTS[stage] / total
-        out = [acc + w * v for acc, v in zip(out, row, strict=True)]
-    out = [p * f for p, f in zip(priors, out, strict=True)]
+    a, b, c = (STAGE_WEIGHTS[s] / total if s in stages else 0.0
+               for s in ("lexical", "ngrams", "semantic"))
+    lexical, ngrams = stages["lexical"], stages["ngrams"]
+    semantic = stages.get("semantic") or repeat(0.0)
+    # One pass, one expression: this runs for every candidate of every task.
+    out = [p * (a * x + b * y + c * z)
+           for p, x, y, z in zip(priors, lexical, ngrams, semantic)]
     for i, is_named in enumerate(named):
         if is_named:
             out[i] += NAMED_BONUS
