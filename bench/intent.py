@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""The intent router's speed: ``.venv/bin/python bench/intent.py [--candidates N]
-[--semantic]`` (``--semantic``: with the semantic stage, which needs the extra).
+"""The intent router's speed: ``.venv/bin/python bench/intent.py [--candidates N]``.
 
 Builds N synthetic cards (names, tags, capabilities, examples and descriptions drawn from
 a 3,000-word vocabulary with a Zipf-like skew, so common words are on many cards, as
@@ -72,7 +71,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--candidates", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--semantic", action="store_true")
+    p.add_argument("--semantic", action="store_true",
+                   help="with the semantic stage (needs the semantic extra)")
     args = p.parse_args()
     candidates = cards(args.candidates)
     started = time.perf_counter()
