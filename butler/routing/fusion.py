@@ -20,7 +20,6 @@ and the whole peer wins only what names it and fits none of its skills.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 
 from butler.routing.candidate import RouteCandidate
 
@@ -44,10 +43,10 @@ def fuse(stages: Mapping[str, Sequence[float]], priors: Sequence[float],
     a, b, c = (STAGE_WEIGHTS[s] / total if s in stages else 0.0
                for s in ("lexical", "ngrams", "semantic"))
     lexical, ngrams = stages["lexical"], stages["ngrams"]
-    semantic = stages.get("semantic") or repeat(0.0)
+    semantic = stages.get("semantic") or [0.0] * len(priors)
     # One pass, one expression: this runs for every candidate of every task.
     out = [p * (a * x + b * y + c * z)
-           for p, x, y, z in zip(priors, lexical, ngrams, semantic)]
+           for p, x, y, z in zip(priors, lexical, ngrams, semantic, strict=True)]
     for i, is_named in enumerate(named):
         if is_named:
             out[i] += NAMED_BONUS
