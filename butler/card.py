@@ -8,6 +8,7 @@ from typing import Any
 
 from butler.config.model import Config
 from butler.identity.key_file import AgentIdentity
+from butler.routing.router import stages as routing_stages
 from butler.runtime.clock import now_iso
 from butler.skills.catalog import SkillCatalog, is_reserved
 from internal.protocol.a2a.codec.card_signature import card_signer
@@ -51,7 +52,8 @@ def build_card(config: Config, catalog: SkillCatalog, identity: Identity | None,
         "auth_schemes": ["bearer"],
         "streaming": True,
         "swarm": {"max_depth": config.swarm.max_depth,
-                  "budget_cap_usd": str(config.swarm.budget_usd)},
+                  "budget_cap_usd": str(config.swarm.budget_usd),
+                  "routing_stages": list(routing_stages(config.swarm.routing_semantic))},
         "updated_at": now_iso(),
         **(agent.v2_card_fields() if agent is not None else {}),
     }

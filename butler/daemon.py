@@ -236,8 +236,11 @@ class Daemon:
                 stack.push_async_callback(delegator.aclose)
         self.engine = TaskEngine(
             deps, store=store, catalog=catalog,
-            policy=SwarmPolicy(cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
-                               cfg.swarm.routing_threshold),
+            policy=SwarmPolicy(
+                cfg.agent.id, cfg.swarm.max_depth, cfg.swarm.budget_usd,
+                cfg.swarm.routing_threshold, cfg.swarm.routing_semantic,
+                cfg.planner.when if cfg.planner else "never",
+                cfg.planner.shortlist if cfg.planner else 8),
             delegator=delegator, retention_hours=cfg.tasks.retention_hours,
             default_timeout=cfg.tasks.default_timeout_seconds,
             card=lambda ident: build_card(cfg, catalog, ident, self.url, agent), spend=spend,

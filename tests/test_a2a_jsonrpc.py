@@ -101,12 +101,12 @@ async def test_skill_choice_from_the_message(swarm: Swarm) -> None:
         assert skill_id == "about"
         skill_id, _ = await run(text("hi"), metadata={"skill": "about"})
         assert skill_id == "about"
-        # Naming neither: the intent router chooses by the words (issue 20), and a text
-        # without any word to route by goes to the first visible skill, as before.
+        # Naming neither: the intent router chooses by the words (issue 20); a text of
+        # greetings only is declined, never sent to the first skill (issue 35).
         skill_id, _ = await run(text("echo this back"))
         assert skill_id == "echo"
-        skill_id, _ = await run(text("hello"))
-        assert skill_id == "echo"
+        hello = await send_task(client, send_request(user_message(text("hello"))))
+        assert hello.status.state == TaskState.TASK_STATE_FAILED
 
 
 async def test_cancel_and_task_errors(swarm: Swarm) -> None:

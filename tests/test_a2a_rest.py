@@ -47,9 +47,9 @@ async def test_sdk_rest_client_send_get_list_cancel(swarm: Swarm) -> None:
     home = await swarm.start("home", callers={"operator": {}, "vip": {"tier": "gold"}},
                              skills=[ECHO, WAIT, {**ECHO, "id": "gold", "tier": "gold"}])
     async with sdk_client(home, binding="HTTP+JSON") as client:
-        task = await send_task(client, send_request(user_message(text("hello"))))
+        task = await send_task(client, send_request(user_message(text("echo hello"))))
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
-        assert task.artifacts[-1].parts[0].text == "hello"
+        assert task.artifacts[-1].parts[0].text == "echo hello"
         got = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
         assert got.id == task.id and len(got.history) == 1
         page = await client.list_tasks(ListTasksRequest(page_size=10))

@@ -60,11 +60,12 @@ async def test_v03_client_send_get_cancel_and_card(swarm: Swarm) -> None:
     home = await swarm.start("home", skills=[ECHO, WAIT, {**ECHO, "id": "x", "tier": "gold"}],
                              callers={"operator": {}, "vip": {"tier": "gold"}})
     async with v03_client(home) as client:
-        task = await send_task(client, send_request(user_message(text("hello"))))
+        # "echo": words to route by (a greeting alone is declined since issue 35).
+        task = await send_task(client, send_request(user_message(text("echo hello"))))
         assert task.status.state == TaskState.TASK_STATE_COMPLETED
-        assert task.artifacts[-1].parts[0].text == "hello"
+        assert task.artifacts[-1].parts[0].text == "echo hello"
         got = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
-        assert len(got.history) == 1 and got.history[0].parts[0].text == "hello"
+        assert len(got.history) == 1 and got.history[0].parts[0].text == "echo hello"
         waiting = await send_task(client, send_request(
             user_message(text("x"), metadata={"skill": "wait"}), return_immediately=True))
         await wait_task(home, waiting.id, {"working"})

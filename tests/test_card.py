@@ -42,6 +42,9 @@ async def test_card_fields(swarm: Swarm, http: aiohttp.ClientSession) -> None:
     assert datetime.fromisoformat(data["updated_at"].replace("Z", "+00:00"))
     assert data["capabilities"] == ["echo"]
     assert [s["id"] for s in data["skills"]] == ["echo"]
+    # The intent router's stages here (issue 35): semantic only with the extra installed.
+    assert data["swarm"]["routing_stages"] in (["lexical", "ngrams"],
+                                               ["lexical", "ngrams", "semantic"])
     async with http.get(f"{home.url}/v2/card") as resp:
         assert resp.status == 401
 

@@ -40,7 +40,7 @@ def test_demo_delegates_between_two_real_instances() -> None:
     assert "office / memory.search: 0.005 USD" in proc.stdout
     # Step 4: plain words, routed by home's intent router to office's card skill.
     assert "chosen: office/office.action_items" in proc.stdout
-    assert "'action' in id/name/tags" in proc.stdout
+    assert "'action' in name/tags/id" in proc.stdout
     assert "office / office.action_items: 0.005 USD" in proc.stdout
     # Step 5: each safety rule refused, one line each, with who refused and what it cost.
     lines = proc.stdout.splitlines()

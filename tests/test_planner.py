@@ -175,7 +175,9 @@ async def test_a_hanging_endpoint_fails_the_task_within_its_deadline(
     assert body["state"] == "failed"
     assert body["error"]["code"] == "planner_unavailable", body["error"]
     assert len(server.requests) == 1
-    assert body["budget"]["spent_usd"] == "0"
+    # The endpoint had the request and may have billed it: the reservation is charged
+    # (it was 0 before issue 35, which let a hanging endpoint run for free).
+    assert Decimal(body["budget"]["spent_usd"]) > 0
 
 
 async def test_a_hanging_endpoint_never_outlives_the_task(swarm: Swarm, tmp_path: Path) -> None:
@@ -369,3 +371,38 @@ async def test_a_tool_that_raises_is_in_the_audit_trail(swarm: Swarm, tmp_path: 
     assert status == 200 and body["state"] == "failed", body
     tools = [r for r in await _audit(home) if r["kind"] == "planner_tool"]
     assert [(r["decision"], r["code"]) for r in tools] == [("error", "internal_error")]
+
+
+async def test_when_unsure_the_planner_decides_among_the_routers_shortlist(
+        mesh: Mesh, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """planner.when: unsure: a task in plain words the router declines goes to the planner
+    skill, whose model sees the router's shortlist for it (here 2), with each skill's
+    name, tags and examples, not every skill."""
+    lamp = {**skill("lamp"), "name": "Lamp", "tags": ["lamp", "light"],
+            "examples": ["dim the lamp"]}
+    heat = {**skill("heating"), "name": "Heating", "tags": ["heating", "warm"]}
+    others = [{**skill(f"other{n}"), "name": f"Other {n}", "tags": [f"thing{n}"]}
+              for n in range(6)]
+    async with chat_server(Reply(content="the lamp, I think")) as server:
+        mesh.agent("home", skills=[PLAN, lamp, heat, *others], extra={
+            "planner": _planner(tmp_path, server.url, when="unsure", shortlist=2)})
+        agents = await mesh.start()
+        home = agents["home"]
+        # "light" and "warm" both match, by one word each: a close call or a decline.
+        async with http.post(f"{home.url}/v2/tasks", headers=home.headers(),
+                             json={"task": "a warm light on the desk, something cosy"}) as r:
+            body = await r.json()
+    assert body["state"] == "completed", body
+    assert len(server.requests) == 1
+    tools = {t["function"]["name"]: t["function"]["description"]
+             for t in server.requests[0]["tools"]}
+    assert set(tools) == {"lamp", "heating"}
+    assert "tags: lamp, light" in tools["lamp"] and '"dim the lamp"' in tools["lamp"]
+
+
+def test_planner_when_and_shortlist_are_checked(tmp_path: Path) -> None:
+    for bad_value in ({"when": "sometimes"}, {"shortlist": 0}):
+        doc = {"skills": [PLAN], "planner": {"url": "http://127.0.0.1:1/v1", "model": "m",
+                                             **bad_value}}
+        with pytest.raises(ConfigError, match=f"planner.{next(iter(bad_value))}"):
+            parse_config(json.dumps(doc), file="p.yaml", env={}, base_dir=tmp_path)

@@ -71,10 +71,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--candidates", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--semantic", action="store_true",
+                   help="with the semantic stage (needs the semantic extra)")
     args = p.parse_args()
     candidates = cards(args.candidates)
     started = time.perf_counter()
-    index = RouteIndex(candidates)
+    index = RouteIndex(candidates, semantic=args.semantic)
+    index.route("load the model")  # the semantic stage embeds the candidates on first use
     built = time.perf_counter() - started
     texts = tasks(200)
     for text in texts:  # warm up
@@ -90,7 +93,8 @@ def main() -> int:
     def at(share: float) -> float:
         return times[int(share * (len(times) - 1))] * 1e6
 
-    print(f"candidates: {len(candidates)}; index built once in {built * 1000:.1f} ms")
+    print(f"candidates: {len(candidates)}, stages {'+'.join(index.stages)}; "
+          f"index built once in {built * 1000:.1f} ms")
     print(f"route one task: median {statistics.median(times) * 1e6:.0f} us, "
           f"p90 {at(0.9):.0f} us, p99 {at(0.99):.0f} us ({len(times)} routes)")
     return 0

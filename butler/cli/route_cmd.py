@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 
@@ -16,6 +17,7 @@ from butler.delegation.peer_cards import from_card
 from butler.delegation.peers import from_config
 from butler.delegation.registry_link import RegistryLink
 from butler.routing import Ranking, RouteCandidate, RouteIndex, explain
+from butler.routing.words import words
 from butler.skills.catalog import is_reserved
 from butler.swarm.decision import local_candidate
 
@@ -31,7 +33,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                     "candidate reaches the threshold, 1 when the task would be refused.")
     p.add_argument("task")
     p.add_argument("--explain", action="store_true",
-                   help="say which words matched which fields of each candidate")
+                   help="show the stages that ran, each stage's score per candidate, which "
+                        "words matched which fields, and the priors and caps applied")
+    p.add_argument("--json", action="store_true",
+                   help="print the ranking as one JSON object (the fields of --explain)")
     p.add_argument("--cards", action="store_true",
                    help="read the peers' agent cards (with their tokens) and the "
                         "registry's agents, as the daemon does")
@@ -46,14 +51,14 @@ def _route(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     ranking = asyncio.run(rank(config, args.task, cards=args.cards, tier=args.tier))
-    if args.explain:
+    if args.json:
+        print(json.dumps(ranking.as_json(), indent=2))
+    elif args.explain:
         print(explain(ranking))
     else:
         for n, s in enumerate(ranking.ranked, 1):
             print(f"{n}. {s.candidate.label}  {s.score:.2f}")
-        best = ranking.best
-        print(f"chosen: {best.candidate.label}" if best is not None
-              else f"chosen: none (no_capable_skill); closest: {ranking.closest()}")
+        print(explain(ranking).splitlines()[-1])
     sys.stdout.flush()
     return 0 if ranking.best is not None else 1
 
@@ -67,7 +72,9 @@ async def rank(config: Config, text: str, *, cards: bool, tier: str | None = Non
              and (s.tier is None or tier in (s.tier, "admin"))]
     peers = await _cards(config) if cards else tuple(
         c for p in from_config(config.peers) for c in from_card(p, {}))
-    return RouteIndex([*local, *peers]).route(text, config.swarm.routing_threshold)
+    index = RouteIndex([*local, *peers], semantic=config.swarm.routing_semantic)
+    return index.route(text, config.swarm.routing_threshold,
+                       ignore=frozenset(words(config.agent.id)))
 
 
 async def _cards(config: Config) -> tuple[RouteCandidate, ...]:

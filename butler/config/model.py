@@ -134,7 +134,9 @@ class SwarmConfig:
     max_outbound_concurrency: int = 32
     # How long a delegated task waits for its caller's answer to a peer's question.
     input_wait_seconds: float = 300.0
-    routing_threshold: float = 0.4  # butler.routing.DEFAULT_THRESHOLD
+    routing_threshold: float = 0.59  # butler.routing.DEFAULT_THRESHOLD
+    # The intent router's semantic stage, when the `semantic` extra is installed.
+    routing_semantic: bool = True
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,10 @@ class PlannerConfig:
     connect_timeout_seconds: float = 3.0
     stream: bool = True  # SSE from the endpoint; text is relayed to the task's streams
     max_response_bytes: int = 4 * 1024 * 1024
+    # "never": the planner runs only as a skill; "unsure": a task in plain words that the
+    # intent router declines or finds a close call goes to the planner skill instead.
+    when: str = "never"
+    shortlist: int = 8  # the router's best candidates the model sees as tools
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from butler.config.node import Node
 _KEYS = {
     "url", "model", "token_env", "token_file", "price_per_1k_input_usd",
     "price_per_1k_output_usd", "max_steps", "max_tokens", "timeout_seconds",
-    "connect_timeout_seconds", "stream", "max_response_bytes",
+    "connect_timeout_seconds", "stream", "max_response_bytes", "when", "shortlist",
 }
 
 
@@ -43,4 +43,7 @@ def parse_planner(node: Node | None, base: Path) -> m.PlannerConfig | None:
         stream=k["stream"].boolean() if "stream" in k else d.stream,
         max_response_bytes=k["max_response_bytes"].integer(minimum=1024)
         if "max_response_bytes" in k else d.max_response_bytes,
+        when=k["when"].choice(("never", "unsure")) if "when" in k else d.when,
+        shortlist=k["shortlist"].integer(minimum=1, maximum=128) if "shortlist" in k
+        else d.shortlist,
     )

@@ -88,6 +88,7 @@ def parse_swarm(node: Node | None) -> m.SwarmConfig:
         "enabled", "max_depth", "budget_usd", "workspace_ttl_hours",
         "max_children_per_task", "max_outbound_concurrency", "routing_threshold",
         "input_wait_seconds",
+        "routing_semantic",
     })
     return m.SwarmConfig(
         enabled=k["enabled"].boolean() if "enabled" in k else d.enabled,
@@ -104,6 +105,8 @@ def parse_swarm(node: Node | None) -> m.SwarmConfig:
         else d.routing_threshold,
         input_wait_seconds=k["input_wait_seconds"].number(minimum=0.01)
         if "input_wait_seconds" in k else d.input_wait_seconds,
+        routing_semantic=k["routing_semantic"].boolean() if "routing_semantic" in k
+        else d.routing_semantic,
     )
 
 

@@ -57,7 +57,7 @@ class PlanningRun(Protocol):
     @property
     def agent_id(self) -> str: ...
 
-    async def toolbox(self) -> Toolbox: ...
+    async def toolbox(self, text: str) -> Toolbox: ...
 
     async def run_local(self, skill: Skill, ctx: SkillContext) -> SkillResult: ...
 
@@ -109,8 +109,8 @@ class PlanSteps:
                     {"model": self.model, "step": step, "cost_usd": str(cost),
                      "seconds": f"{seconds:.6f}", **tokens})
 
-    async def toolbox(self) -> Toolbox:
-        return await self.task_run.toolbox()
+    async def toolbox(self, text: str) -> Toolbox:
+        return await self.task_run.toolbox(text)
 
     async def run(self, step: Step) -> ToolOutcome:
         try:

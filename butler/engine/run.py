@@ -384,11 +384,12 @@ class TaskRun:
         return await self.swarm.rank(self.caller, text, (*self.chain, self.deps.agent_id),
                                      self.delegator)
 
-    async def toolbox(self) -> Toolbox:
+    async def toolbox(self, text: str = "") -> Toolbox:
+        """``text``: the task being planned, whose router shortlist the model sees."""
         # No peers when the next hop would exceed the depth.
         skills, peers = await self.swarm.tools(
             self.caller, (*self.chain, self.deps.agent_id),
-            self.delegator if self.may_delegate else None)
+            self.delegator if self.may_delegate else None, text)
         # Not the skill that is planning: it would plan again.
         return Toolbox([s for s in skills if s is not self.skill], peers)
 

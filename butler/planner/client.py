@@ -32,6 +32,11 @@ from internal.protocol.a2a.client import transport_errors
 from internal.protocol.a2a.model import DelegationFailed
 
 UNAVAILABLE = "planner_unavailable"
+
+
+class PlannerTimeout(SkillFailed):
+    """The endpoint had the request but did not answer in time: it may have done the
+    work (and billed it), so the call is charged as if it had (plan.py)."""
 ERROR_TEXT_CHARS = 300  # of an endpoint's error message, quoted in the task's error
 TextSink = Callable[[str], Awaitable[None]]
 
@@ -95,6 +100,8 @@ class ChatClient:
                         raise bad(f"the {'stream' if streamed else 'answer'} exceeds "
                                   f"{exc.limit} bytes") from None
         except DelegationFailed as exc:  # the transport's failure, named for the planner
+            if exc.code == "peer_timeout":
+                raise PlannerTimeout(UNAVAILABLE, exc.message) from None
             raise SkillFailed(UNAVAILABLE, exc.message) from None
         if answer.content and on_text is not None:
             await on_text(answer.content)  # a whole answer's text arrives all at once

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from butler.config.model import PlannerConfig
-from butler.planner.client import ChatClient
+from butler.planner.client import ChatClient, PlannerTimeout
 from butler.planner.tools import Step, Toolbox
 from butler.planner.wire import Completion, Usage
 from butler.skills.base import PlanResult, SkillFailed
@@ -65,7 +65,8 @@ class PlanHost(Protocol):
                    code: str = "") -> None:
         """A model call ended (``code``: it failed): the audit trail and the cost tree."""
 
-    async def toolbox(self) -> Toolbox: ...
+    async def toolbox(self, text: str) -> Toolbox:
+        """The tools for planning ``text``: the router's shortlist for it."""
 
     async def run(self, step: Step) -> ToolOutcome: ...
 
@@ -95,7 +96,7 @@ class Planner:
 
     async def plan(self, host: PlanHost, text: str) -> PlanResult:
         cfg = self.cfg
-        toolbox = await host.toolbox()
+        toolbox = await host.toolbox(text)
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM_PROMPT.format(agent=host.agent_id)},
             {"role": "user", "content": text},
@@ -137,12 +138,16 @@ class Planner:
             answer = await self.client.complete(messages, toolbox.specs,
                                                 deadline=host.deadline, on_text=host.relay)
         except SkillFailed as exc:
-            # No answer, no usage: a failed call is not charged (docs/intent.md).
-            host.settle(reserved, Decimal("0"))
-            host.model_call(step, None, Decimal("0"), time.monotonic() - started, exc.code)
+            # A refused or failed call did no work and is not charged; one that timed out
+            # may have, and is charged its reservation, the most it could cost
+            # (docs/intent.md).
+            cost = reserved if isinstance(exc, PlannerTimeout) else Decimal("0")
+            host.settle(reserved, cost)
+            host.model_call(step, None, cost, time.monotonic() - started, exc.code)
             raise
         except BaseException:
-            host.settle(reserved, Decimal("0"))
+            # Canceled (the task's deadline, the caller): the endpoint had the request.
+            host.settle(reserved, reserved)
             raise
         usage = answer.usage
         cost = reserved if usage is None else min(

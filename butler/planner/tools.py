@@ -126,7 +126,7 @@ def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[s
 
 def _describe_skill(skill: Skill) -> str:
     cfg = skill.config
-    said = cfg.description or cfg.name
+    said = _card(cfg.name, cfg.description, cfg.tags, cfg.examples)[2:] or cfg.id
     extra = f" (costs {cfg.cost_usd} USD)" if cfg.cost_usd else ""
     return f"{said}{extra}"[:1000]
 
@@ -140,6 +140,17 @@ def _describe_peers(peers: list[RouteCandidate]) -> str:
     lines = ["Delegate a task to another agent. Agents and what they offer:"]
     for cand in peers[:4 * MAX_PEERS]:
         what = cand.skill_id or ", ".join(cand.capabilities) or "anything"
-        said = f": {cand.description[:160]}" if cand.description else ""
-        lines.append(f"- {cand.peer} / {what}{said}")
+        card = _card(cand.name, cand.description, cand.tags, cand.examples)
+        lines.append(f"- {cand.peer} / {what}{card}")
     return "\n".join(lines)
+
+
+def _card(name: str, description: str, tags: tuple[str, ...],
+          examples: tuple[str, ...]) -> str:
+    """A skill as its card shows it, bounded: name, description, tags, two examples."""
+    said = [t for t in (name[:80], description[:160]) if t]
+    if tags:
+        said.append("tags: " + ", ".join(t[:40] for t in tags[:8]))
+    if examples:
+        said.append("e.g. " + "; ".join(f'"{e[:100]}"' for e in examples[:2]))
+    return (": " + ". ".join(said)) if said else ""

@@ -1,51 +1,48 @@
 """The intent router: which skill or peer a task in plain words is for.
 
-Pure and deterministic: candidates in, a ranking out, no I/O and no model. Each
-candidate's words are indexed once (``RouteIndex``), by field, with a weight per field
-(an id, a name or a tag says more than a sentence of description). A task's score for a
-candidate is the weighted share of the task's words the candidate covers:
+Pure and deterministic: candidates in, a ranking out, no I/O. ``RouteIndex`` indexes
+the candidates once; for each task, three stages score every candidate:
 
-    score = sum(idf(w) * field_weight(w, candidate) for the task's words it has)
-            / sum(idf(w) * REFERENCE_WEIGHT for the task's words some candidate has
-                  + idf(w) * UNKNOWN_WEIGHT for the words none has)
+- lexical (lexical.py): BM25 over the cards' fields, with a cap per field;
+- n-grams (ngrams.py): the same, with words matched as they are spelled (typos, forms);
+- semantic (semantic.py, optional): a static embedding model's cosine, for a task that
+  shares no word with the card it means ("am I overdrawn?" and a bank account).
 
-capped at 1, plus ``PEER_BONUS`` when the task names the candidate's peer ("my office").
-``idf`` (rarer words count more) is taken over the candidate set, and a word no candidate
-has counts as if one had it: asking for something nobody offers lowers every score.
+Fusion (fusion.py) makes them one score with the locality prior and the peer-name
+bonus; calibration (calibration.py) makes that a confidence that the choice is right,
+and the best candidate is chosen when its confidence reaches the threshold.
 docs/intent.md explains how to write cards that route well.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
+import logging
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from operator import add
 
+from butler.routing import semantic as semantic_stage
+from butler.routing.calibration import CLOSE, DEFAULT_THRESHOLD, confidence
+from butler.routing.candidate import RouteCandidate
+from butler.routing.fusion import NAMED_BONUS, fuse, prior
+from butler.routing.lexical import REFERENCE, LexicalIndex
+from butler.routing.ngrams import SpellingIndex
 from butler.routing.words import terms, words
 
-# How much a word found in each field of a card counts (its best field counts).
-FIELD_WEIGHTS: dict[str, float] = {
-    "id": 3.0, "name": 3.0, "tags": 3.0, "capabilities": 2.5, "peer": 2.0,
-    "examples": 1.0, "description": 1.0,
-}
-# What a word of the task would count if matched in a strong field: the denominator.
-REFERENCE_WEIGHT = 2.0
-# A word no candidate has counts half as much: "remember that the car is due for service"
-# is about notes even though no card says "car"; enough of them still sink every score.
-UNKNOWN_WEIGHT = 1.0
-PEER_BONUS = 0.1
-DEFAULT_THRESHOLD = 0.4
+__all__ = ["DEFAULT_THRESHOLD", "Match", "Ranking", "RouteCandidate", "RouteIndex", "Scored",
+           "explain", "route"]
+
+log = logging.getLogger("butler.routing")
+
 SHOWN = 5
-# Only the start of a long text is read: a request in plain words is a sentence or two,
+# What a word no card has counts in a share's denominator, next to a known word's 1.
+UNKNOWN_WEIGHT = 0.5
+# The confidence of the best candidate of a peer the task names (see ``route``).
+NAMED_CONFIDENCE = 0.9
+# Only the start of a long text is read: a paragraph is placed by its first sentences,
 # and a caller's megabyte of text must not hold the event loop.
 ROUTED_CHARS = 2000
-# A word on more than one candidate in this many is kept as a dense row (see RouteIndex).
-DENSE_SHARE = 8
-
-_STRONGEST_FIRST = sorted(FIELD_WEIGHTS, key=lambda f: -FIELD_WEIGHTS[f])
 
 # Ties: a local skill before a peer, a peer as a whole before one of its skills (a task
 # that only names the peer lets the peer choose).
@@ -53,57 +50,33 @@ _KIND_ORDER = {"local": 0, "peer": 1, "peer-skill": 2}
 
 
 @dataclass(frozen=True, slots=True)
-class RouteCandidate:
-    """A local skill (``peer`` empty), a peer as a whole (``skill_id`` empty) or one
-    skill of a peer's card."""
-
-    skill_id: str
-    peer: str = ""
-    name: str = ""
-    description: str = ""
-    tags: tuple[str, ...] = ()
-    examples: tuple[str, ...] = ()
-    capabilities: tuple[str, ...] = ()
-    cost_usd: Decimal = Decimal("0")
-    source: str = "local"  # local, config (a peer entry), card (a peer's card), registry
-
-    @property
-    def kind(self) -> str:
-        return "local" if not self.peer else "peer-skill" if self.skill_id else "peer"
-
-    @property
-    def label(self) -> str:
-        if not self.peer:
-            return self.skill_id
-        return f"{self.peer}/{self.skill_id}" if self.skill_id else f"{self.peer} (peer)"
-
-    def fields(self) -> dict[str, str]:
-        return {"id": self.skill_id, "name": self.name, "tags": " ".join(self.tags),
-                "capabilities": " ".join(self.capabilities), "peer": self.peer,
-                "examples": " ".join(self.examples), "description": self.description}
-
-
-@dataclass(frozen=True, slots=True)
 class Match:
     word: str  # as the task wrote it
     fields: tuple[str, ...]  # where the candidate has it, strongest first
-    points: float  # idf * field weight
+    points: float  # its lexical points (idf times the field's saturated weight)
+    card_word: str = ""  # the card's word, when it is only spelled alike
 
 
 @dataclass(frozen=True, slots=True)
 class Scored:
     candidate: RouteCandidate
-    score: float
+    score: float  # the confidence that this candidate is the right one, 0..1
     matches: tuple[Match, ...]
     peer_named: bool
+    fused: float = 0.0
+    stages: tuple[tuple[str, float], ...] = ()  # each stage's share, 0..1
+    notes: tuple[str, ...] = ()  # priors and caps applied, for ``explain``
 
 
 @dataclass(frozen=True, slots=True)
 class Ranking:
     text: str
     threshold: float
-    ranked: tuple[Scored, ...]  # best first, at most ``SHOWN``, only those with a score
+    ranked: tuple[Scored, ...]  # best first, at most ``shown``, only those with a score
     ignored: tuple[str, ...] = ()  # the task's words that no candidate has
+    stages: tuple[str, ...] = ()  # the stages that ran
+    reason: str = ""  # why nothing could be chosen, when the text alone says so
+    known: float = 0.0  # the share of the task's words that some card has
 
     @property
     def best(self) -> Scored | None:
@@ -112,129 +85,286 @@ class Ranking:
             return self.ranked[0]
         return None
 
+    @property
+    def rivals(self) -> tuple[Scored, ...]:
+        """When the best is a toss-up: it and the others within ``CLOSE`` of its
+        confidence (empty when the best is clear, or there is none)."""
+        best = self.best
+        if best is None:
+            return ()
+        # A peer as a whole is no rival to its own skill: it would choose that skill.
+        close = tuple(s for s in self.ranked[1:] if best.score - s.score <= CLOSE
+                      and not (s.candidate.peer == best.candidate.peer
+                               and "peer" in (s.candidate.kind, best.candidate.kind)))
+        return (best, *close) if close else ()
+
     def closest(self) -> str:
         """The closest candidates with their scores, for a refusal's message."""
         if not self.ranked:
-            return "no candidate shares a word with the task"
+            return self.reason or "no candidate shares a word with the task"
         return ", ".join(f"{s.candidate.label} ({s.score:.2f})" for s in self.ranked)
+
+    def as_json(self) -> dict[str, object]:
+        best = self.best
+        return {
+            "text": self.text, "threshold": self.threshold, "stages": list(self.stages),
+            "chosen": best.candidate.label if best is not None else None, "known": self.known,
+            "rivals": [s.candidate.label for s in self.rivals],
+            "reason": self.reason or (None if best is not None else "below_threshold"),
+            "ignored_words": list(self.ignored),
+            "ranked": [{"label": s.candidate.label, "skill_id": s.candidate.skill_id,
+                        "peer": s.candidate.peer or None, "source": s.candidate.source,
+                        "confidence": s.score, "fused": s.fused, "stages": dict(s.stages),
+                        "peer_named": s.peer_named, "notes": list(s.notes),
+                        "matches": [{"word": m.word, "fields": list(m.fields),
+                                     "points": m.points, "card_word": m.card_word or None}
+                                    for m in s.matches]}
+                       for s in self.ranked],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    said: list[tuple[str, str]]  # (stem, word as written) for each content word
+    stems: list[str]  # the distinct stems, in order
+    shares: dict[str, list[float]]  # stage -> each candidate's share, 0..1
+    named: list[bool]  # per candidate: the task names its peer
+    known: float  # the share of the task's words that some card has
 
 
 @dataclass(slots=True)
-class _Entry:
-    candidate: RouteCandidate
-    weights: dict[str, float] = field(default_factory=dict)  # stem -> best field weight
-    where: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stem -> fields
+class _Excluded:
+    """Candidates left out of the index, and why (for ``explain``)."""
+
+    clones: dict[str, str] = field(default_factory=dict)  # registry label -> original
 
 
 class RouteIndex:
-    """Candidates' words, indexed once, with each word's points (idf times its best
-    field's weight) per candidate precomputed; ``route`` then only adds up the points of
-    the task's words. A word on many candidates keeps a dense row of points, added with
-    one ``map`` (a loop in C) instead of one Python step per candidate."""
+    """The candidates indexed once by every stage; ``route`` then scores a task.
 
-    def __init__(self, candidates: Iterable[RouteCandidate]) -> None:
-        self._entries = [_index(c) for c in candidates]
-        n = self._n = len(self._entries)
-        postings: dict[str, list[tuple[int, float]]] = {}
-        for i, entry in enumerate(self._entries):
-            for stem, weight in entry.weights.items():
-                postings.setdefault(stem, []).append((i, weight))
-        self._idf = {stem: math.log(1 + (n + 1) / (len(p) + 0.5))
-                     for stem, p in postings.items()}
-        self._unknown_idf = math.log(1 + (n + 1) / 1.5)  # as rare as a word one card has
-        self._sparse: dict[str, tuple[tuple[int, float], ...]] = {}
-        self._dense: dict[str, list[float]] = {}
-        for stem, posting in postings.items():
-            idf = self._idf[stem]
-            if len(posting) * DENSE_SHARE > n:
-                row = [0.0] * n
-                for i, weight in posting:
-                    row[i] = idf * weight
-                self._dense[stem] = row
-            else:
-                self._sparse[stem] = tuple((i, idf * weight) for i, weight in posting)
+    ``semantic``: use the semantic stage when it is installed (its model is loaded on the
+    first task routed, not before)."""
+
+    def __init__(self, candidates: Iterable[RouteCandidate], *, semantic: bool = True) -> None:
+        kept, self.excluded = _without_clones(list(candidates))
+        self._candidates = kept
+        self._lexical = LexicalIndex(kept)
+        self._spelling = SpellingIndex(self._lexical)
+        self._priors = [prior(c) for c in kept]
+        self._use_semantic = semantic
+        self._semantic: semantic_stage.SemanticIndex | None = None
         self._named: dict[str, list[int]] = {}  # a word of a peer's name -> its candidates
         self._by_peer: dict[str, list[int]] = {}
-        for i, entry in enumerate(self._entries):
-            peer = entry.candidate.peer
-            if peer:
-                self._by_peer.setdefault(peer, []).append(i)
-            for stem in set(words(peer)):
+        for i, c in enumerate(kept):
+            if c.peer:
+                self._by_peer.setdefault(c.peer, []).append(i)
+        # A peer is named by a word of its name or, for a peer as a whole, of its card's
+        # name ("ShopMate") that no other agent's card has: a peer called "calendar" is
+        # not named by every task about a calendar. Such a word counts once, for every
+        # candidate of that peer alike.
+        address: dict[str, set[str]] = {}
+        owner: dict[str, set[str]] = {}  # a word of a peer's name -> the peers it names
+        for c in kept:
+            for stem in words(c.peer):
+                owner.setdefault(stem, set()).add(c.peer)
+        for c in kept:
+            if c.peer:
+                said = {*words(c.peer), *(words(c.name) if c.kind == "peer" else ())}
+                address.setdefault(c.peer, set()).update(s for s in said if owner.get(
+                    s, {c.peer}) == {c.peer} and all(
+                    kept[i].peer == c.peer for i, _ in self._lexical.postings.get(s, ())))
+        for i, c in enumerate(kept):
+            for stem in address.get(c.peer, ()):
                 self._named.setdefault(stem, []).append(i)
 
     def __len__(self) -> int:
-        return self._n
+        return len(self._candidates)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return stages(self._use_semantic and bool(self._candidates))
 
     def route(self, text: str, threshold: float = DEFAULT_THRESHOLD,
               skip_peer: Callable[[str], bool] | None = None,
               allow: Callable[[RouteCandidate], bool] | None = None,
-              ignore: Collection[str] = ()) -> Ranking:
+              ignore: Collection[str] = (), shown: int = SHOWN) -> Ranking:
         """``skip_peer``: peers whose candidates may not win this time (one already in
         the chain); ``allow``: which candidates may (asked only of those that scored);
-        ``ignore``: words that say nothing here (the agent's own name, see ``words``)."""
+        ``ignore``: words that say nothing here (the agent's own name, see ``words``);
+        ``shown``: how many candidates the ranking lists."""
         text = text[:ROUTED_CHARS]
-        said = [(s, w) for s, w in terms(text) if s not in ignore]
-        stems = list(dict.fromkeys(s for s, _ in said))
-        total = sum(self._idf[s] * REFERENCE_WEIGHT if s in self._idf
-                    else self._unknown_idf * UNKNOWN_WEIGHT for s in stems)
-        if not total:
-            return Ranking(text, threshold, ())
-        acc = [0.0] * self._n
-        for stem in stems:
-            dense = self._dense.get(stem)
-            if dense is not None:
-                acc = list(map(add, acc, dense))
-                continue
-            for i, points in self._sparse.get(stem, ()):
-                acc[i] += points
+        ev = self.evidence(text, ignore)
+        stages = tuple(ev.shares) or self.stages
+        if not ev.stems:
+            return Ranking(text, threshold, (), stages=stages,
+                           reason="the task has no words to route by (only greetings or "
+                                  "words any request has)")
+        if not ev.known and "semantic" not in stages:
+            return Ranking(text, threshold, (), stages=stages,
+                           reason="no word of the task is on any card (a language no card "
+                                  "is written in? the semantic stage is not installed)")
+        shares, named, known, stems = ev.shares, ev.named, ev.known, ev.stems
+        n = len(self._candidates)
+        fused = fuse(shares, self._priors, named)
         if skip_peer is not None:
             for peer, members in self._by_peer.items():
                 if skip_peer(peer):
                     for i in members:
-                        acc[i] = 0.0
+                        fused[i] = 0.0
         if allow is not None:
-            for i, points in enumerate(acc):
-                if points and not allow(self._entries[i].candidate):
-                    acc[i] = 0.0
-        # In points: the share is capped at 1 (``total``), the bonus comes on top.
-        scores = [p if p < total else total for p in acc]
-        named = {i for stem in stems for i in self._named.get(stem, ()) if scores[i] > 0}
-        for i in named:
-            scores[i] += PEER_BONUS * total
-        best = heapq.nlargest(SHOWN, scores)
-        cut = max(best[-1], 1e-12) if best else 1e-12
-        # The ties at the cut stay in: the full order below decides between them.
-        shown = sorted([i for i, p in enumerate(scores) if p >= cut],
-                       key=lambda i: self._order(i, scores[i] / total))[:SHOWN]
-        written = {s: w for s, w in reversed(said)}
-        ranked = tuple(Scored(self._entries[i].candidate, round(scores[i] / total, 4),
-                              self._matches(i, stems, written), i in named) for i in shown)
-        ignored = tuple(written[s] for s in stems if s not in self._idf)
-        return Ranking(text, threshold, ranked, ignored)
+            for i, f in enumerate(fused):
+                if f and not allow(self._candidates[i]):
+                    fused[i] = 0.0
+        named_peers = {self._candidates[i].peer for i in range(n) if named[i]}
+        for peer in named_peers:
+            self._let_the_peer_choose(peer, fused, shares)
+        top = heapq.nlargest(shown + 1, range(n), key=fused.__getitem__)
+        top = [i for i in top if fused[i] > 0]
+        top.sort(key=lambda i: self._order(i, fused[i]))
+        stage_set = frozenset(stages)
+        written = {s: w for s, w in reversed(ev.said)}
+        # A task that names a peer has chosen the agent: its candidates compete with the
+        # other agents' for the confidence, not with one another (the peer can decide).
+        others = {p: max((f for j, f in enumerate(fused) if self._candidates[j].peer != p),
+                         default=0.0) for p in named_peers}
+        ranked = []
+        for i in top[:shown]:
+            peer = self._candidates[i].peer
+            rival = others[peer] if named[i] else max(
+                (fused[j] for j in top if j != i), default=0.0)
+            sure = confidence(stage_set, fused[i], fused[i] - rival, known)
+            if named[i] and i == top[0] and rival < fused[i] / 2:
+                # Naming an agent is choosing it, when no other agent fits half as well.
+                sure = max(sure, NAMED_CONFIDENCE)
+            ranked.append(Scored(
+                self._candidates[i], round(sure, 4),
+                self._matches(i, stems, written), named[i], round(fused[i], 4),
+                tuple((s, round(v[i], 4)) for s, v in shares.items()), self._notes(i)))
+        ignored = tuple(written[s] for s in stems
+                        if not self._spelling.alike(s) and s not in self._named)
+        return Ranking(text, threshold, tuple(ranked), ignored, stages, known=known)
 
-    def _order(self, i: int, score: float) -> tuple[float, int, Decimal, str]:
-        c = self._entries[i].candidate
-        return (-round(score, 4), _KIND_ORDER[c.kind], c.cost_usd, c.label)
+    def _let_the_peer_choose(self, peer: str, fused: list[float],
+                             shares: dict[str, list[float]]) -> None:
+        """The task names ``peer``: if no word of it is on any of the peer's skills (only
+        the semantic stage places one), the peer as a whole goes first and decides."""
+        members = self._by_peer.get(peer, [])
+        whole = next((i for i in members if self._candidates[i].kind == "peer"), None)
+        skills = [i for i in members if i != whole and fused[i] > 0]
+        if whole is None or not fused[whole] or not skills:
+            return
+        if all(shares["lexical"][i] == 0 and shares["ngrams"][i] == 0 for i in skills):
+            fused[whole] = max(fused[whole], max(fused[i] for i in skills) + 1e-3)
 
-    def _matches(self, i: int, stems: Sequence[str], written: dict[str, str]) -> tuple[Match, ...]:
-        entry = self._entries[i]
-        return tuple(Match(written[s], entry.where[s], round(self._idf[s] * entry.weights[s], 3))
-                     for s in stems if s in entry.weights)
+    @property
+    def candidates(self) -> tuple[RouteCandidate, ...]:
+        return tuple(self._candidates)
+
+    def evidence(self, text: str, ignore: Collection[str] = ()) -> Evidence:
+        """Each stage's share for every candidate (what ``route`` fuses; the calibration
+        script fits on it)."""
+        said = [(s, w) for s, w in terms(text[:ROUTED_CHARS]) if s not in ignore]
+        stems = list(dict.fromkeys(s for s, _ in said))
+        n = len(self._candidates)
+        if not stems:
+            return Evidence(said, stems, {}, [False] * n, 0.0)
+        unknown = [s for s in stems if not self._spelling.alike(s) and s not in self._named]
+        # A word no card has is not evidence against a candidate, but it is not nothing:
+        # it counts a little in what a share of 1 needs (see lexical.py).
+        missing = len(unknown) * UNKNOWN_WEIGHT * self._lexical.rarest * REFERENCE
+        lex_points, lex_total = self._lexical.score((s, 1.0) for s in stems)
+        ng_points, ng_total = self._spelling.score(stems, (lex_points, lex_total))
+        shares = {"lexical": _shares(lex_points, lex_total + missing),
+                  "ngrams": _shares(ng_points, ng_total + missing)}
+        if "semantic" in self.stages:
+            semantic = self._semantic_scores(text[:ROUTED_CHARS])
+            if semantic is not None:
+                shares["semantic"] = semantic
+        named = [False] * n
+        for stem in stems:
+            for i in self._named.get(stem, ()):
+                named[i] = True
+        return Evidence(said, stems, shares, named, 1 - len(unknown) / len(stems))
+
+    def _semantic_scores(self, text: str) -> list[float] | None:
+        """The semantic stage's cosines, or None (and the stage off for this index) when
+        its model cannot be loaded: the other stages still route."""
+        try:
+            if self._semantic is None:
+                self._semantic = semantic_stage.SemanticIndex(
+                    [c.text() for c in self._candidates])
+            return self._semantic.score(text)
+        except Exception as exc:
+            log.warning("the router's semantic stage failed, routing without it: %r", exc)
+            self._use_semantic = False
+            return None
+
+    def _order(self, i: int, fused: float) -> tuple[float, int, Decimal, str]:
+        c = self._candidates[i]
+        return (-round(fused, 4), _KIND_ORDER[c.kind], c.cost_usd, c.label)
+
+    def _matches(self, i: int, stems: Sequence[str], written: dict[str, str]
+                 ) -> tuple[Match, ...]:
+        where = self._lexical.where[i]
+        out = []
+        for s in stems:
+            for card_word, _ in self._spelling.alike(s):
+                if card_word in where:
+                    out.append(Match(written[s], where[card_word],
+                                     round(self._lexical.points(i, card_word), 3),
+                                     "" if card_word == s else card_word))
+                    break
+        return tuple(out)
+
+    def _notes(self, i: int) -> tuple[str, ...]:
+        c = self._candidates[i]
+        notes = []
+        p = self._priors[i]
+        if p < 1:
+            why = "a peer as a whole, below its own skills; " if c.kind == "peer" else ""
+            notes.append(f"prior x{p:g} ({why}{c.source}: locality, see docs/intent.md)")
+        fields = c.fields()
+        raw = {"tags": c.tags, "examples": c.examples, "capabilities": c.capabilities}
+        for name, items in raw.items():
+            if len(items) > len(fields[name]):
+                notes.append(f"{name} capped: {len(fields[name])} of {len(items)} read")
+        if len(c.description) > len(fields["description"][0] if fields["description"] else ""):
+            notes.append("description capped")
+        return tuple(notes)
 
 
-def _index(candidate: RouteCandidate) -> _Entry:
-    entry = _Entry(candidate)
-    where: dict[str, list[str]] = {}
-    fields = candidate.fields()
-    for name in _STRONGEST_FIRST:  # so a word's first field is its best one
-        for stem in set(words(fields[name])):
-            if stem in where:
-                where[stem].append(name)
-            else:
-                where[stem] = [name]
-                entry.weights[stem] = FIELD_WEIGHTS[name]
-    entry.where = {stem: tuple(names) for stem, names in where.items()}
-    return entry
+def stages(semantic: bool = True) -> tuple[str, ...]:
+    """The stages a router runs here: the semantic one only when ``semantic`` and its
+    extra is installed (the agent card says which, docs/intent.md)."""
+    on = semantic and semantic_stage.available()
+    return ("lexical", "ngrams", "semantic") if on else ("lexical", "ngrams")
+
+
+def _shares(points: list[float], total: float) -> list[float]:
+    if not total:
+        return [0.0] * len(points)
+    return [p / total if p < total else 1.0 for p in points]
+
+
+def _without_clones(candidates: list[RouteCandidate]
+                    ) -> tuple[list[RouteCandidate], _Excluded]:
+    """A registry entry whose card copies a configured peer's word for word is left out:
+    the configured peer is the one whose key this instance trusts (docs/intent.md)."""
+    excluded = _Excluded()
+    trusted = {_content(c): c.label for c in candidates if c.source in ("config", "card")}
+    kept = []
+    for c in candidates:
+        original = trusted.get(_content(c)) if c.source == "registry" else None
+        if original is not None and (c.name or c.description or c.tags or c.examples):
+            excluded.clones[c.label] = original
+            continue
+        kept.append(c)
+    return kept, excluded
+
+
+def _content(c: RouteCandidate) -> tuple[object, ...]:
+    return (c.kind, c.skill_id, c.name.casefold(), c.description.casefold(),
+            tuple(t.casefold() for t in c.tags), tuple(e.casefold() for e in c.examples))
 
 
 def route(text: str, candidates: Iterable[RouteCandidate],
@@ -245,21 +375,36 @@ def route(text: str, candidates: Iterable[RouteCandidate],
 
 
 def explain(ranking: Ranking) -> str:
-    """The ranking as lines a person can read: each candidate, its score, which words of
-    the task matched which fields, and the verdict."""
+    """The ranking as lines a person can read: the stages that ran, each candidate with
+    its confidence and each stage's share, which words of the task matched which fields,
+    the priors and caps applied, and the verdict."""
     best = ranking.best
-    lines = [f"task: {ranking.text!r}", f"threshold: {ranking.threshold:.2f}"]
+    lines = [f"task: {ranking.text!r}",
+             f"stages: {', '.join(ranking.stages)}"
+             + ("" if "semantic" in ranking.stages else
+                " (semantic: not installed or off; pip install 'butler-a2a[semantic]')"),
+             f"threshold: {ranking.threshold:.2f}"]
     for n, s in enumerate(ranking.ranked, 1):
-        why = "; ".join(f"{m.word!r} in {'/'.join(m.fields)} (+{m.points:g})"
-                        for m in s.matches)
+        stages = " ".join(f"{name} {v:.2f}" for name, v in s.stages)
+        lines.append(f"{n}. {s.candidate.label}  confidence {s.score:.2f}  fused {s.fused:.3f}"
+                     f"  [{s.candidate.source}]  {stages}")
+        why = [f"{m.word!r}" + (f" ~ {m.card_word!r}" if m.card_word else "")
+               + f" in {'/'.join(m.fields)} (+{m.points:g})" for m in s.matches]
         if s.peer_named:
-            why += f"; names peer {s.candidate.peer!r} (+{PEER_BONUS:g})"
-        lines.append(f"{n}. {s.candidate.label}  score {s.score:.2f}  [{s.candidate.source}]"
-                     f"  {why}")
+            why.append(f"names peer {s.candidate.peer!r} (+{NAMED_BONUS:g})")
+        why += list(s.notes)
+        if why:
+            lines.append("     " + "; ".join(why))
     if ranking.ignored:
         lines.append("words no candidate has: " + ", ".join(ranking.ignored))
+    rivals = ranking.rivals
     if best is not None:
-        lines.append(f"chosen: {best.candidate.label}")
+        lines.append(f"chosen: {best.candidate.label}"
+                     + (f" (close call: {', '.join(r.candidate.label for r in rivals)})"
+                        if rivals else ""))
+    elif ranking.reason:
+        lines.append(f"chosen: none (no_capable_skill): {ranking.reason}")
     else:
-        lines.append(f"chosen: none (no_capable_skill); closest: {ranking.closest()}")
+        lines.append(f"chosen: none (no_capable_skill): confidence below the threshold; "
+                     f"closest: {ranking.closest()}")
     return "\n".join(lines)

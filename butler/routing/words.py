@@ -20,7 +20,8 @@ _SPLIT = re.compile(r"[^\W_]+")
 STOP_WORDS = frozenset("""
 agent ask assistant butler check kindly know look see whether a about all am an and any
 anything are as at be been but by can could do does did for from get give go got has
-have hello hey hi how i if in into is it its just let me might more most must my need no
+have hello hey hi how i if in into is it its just let like many me might more most much must
+my need no
 not now of on or our ours out over please pls really shall should show so some something
 tell than thank thanks that the their them then there these they this those to up us
 very want was we were what whats when where which who why will with would you your yours

@@ -22,6 +22,7 @@ from typing import Protocol
 from butler.config.model import CallerLimits, SkillConfig
 from butler.delegation.peers import DelegationPlan
 from butler.routing import DEFAULT_THRESHOLD, Ranking, RouteCandidate, RouteIndex
+from butler.routing.router import SHOWN
 from butler.routing.words import words
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.spend import SpendBook
@@ -66,6 +67,11 @@ class SwarmPolicy:
     budget_cap_usd: Decimal
     # The score a task in plain words must reach for the intent router to choose (0..1).
     routing_threshold: float = DEFAULT_THRESHOLD
+    routing_semantic: bool = True  # the router's semantic stage, where installed
+    # The planner (config ``planner.when``/``shortlist``): "unsure" hands a task in plain
+    # words the router declines or finds a close call to the planner skill.
+    planner_when: str = "never"
+    planner_shortlist: int = 8
 
     def admit(self, envelope: Envelope, caller: Identity) -> Admitted:
         chain = envelope.chain
@@ -178,9 +184,10 @@ def local_candidate(cfg: SkillConfig) -> RouteCandidate:
 
 class IntentRouter:
     def __init__(self, catalog: SkillCatalog, threshold: float = DEFAULT_THRESHOLD,
-                 agent_id: str = "") -> None:
+                 agent_id: str = "", *, semantic: bool = True) -> None:
         self.catalog = catalog
         self.threshold = threshold
+        self.semantic = semantic
         # "ask my office about the budget", arriving at office: "office" is the address,
         # not what is asked for, so the words of this agent's own id are not read.
         self._own = frozenset(words(agent_id))
@@ -202,19 +209,20 @@ class IntentRouter:
         if cached is not None and cached[0] is peer_routes and cached[1] == generation:
             return cached[2]
         local = [local_candidate(s.config) for s in self.catalog.visible(caller)]
-        index = RouteIndex([*local, *peer_routes])
+        index = RouteIndex([*local, *peer_routes], semantic=self.semantic)
         self._indexes[tier] = (peer_routes, generation, index)
         return index
 
     async def rank(self, caller: Identity | None, text: str, chain: Sequence[str],
                    peers: Peers | None,
-                   allow: Callable[[RouteCandidate], bool] | None = None) -> Ranking:
+                   allow: Callable[[RouteCandidate], bool] | None = None,
+                   shown: int = SHOWN) -> Ranking:
         """``chain``: the agents the task has passed through, this one included;
         ``allow``: the candidates the caller's grants leave it (``routable``)."""
         index = self.index(caller, await self.candidates(peers))
         passed = {agent_key(a) for a in chain}
         return index.route(text, self.threshold, skip_peer=lambda p: agent_key(p) in passed,
-                           allow=allow, ignore=self._own)
+                           allow=allow, ignore=self._own, shown=shown)
 
     async def choose(self, caller: Identity, text: str, chain: Sequence[str],
                      peers: Peers | None,
@@ -231,9 +239,10 @@ class IntentRouter:
             return Intent(ranking, skill=self.catalog.find(best.candidate.skill_id))
         if best is not None:
             return Intent(ranking, peer=best.candidate)
-        if visible and not words(ranking.text):
-            # Nothing to route by (no text, only data parts, or only words like "hello"):
-            # the first skill the caller may see does it, as before the router.
+        if visible and not ranking.text.strip():
+            # No text at all (only data parts): words cannot say where it goes, so the
+            # first skill the caller may see does it, as before the router. A text of
+            # words like "hello" is declined instead (ranking.reason says why).
             return Intent(ranking, skill=visible[0])
         return Intent(ranking)
 
@@ -295,7 +304,8 @@ class SwarmDecision:
     def __post_init__(self) -> None:
         object.__setattr__(self, "intent",
                            IntentRouter(self.catalog, self.policy.routing_threshold,
-                                        self.policy.agent_id))
+                                        self.policy.agent_id,
+                                        semantic=self.policy.routing_semantic))
 
     async def decide(self, caller: Identity, envelope: Envelope, request: TaskRequest,
                      peers: Peers | None, task_id: str) -> Decision:
@@ -320,18 +330,30 @@ class SwarmDecision:
         return await self.intent.rank(caller, text, chain, peers,
                                       routable(limits, DELEGATE_SKILL))
 
-    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: Peers | None
-                    ) -> tuple[list[Skill], list[RouteCandidate]]:
+    async def tools(self, caller: Identity, chain: tuple[str, ...], peers: Peers | None,
+                    text: str = "") -> tuple[list[Skill], list[RouteCandidate]]:
         """What a plan for ``caller`` may call: the router's candidates (visibility and
-        grants alike), less the planner skills themselves and the peers in ``chain``."""
+        grants alike), less the planner skills themselves and the peers in ``chain``; for
+        ``text``, only the router's best ``planner_shortlist`` of them for it."""
         limits = self.spend.limits.get(caller.name)
         allow = routable(limits, DELEGATE_SKILL) or (lambda _: True)
         skills = [s for s in self.catalog.visible(caller) if s.config.builtin != "planner"
                   and allow(local_candidate(s.config))]
         passed = {agent_key(a) for a in chain}
-        found = await self.intent.candidates(peers)
-        return skills, [c for c in found
-                        if c.peer and agent_key(c.peer) not in passed and allow(c)]
+        found = [c for c in await self.intent.candidates(peers)
+                 if c.peer and agent_key(c.peer) not in passed and allow(c)]
+        k = self.policy.planner_shortlist
+        if not text or len(skills) + len(found) <= k:
+            return skills, found
+        ranking = await self.intent.rank(caller, text, chain, peers,
+                                         routable(limits, DELEGATE_SKILL), shown=k + 1)
+        ranked = [s.candidate for s in ranking.ranked]
+        # The router's best first; when it ranks fewer than k, the rest in their order.
+        mine = [local_candidate(s.config) for s in skills]
+        best = [c for c in dict.fromkeys([*ranked, *mine, *found])
+                if c in found or c in mine][:k]
+        ids = {c.skill_id for c in best if not c.peer}
+        return [s for s in skills if s.id in ids], [c for c in found if c in best]
 
     def settle(self, task: Task) -> None:
         """``task`` has ended: what it spent counts against its caller's caps."""
@@ -349,10 +371,15 @@ class SwarmDecision:
             # text is made only when the line is written.
             if log.isEnabledFor(logging.INFO):
                 log.info("intent router, for %s: %s", caller.name,
-                         f"{best.candidate.label} ({best.score:.2f})" if best is not None
+                         f"{best.candidate.label} ({best.score:.2f})"
+                         + (f", a close call with {intent.ranking.closest()}"
+                            if intent.ranking.rivals else "") if best is not None
                          else f"{intent.skill.id}, the first visible skill" if intent.skill
                          else f"nothing above the threshold; closest: "
                               f"{intent.ranking.closest()}")
+            planner = self._planner_when_unsure(caller, intent)
+            if planner is not None:
+                return self._run(caller, limits, planner, request, admitted)
             if intent.skill is not None:
                 return self._run(caller, limits, intent.skill, request, admitted)
             if intent.peer is None:
@@ -368,6 +395,18 @@ class SwarmDecision:
         if skill is not None:
             return self._run(caller, limits, skill, request, admitted)
         return await self._plan_delegation(caller, limits, request, admitted, peers)
+
+    def _planner_when_unsure(self, caller: Identity, intent: Intent) -> Skill | None:
+        """With ``planner.when: unsure``: the planner skill the caller may see, when the
+        router declined (below the threshold, not for a text of greetings) or its best
+        is a close call. The planner's own calls pass the same checks as any."""
+        ranking = intent.ranking
+        if self.policy.planner_when != "unsure" or not ranking.ranked:
+            return None
+        if ranking.best is not None and not ranking.rivals:
+            return None
+        return next((s for s in self.catalog.visible(caller)
+                     if s.config.builtin == "planner"), None)
 
     @staticmethod
     def _run(caller: Identity, limits: CallerLimits | None, skill: Skill,
@@ -428,7 +467,10 @@ async def _nobody_provides(peers: Peers, caps: Sequence[str]) -> str:
 
 
 def _refused(ranking: Ranking) -> NoPlan:
-    """Below the threshold: the task fails saying what came closest."""
+    """Below the threshold: the task fails saying what came closest, or why nothing
+    could be (only greetings, or no word any card has)."""
+    if ranking.reason:
+        return NoPlan("no_capable_skill", f"no skill or peer can be chosen: {ranking.reason}")
     return NoPlan("no_capable_skill",
                   f"no skill or peer matches this task well enough (threshold "
                   f"{ranking.threshold:g}); closest: {ranking.closest()}")
