@@ -81,6 +81,28 @@ async def test_a_cancel_at_the_butler_cancels_the_js_agents_task(
 
 
 @NEEDS_NODE
+async def test_a_cancel_while_the_js_agent_asks_cancels_its_task(
+        swarm: Swarm, http: aiohttp.ClientSession) -> None:
+    token, _ = new_pair()
+    async with js_agent(http, token, mode="ask") as agent:
+        home = await butler_with_peer(swarm, agent.url, token)
+        _, task = await post_task(home, SHOUT)
+        assert task["state"] == "input-required", task
+        (asked,) = (await agent.seen())["messages"]
+        status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
+        assert status == 200 and canceled["state"] == "canceled", canceled
+
+        async def canceled_there() -> bool:
+            return await agent.state(asked["taskId"]) == "TASK_STATE_CANCELED"
+
+        await wait_until(canceled_there, what="the JS agent's task canceled")
+        await swarm.stop(home)
+        assert (await agent.seen())["cancels"] == [asked["taskId"]]
+    (record,) = await audit_records(home.daemon, "delegation_canceled")
+    assert record.decision == "canceled" and record.detail["peer_task_id"] == asked["taskId"]
+
+
+@NEEDS_NODE
 async def test_the_js_agents_progress_reaches_a_streaming_caller(
         swarm: Swarm, http: aiohttp.ClientSession) -> None:
     """The caller streams from the Butler (A2A ``SendStreamingMessage``, the official
