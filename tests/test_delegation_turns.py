@@ -125,7 +125,7 @@ async def test_a_peer_that_asks_forever_is_bounded_by_the_waiting_limit(mesh: Me
 
 async def both_canceled(mesh: Mesh) -> bool:
     office, lab = await office_and_lab_tasks(mesh)
-    return office["state"] == lab["state"] == "canceled"
+    return bool(office["state"] == lab["state"] == "canceled")
 
 
 async def test_a_cancel_while_lab_asks_cancels_office_and_lab(mesh: Mesh) -> None:
