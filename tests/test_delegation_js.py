@@ -17,7 +17,7 @@ from aiohttp import web
 from tests.a2a_support import sdk_client, send_request, text, user_message
 from tests.audit_support import audit_records
 from tests.delegation_support import a2a_card, butler_with_peer, following, serving
-from tests.js_support import js_agent
+from tests.js_support import JsAgent, js_agent
 from tests.support import Instance, Swarm, call, new_pair, post_task, wait_until
 
 NEEDS_NODE = pytest.mark.usefixtures("js_sdk")  # Node with the SDK, or a skip
@@ -30,6 +30,24 @@ async def answer(home: Instance, task_id: str, words: str, **extra: Any) -> dict
                               body={"task": words, **extra})
     assert status == 200 and isinstance(body, dict), body
     return body
+
+
+async def cancel_reaches(swarm: Swarm, home: Instance, task_id: str, agent: JsAgent,
+                         peer_task: str) -> None:
+    """Home's task canceled: the agent receives exactly one cancel, for ``peer_task``,
+    which ends canceled, and home's audit trail records the agent's answer."""
+    status, canceled = await call(home, "POST", f"/v2/tasks/{task_id}/cancel")
+    assert status == 200 and canceled["state"] == "canceled", canceled
+
+    async def canceled_there() -> bool:
+        return await agent.state(peer_task) == "TASK_STATE_CANCELED"
+
+    await wait_until(canceled_there, what="the JS agent's task canceled")
+    await swarm.stop(home)  # waits for the cancel's answer, within its bound
+    assert (await agent.seen())["cancels"] == [peer_task]
+    (record,) = await audit_records(home.daemon, "delegation_canceled")
+    assert record.decision == "canceled" and record.detail["binding"] == "JSONRPC", record
+    assert record.detail["peer_task_id"] == peer_task
 
 
 @NEEDS_NODE
@@ -66,18 +84,7 @@ async def test_a_cancel_at_the_butler_cancels_the_js_agents_task(
 
         (peer_task,) = await wait_until(working, what="the JS agent works")
         await wait_until(lambda: following(home), what="home follows the agent's task")
-        status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
-        assert status == 200 and canceled["state"] == "canceled", canceled
-
-        async def canceled_there() -> bool:
-            return await agent.state(peer_task) == "TASK_STATE_CANCELED"
-
-        await wait_until(canceled_there, what="the JS agent's task canceled")
-        await swarm.stop(home)  # waits for the cancel's answer, within its bound
-        assert (await agent.seen())["cancels"] == [peer_task]  # exactly one cancel
-    (record,) = await audit_records(home.daemon, "delegation_canceled")
-    assert record.decision == "canceled" and record.detail["binding"] == "JSONRPC", record
-    assert record.detail["peer_task_id"] == peer_task
+        await cancel_reaches(swarm, home, task["id"], agent, peer_task)
 
 
 @NEEDS_NODE
@@ -89,17 +96,7 @@ async def test_a_cancel_while_the_js_agent_asks_cancels_its_task(
         _, task = await post_task(home, SHOUT)
         assert task["state"] == "input-required", task
         (asked,) = (await agent.seen())["messages"]
-        status, canceled = await call(home, "POST", f"/v2/tasks/{task['id']}/cancel")
-        assert status == 200 and canceled["state"] == "canceled", canceled
-
-        async def canceled_there() -> bool:
-            return await agent.state(asked["taskId"]) == "TASK_STATE_CANCELED"
-
-        await wait_until(canceled_there, what="the JS agent's task canceled")
-        await swarm.stop(home)
-        assert (await agent.seen())["cancels"] == [asked["taskId"]]
-    (record,) = await audit_records(home.daemon, "delegation_canceled")
-    assert record.decision == "canceled" and record.detail["peer_task_id"] == asked["taskId"]
+        await cancel_reaches(swarm, home, task["id"], agent, asked["taskId"])
 
 
 @NEEDS_NODE
