@@ -41,8 +41,9 @@ async def test_audit_commands_need_no_token_variable(
     code, out, _ = await run_cli("audit", "verify", "-c", config)
     # The text docs/audit.md shows.
     assert code == 1
-    assert out.strip().startswith("audit trail TAMPERED at record ")
-    assert out.strip().endswith("record(s) before it intact)")
+    first = out.splitlines()[0]
+    assert first.startswith("audit trail TAMPERED at record ")
+    assert first.endswith("record(s) before it intact)")
 
 
 async def test_a_task_sent_back_along_its_chain_says_it_would_loop(mesh: Mesh) -> None:
