@@ -5,12 +5,15 @@ public hosts and allowed origins pass."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import aiohttp
 import pytest
 
 from internal.http import OriginPolicy
-from internal.protocol.a2a.model import AuthError, Identity, RequestError
+from internal.protocol.a2a.client import A2AClient
+from internal.protocol.a2a.model import AuthError, DelegationFailed, Identity, RequestError
 from tests.support import ECHO, Instance, Swarm
 
 EXTRA = {"public_hosts": ["butler.example.org"], "allowed_origins": ["https://app.example"]}
@@ -67,6 +70,18 @@ async def test_a_rebound_name_and_a_foreign_page_are_refused(anonymous: Instance
     async with anonymous.session.get(anonymous.url + "/healthz",
                                      headers={"Host": "anything"}) as resp:
         assert resp.status == 200  # a load balancer's probe names whatever it likes
+
+
+async def test_a_card_read_by_a_name_it_does_not_serve_says_why(anonymous: Instance) -> None:
+    """Reading a peer's card by a host name it does not answer to (docs/lan.md) names the
+    421 and its fix, not a missing card."""
+    host = f"office.lan:{anonymous.daemon.port}"
+    async with aiohttp.ClientSession(headers={"Host": host}) as session:
+        with pytest.raises(DelegationFailed) as refused:
+            await A2AClient(anonymous.url, "", session=session, name="office").card(
+                time.monotonic() + 10)
+    assert "HTTP 421 misdirected_request" in refused.value.message
+    assert "public_hosts" in refused.value.message
 
 
 async def test_mcp_validates_origin(anonymous: Instance) -> None:

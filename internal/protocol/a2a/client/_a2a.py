@@ -182,7 +182,7 @@ class A2AClient:
         older than A2A 0.3 serve it at ``agent.json`` only)."""
         if self._v2 is not None:
             return await self._v2.card()
-        status = 0
+        status, data = 0, None
         for path in (WELL_KNOWN_CARD_PATH, LEGACY_CARD_PATH):
             left = self._http.left(deadline)
             with self._http.mapped(left):
@@ -195,6 +195,12 @@ class A2AClient:
             if status == 200 and isinstance(data, dict):
                 return data
             break
+        refused = _dict(_dict(data).get("error"))
+        if status != 404 and isinstance(refused.get("code"), str):
+            # Its own refusal says what to fix (421: a host name it does not answer to).
+            raise DelegationFailed("peer_error", f"{self.name} refused to serve its card "
+                                                 f"(HTTP {status} {refused['code']}): "
+                                                 f"{refused.get('message', '')}")
         raise DelegationFailed("peer_error", f"{self.name} has no A2A agent card at "
                                              f"{WELL_KNOWN_CARD_PATH} or {LEGACY_CARD_PATH} "
                                              f"(HTTP {status})")
