@@ -225,3 +225,26 @@ async def test_hostile_claims_signed_by_a_real_key_are_refused_not_crashes(mesh:
     for case in cases:
         with pytest.raises(BadSignature):
             await verify_receipts(case, card_of)
+
+
+async def test_a_peers_fractional_data_verifies_and_stays_a_number(mesh: Mesh) -> None:
+    """A peer's data part with a fraction (memory.search's score, docs/lan.md's action
+    items): it comes back as the number it was, and the tree verifies (a fraction read as a
+    Decimal was served as a string, which the receipts had not signed)."""
+    mesh.agent("a")
+    mesh.agent("b", skills=[skill("memory.write", builtin="memory.write"),
+                            skill("memory.search", builtin="memory.search")])
+    mesh.link("a", "b", ["memory.write", "memory.search"])
+    agents = await mesh.start()
+    for text, needs in (("the printer PIN is 4711", "memory.write"),
+                        ("printer", "memory.search")):
+        task = await agents["a"].client().submit(
+            TaskRequest(text=text, capabilities_needed=(needs,)))
+        assert task.state is TaskState.COMPLETED, task.error
+    async with mesh.session.get(f"{agents['a'].url}/v2/tasks/{task.id}",
+                                headers=agents["a"].headers()) as resp:
+        raw: dict[str, Any] = await resp.json()
+    (hit,) = next(p["data"]["hits"] for p in raw["result"]["parts"] if "data" in p)
+    assert isinstance(hit["score"], float), hit
+    tree = await verify_receipts(raw, card_reader(mesh.session))
+    assert [ln.split()[0] for ln in tree.lines()] == ["a", "b"]

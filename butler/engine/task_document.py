@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from internal.protocol.a2a.codec import exact_json
-from internal.protocol.a2a.model import RequestError, Task, TaskRequest
+from internal.protocol.a2a.model import Part, RequestError, Task, TaskRequest
 
 # Deepest nesting a document may have, a skill's data included; a row read back is
 # parsed with the same bound.
@@ -243,9 +243,13 @@ def _enum_value(value: enum.Enum) -> Any:
 
 
 # A field read back otherwise than its type says: a skill's input as the request decoder
-# gave it, with ordinary numbers (``exact_json.loads`` reads fractions as Decimal).
+# gave it, and a part's data and metadata as the skill made them, with ordinary numbers
+# (``exact_json.loads`` reads fractions as Decimal, which /v2 would write as strings: not
+# what the skill returned, nor what its receipt signed).
 _READ_AS: dict[tuple[type, str], Convert] = {
-    (TaskRequest, "input"): exact_json.plain_numbers}
+    (TaskRequest, "input"): exact_json.plain_numbers,
+    (Part, "data"): exact_json.plain_numbers,
+    (Part, "metadata"): exact_json.plain_numbers}
 # What a row does not keep: a request's A2A message is the task's first message
 # (``Task.messages`` holds it); read back, the request has none.
 _NOT_STORED = {(TaskRequest, "message")}
