@@ -47,7 +47,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _route(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.config)
+    # Offline, no peer is called: their tokens' variables need not be set.
+    config = load_or_exit(args.config, secrets=args.cards)
     if config is None:
         return 2
     ranking = asyncio.run(rank(config, args.task, cards=args.cards, tier=args.tier))
