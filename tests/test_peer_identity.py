@@ -18,6 +18,7 @@ from butler.delegation.wiring import make_delegator
 from butler.identity.key_file import KEY_FILE, load_identity
 from internal.protocol.a2a.model import WELL_KNOWN_CARD_PATH, TaskRequest, TaskState
 from internal.protocol.a2a.server._card_route import CardRoute
+from internal.signing import IdentityKey
 from tests.delegation_support import Mesh, free_port, skill
 from tests.support import Instance, run_cli
 
@@ -242,3 +243,26 @@ async def test_a_peer_found_in_a_registry_is_held_to_the_key_registered_for_it(
             assert pins["office"]["kid"] == office.daemon.identity.kid
         finally:
             await mesh.close()
+
+
+async def test_butler_delegate_holds_a_configured_peer_to_its_pinned_key(mesh: Mesh) -> None:
+    """The command line sends the daemon's token as the daemon would: only to a peer whose
+    card its pinned key signed (issue 39: `butler delegate` once skipped the pin)."""
+    mesh.agent("home", skills=[])
+    mesh.agent("office", skills=[skill("x.work")])
+    mesh.link("home", "office", ["x.work"])
+    agents = await mesh.start()
+    config = str(agents["home"].config_path)
+    code, _, err = await run_cli("delegate", "-c", config, "--peer", "office",
+                                 "--capability", "x.work", "work")
+    assert code == 0, err
+    pins_file = agents["home"].daemon.config.data_dir / "peer_keys.json"
+    pins = json.loads(pins_file.read_text())
+    assert pins["office"]["kid"] == load_identity(
+        agents["office"].daemon.config.data_dir).kid  # pinned on first contact
+    other = IdentityKey.generate().public
+    pins["office"] = {"jwk": other.jwk, "kid": other.kid, "pinned_at": "2026-11-28"}
+    pins_file.write_text(json.dumps(pins))
+    code, _, err = await run_cli("delegate", "-c", config, "--peer", "office",
+                                 "--capability", "x.work", "work")
+    assert code == 1 and "peer_identity_changed" in err and "no token was sent" in err, err

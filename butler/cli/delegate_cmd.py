@@ -1,4 +1,8 @@
-"""``butler delegate``: send a task to a peer as this instance, and show the hops."""
+"""``butler delegate``: send a task to a peer as this instance, and show the hops.
+
+A configured peer is held to its pinned key as the daemon holds it (``peer_identity``): its
+card is read without the token and checked first, and its answer's receipt after; a peer
+named by URL only has no pin."""
 
 from __future__ import annotations
 
@@ -6,15 +10,19 @@ import argparse
 import asyncio
 import os
 import sys
+import time
+from typing import Any
 
 from butler.cli.json_output import error_json, json_flag, print_json
 from butler.cli.remote import read_token
 from butler.cli.render import print_task
 from butler.cli.serve import load_or_exit
+from butler.delegation.peer_identity import PINS_FILE, PeerIdentities, PinStore
+from butler.delegation.peers import Candidate
 from internal.http import CONFIGURED, OutboundGuard, outbound_session
-from internal.protocol.a2a.client import V2Transport
+from internal.protocol.a2a.client import A2AClient, V2Transport
 from internal.protocol.a2a.codec.butler_v2 import decode_money, encode_task
-from internal.protocol.a2a.model import ButlerError, TaskRequest
+from internal.protocol.a2a.model import ButlerError, Task, TaskRequest
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,15 +63,31 @@ def _delegate(args: argparse.Namespace) -> int:
     async def go() -> int:
         guard = OutboundGuard(CONFIGURED)
         async with outbound_session(guard) as session:
+            timeout = peer.timeout_seconds if peer else 300
             client = V2Transport(url, token, session=session, name=peer.name if peer else url,
-                                 timeout=peer.timeout_seconds if peer else 300, guard=guard)
-            task = await client.submit(request, chain=(config.agent.id,), budget=budget)
+                                 timeout=timeout, guard=guard)
+
+            async def read_card() -> dict[str, Any]:
+                reader = A2AClient(url, "", session=session, guard=guard, timeout=timeout)
+                return await reader.card(time.monotonic() + timeout)
+
+            async def send(card: dict[str, Any] | None) -> Task:
+                return await client.submit(request, chain=(config.agent.id,), budget=budget)
+
+            identities = cand = None
+            if peer is not None:
+                identities = PeerIdentities(PinStore(config.data_dir / PINS_FILE))
+                cand = Candidate(peer.name, url, token, tuple(peer.capabilities))
+            task = await (send(None) if identities is None or cand is None
+                          else identities.guarded(cand, read_card, send))
             print(f"delegated to {client.name}: task {task.id}", file=sys.stderr)
             async for name, data in client.events(task.id):
                 if name == "status":
                     print(f"  {data['state']} {data['status'].get('message', '')}",
                           file=sys.stderr)
             final = await client.get(task.id)
+            if identities is not None and cand is not None:
+                await identities.answered(cand, final.receipts, read_card)
             if args.json:
                 print_json(encode_task(final))
             else:
