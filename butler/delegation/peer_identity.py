@@ -35,7 +35,7 @@ from butler.delegation.peer_logs import PeerLogs, ReadConsistency
 from butler.delegation.peers import Candidate
 from butler.identity.receipts import verify_receipt
 from butler.runtime.clock import now_iso
-from butler.storage import replace_private
+from butler.storage import private_folder, replace_private
 from internal.http import ConnectionCheck
 from internal.protocol.a2a.codec.card_signature import key_rotations, verify_card
 from internal.protocol.a2a.model import DelegationFailed, agent_key
@@ -99,6 +99,7 @@ class PinStore:
             self._write()
 
     def _write(self) -> None:
+        private_folder(self.path.parent)  # `butler delegate` may pin before a first start
         replace_private(self.path, json.dumps(self._pins, indent=2, sort_keys=True).encode())
 
 
