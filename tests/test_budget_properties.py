@@ -111,7 +111,7 @@ class FakeDelegator:
                      reattach: bool = False) -> DelegationResult:
         raise AssertionError("this peer never asks its caller")
 
-    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
+    async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]:
         return ()
 
     async def peer_status(self) -> list[PeerStatus]:

@@ -88,7 +88,7 @@ class Delegator(Protocol):
     ) -> DelegationResult:
         """The caller's answer to ``peer_task`` (or, ``reattach``, following it again)."""
 
-    async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
+    async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]: ...
 
     async def peer_status(self) -> list[PeerStatus]:
         """Every peer known now with its health, for the operator's overview."""
