@@ -20,8 +20,9 @@ from butler.registry.service import start_registry
 from butler.registry.store_url import open_store
 from internal.http import hash_token
 from internal.protocol.a2a.model import TaskRequest, TaskState
-from tests.delegation_support import Instance, Mesh, free_port, skill
+from tests.delegation_support import Mesh, free_port, skill
 from tests.registry.registry_support import TOKENS, config
+from tests.support import Instance
 
 SWARM_TOKEN = "swarm-shared-token-0123456789abcdef"
 
