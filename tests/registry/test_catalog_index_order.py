@@ -48,9 +48,10 @@ def listing(index: CatalogIndex, filters: dict[str, tuple[str, ...]], now: float
 
 def test_pages_in_identifier_order_are_the_scan_sorted() -> None:
     index = filled(600)
-    for filters in ({}, {"type": (MCP_CARD,)}, {"tags": ("w1", "w2")},
-                    {"type": (A2A_CARD,), "publisher": ("p3.example",)},
-                    {"tags": ("nothing",)}):
+    cases: list[dict[str, tuple[str, ...]]] = [
+        {}, {"type": (MCP_CARD,)}, {"tags": ("w1", "w2")},
+        {"type": (A2A_CARD,), "publisher": ("p3.example",)}, {"tags": ("nothing",)}]
+    for filters in cases:
         for now in (10.0, 60.0):
             want = sorted(i.identifier for i in index.matching(filters, now))
             for size in (1, 7, 100):
