@@ -13,11 +13,14 @@ from typing import Any
 import aiohttp
 
 from butler.audit import AuditLog
+from butler.cli.route_cmd import rank
+from butler.cli.serve import load_or_exit
 from butler.registry.ard_api import ARD
 from butler.registry.clock import SystemClock
 from butler.registry.federation_config import FederationConfig
 from butler.registry.service import start_registry
 from butler.registry.store_url import open_store
+from butler.routing import explain
 from internal.http import hash_token
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, free_port, skill
@@ -76,6 +79,12 @@ async def test_plain_words_reach_an_agent_known_only_from_the_ard_index(
         assert task.cost is not None
         [hop] = task.cost.children
         assert hop.agent == "office"
+        # butler route --cards --explain: where each candidate came from.
+        loaded = load_or_exit(str(home.config_path))
+        assert loaded is not None
+        ranking = await rank(loaded, "translate a sonnet into French poetry", cards=True)
+        assert ranking.best is not None and ranking.best.candidate.peer == "office"
+        assert f"[registry:{url}]" in explain(ranking)
 
         untrusted = await agents["lab"].client().submit(
             TaskRequest(text="please translate a sonnet into French poetry"))
