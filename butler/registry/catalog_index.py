@@ -141,9 +141,19 @@ def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
     """0-100: the weighted share of ``tokens`` found, each where it counts most."""
     if not tokens:
         return 0
+    # _FIELD_WEIGHTS, spelt out: this runs for every entry a search reads.
+    empty: frozenset[str] = frozenset()
+    name, caps, tags = (fields.get("name", empty), fields.get("capabilities", empty),
+                        fields.get("tags", empty))
+    queries, description = fields.get("queries", empty), fields.get("description", empty)
     got = 0
     for token in tokens:
-        got += max((w for name, w in _FIELD_WEIGHTS if token in fields.get(name, ())), default=0)
+        if token in name or token in caps or token in tags:
+            got += 3
+        elif token in queries:
+            got += 2
+        elif token in description:
+            got += 1
     return round(100 * got / (_MAX_WEIGHT * len(tokens)))
 
 
@@ -307,16 +317,16 @@ class CatalogIndex:
                     if not left:
                         break
             pool = found
-        entries = self.entries
+        entries, other = self.entries, any(p not in INDEXED_TERMS for p in filters)
         scored = []
         for identifier in pool:
             item = entries[identifier]
+            if item.expires_at <= now or (sets and not all(identifier in s for s in sets)):
+                continue
             points = score(item.fields, tokens)
-            if points and all(identifier in s for s in sets) and \
-                    self._passes(item, filters, now):
-                scored.append((points, item))
-        return heapq.nsmallest(limit, scored, key=lambda si: (
-            -si[0], TRUST_RANK[si[1].trust], si[1].identifier))
+            if points and (not other or self._passes(item, filters, now)):
+                scored.append((-points, TRUST_RANK[item.trust], identifier, item))
+        return [(-s[0], s[3]) for s in heapq.nsmallest(limit, scored)]
 
     def page(self, filters: Mapping[str, tuple[str, ...]], after: str, size: int,
              now: float) -> tuple[list[Indexed], int] | None:
