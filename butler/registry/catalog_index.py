@@ -139,9 +139,12 @@ def entry_fields(entry: Mapping[str, Any]) -> dict[str, frozenset[str]]:
 
 def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
     """0-100: the weighted share of ``tokens`` found, each where it counts most."""
-    if not tokens:
-        return 0
-    # _FIELD_WEIGHTS, spelt out: this runs for every entry a search reads.
+    return round(100 * weigh(fields, tokens) / (_MAX_WEIGHT * len(tokens))) if tokens else 0
+
+
+def weigh(fields: Mapping[str, frozenset[str]], tokens: Iterable[str]) -> int:
+    """The sum of each token's weight where it counts most (``_FIELD_WEIGHTS``, spelt
+    out: this runs for every entry a search reads)."""
     empty: frozenset[str] = frozenset()
     name, caps, tags = (fields.get("name", empty), fields.get("capabilities", empty),
                         fields.get("tags", empty))
@@ -154,7 +157,7 @@ def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
             got += 2
         elif token in description:
             got += 1
-    return round(100 * got / (_MAX_WEIGHT * len(tokens)))
+    return got
 
 
 @dataclass
@@ -304,29 +307,45 @@ class CatalogIndex:
         if not tokens:
             return []
         sets = sorted(self._term_sets(filters), key=len)
+        # The weights of the words whose postings were read whole, by identifier; the
+        # other words (``looked``) are weighed from each candidate's fields.
+        known: dict[str, int] = {}
+        looked: list[str] = []
+        pool: Iterable[str]
         if sets and len(sets[0]) <= SEARCH_CANDIDATES:
-            pool: Iterable[str] = sets[0]
+            pool, looked = sets[0], list(tokens)
         else:
             share = SEARCH_CANDIDATES // len(tokens)
-            found: dict[str, None] = {}
+            read: dict[str, None] = {}
             for token in tokens:
+                lists = self._words.get(token, ())
+                whole = sum(map(len, lists)) <= share
+                if not whole:
+                    looked.append(token)
                 left = share
-                for postings in self._words.get(token, ()):
-                    found.update(dict.fromkeys(postings.islice(0, left)))
+                for weight, postings in zip((3, 2, 1), lists, strict=False):
+                    chunk = postings.islice(0, left)
+                    if whole:
+                        for identifier in chunk:
+                            known[identifier] = known.get(identifier, 0) + weight
+                    else:
+                        read.update(dict.fromkeys(chunk))
                     left -= min(left, len(postings))
                     if not left:
                         break
-            pool = found
+            pool = read.keys() | known.keys()
         entries, other = self.entries, any(p not in INDEXED_TERMS for p in filters)
+        whole_weight = _MAX_WEIGHT * len(tokens)
         scored = []
         for identifier in pool:
             item = entries[identifier]
             if item.expires_at <= now or (sets and not all(identifier in s for s in sets)):
                 continue
-            points = score(item.fields, tokens)
+            points = known.get(identifier, 0) + (weigh(item.fields, looked) if looked else 0)
             if points and (not other or self._passes(item, filters, now)):
                 scored.append((-points, TRUST_RANK[item.trust], identifier, item))
-        return [(-s[0], s[3]) for s in heapq.nsmallest(limit, scored)]
+        return [(round(100 * -s[0] / whole_weight), s[3])
+                for s in heapq.nsmallest(limit, scored)]
 
     def page(self, filters: Mapping[str, tuple[str, ...]], after: str, size: int,
              now: float) -> tuple[list[Indexed], int] | None:
