@@ -167,15 +167,19 @@ class RegistryDiscovery:
             return None
         base = next((url[:-len(p)] for p in _CARD_PATHS if url.endswith(p)), None)
         name = identifier.rsplit(":", 1)[-1]
-        if base is None or not name or agent_key(name) == agent_key(self._self):
+        if base is None or not 0 < len(name) <= 128 or agent_key(name) == agent_key(self._self):
             return None
         static = self._static.get(agent_key(name))
         if static is not None or any(p.url.rstrip("/") == base.rstrip("/")
                                      for p in self._static.values()):
             return None
         publisher = publisher_of(identifier)
+        try:
+            host = URL(base).raw_host or ""
+        except ValueError:
+            return None
         if publisher not in self._publishers or not self._peer_token or \
-                not serves_publisher(URL(base).raw_host or "", publisher):
+                not serves_publisher(host, publisher):
             log.info("not calling search result %s: its publisher is not in "
                      "configurations.registry.trusted_publishers", identifier[:200])
             return None
