@@ -55,6 +55,8 @@ STOP_WORDS = frozenset({
 _FIELD_WEIGHTS = (("name", 3), ("capabilities", 3), ("tags", 3), ("queries", 2),
                   ("description", 1))
 _MAX_WEIGHT = 3
+Ids = set[str] | frozenset[str]
+_NONE: frozenset[str] = frozenset()
 # The postings one text search scores at most (shared among its words).
 SEARCH_CANDIDATES = 1200
 
@@ -281,7 +283,7 @@ class CatalogIndex:
     def matching(self, filters: Mapping[str, tuple[str, ...]], now: float,
                  tokens: tuple[str, ...] = ()) -> Iterator[Indexed]:
         """Live entries with any of ``tokens`` (when given) that pass every filter."""
-        sets: list[set[str]] = []
+        sets: list[Ids] = []
         if tokens:
             hit: set[str] = set()
             for token in tokens:
@@ -372,9 +374,16 @@ class CatalogIndex:
                 and all(i in s for s in rest)), size))
         return [self.entries[i] for i in chosen], total
 
-    def _term_sets(self, filters: Mapping[str, tuple[str, ...]]) -> list[set[str]]:
-        return [set().union(*(self._terms.get((path, fold(v)), set()) for v in filters[path]))
-                for path in INDEXED_TERMS if path in filters]
+    def _term_sets(self, filters: Mapping[str, tuple[str, ...]]) -> list[Ids]:
+        """Per filtered term field, the identifiers with any of its values: the index's
+        own set when there is one value (read only; a copy of a large one is the cost
+        of the whole request)."""
+        found: list[Ids] = []
+        for path in INDEXED_TERMS:
+            if path in filters:
+                sets = [self._terms.get((path, fold(v)), _NONE) for v in filters[path]]
+                found.append(sets[0] if len(sets) == 1 else set().union(*sets))
+        return found
 
     @staticmethod
     def _passes(item: Indexed, filters: Mapping[str, tuple[str, ...]], now: float) -> bool:
