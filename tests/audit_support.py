@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from butler.audit import AuditLog, AuditRecord
+from butler.daemon import Daemon
 
 
 def documented_rows(path: Path) -> list[dict[str, Any]]:
@@ -51,3 +53,12 @@ def append_record(log: AuditLog, i: int = 0, **overrides: Any) -> AuditRecord:
 
 def fill_log(log: AuditLog, n: int) -> list[AuditRecord]:
     return [append_record(log, i) for i in range(n)]
+
+
+async def audit_records(daemon: Daemon, kind: str) -> list[AuditRecord]:
+    """The records of ``kind`` in a stopped daemon's audit trail."""
+    def read() -> list[AuditRecord]:
+        with AuditLog(daemon.config.data_dir / "audit.db") as log:
+            return [r for r in log.iter_all() if r.kind == kind]
+
+    return await asyncio.to_thread(read)

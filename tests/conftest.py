@@ -8,6 +8,7 @@ import pytest
 from hypothesis import settings
 
 from tests.delegation_support import Mesh
+from tests.js_support import js_sdk_missing
 from tests.sdk03_support import sdk03_python
 from tests.support import Swarm
 
@@ -46,3 +47,11 @@ settings.register_profile("release", max_examples=2000, deadline=None)
 def sdk03() -> Path:
     """The interpreter of a virtualenv with the official a2a-sdk 0.3.26 (tests/sdk03_support)."""
     return sdk03_python()
+
+
+@pytest.fixture(scope="session")
+def js_sdk() -> None:
+    """Node with @a2a-js/sdk installed in tests/js_agent (tests/js_support), or a skip."""
+    missing = js_sdk_missing()
+    if missing is not None:
+        pytest.skip(missing)

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from butler.delegation.delegator import PeerDelegator
 from tests.support import ECHO, Instance, Swarm, config_dict, start_instance
 
 
@@ -92,6 +93,14 @@ class Mesh:
         for inst in reversed(list(self.instances.values())):
             await inst.daemon.stop()
         self.instances.clear()
+
+
+def following(inst: Instance) -> list[str]:
+    """The ids of the peers' tasks its delegations follow now."""
+    delegator = inst.daemon.engine.delegator
+    assert isinstance(delegator, PeerDelegator)
+    return [f.update.ref.task_id for f in delegator.cancels.followed
+            if f.running and f.update is not None]
 
 
 async def butler_with_peer(swarm: Swarm, url: str, token: str, *,

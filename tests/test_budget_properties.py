@@ -111,6 +111,9 @@ class FakeDelegator:
                      reattach: bool = False) -> DelegationResult:
         raise AssertionError("this peer never asks its caller")
 
+    def abandon(self, peer_task: PeerTask) -> None:
+        raise AssertionError("this peer never asks its caller")
+
     async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]:
         return ()
 

@@ -22,7 +22,9 @@ from internal.protocol.a2a.model import (
     TaskRequest,
     TaskState,
 )
+from tests.audit_support import audit_records
 from tests.delegation_support import Mesh
+from tests.support import wait_until
 
 SURVEY = {"id": "survey", "python": "tests.plugins.questions:survey", "expose": True,
           "capabilities": ["lab.survey"]}
@@ -118,6 +120,31 @@ async def test_a_peer_that_asks_forever_is_bounded_by_the_waiting_limit(mesh: Me
     assert ended.state is TaskState.FAILED
     assert ended.error is not None and ended.error.code == "input_timeout"
     assert "lab's question" in ended.error.message and "2s" in ended.error.message
+    await wait_until(lambda: both_canceled(mesh), what="office's and lab's tasks canceled")
+
+
+async def both_canceled(mesh: Mesh) -> bool:
+    office, lab = await office_and_lab_tasks(mesh)
+    return bool(office["state"] == lab["state"] == "canceled")
+
+
+async def test_a_cancel_while_lab_asks_cancels_office_and_lab(mesh: Mesh) -> None:
+    """The person cancels instead of answering: the question no longer waits anywhere."""
+    three_hops(mesh, "lab.survey", SURVEY)
+    agents = dict(await mesh.start())  # a copy: the close empties the mesh's own
+    home = agents["home"].client()
+    asked = await home.submit(TaskRequest(text="paint", capabilities_needed=("lab.survey",)))
+    assert asked.state is TaskState.INPUT_REQUIRED and asked.asked_by == "lab"
+    office, lab = await office_and_lab_tasks(mesh)
+    assert office["state"] == lab["state"] == "input-required"
+
+    assert (await home.cancel(asked.id)).state is TaskState.CANCELED
+    await wait_until(lambda: both_canceled(mesh), what="office's and lab's tasks canceled")
+    await mesh.close()
+    for agent, peer, peer_task in (("home", "office", office), ("office", "lab", lab)):
+        (record,) = await audit_records(agents[agent].daemon, "delegation_canceled")
+        assert record.decision == "canceled" and record.detail["peer"] == peer, record
+        assert record.detail["peer_task_id"] == peer_task["id"]
 
 
 STORY = {"id": "story", "python": "tests.plugins.questions:story", "expose": True,

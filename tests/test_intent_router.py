@@ -8,6 +8,8 @@ from decimal import Decimal
 import pytest
 
 from butler.routing import RouteCandidate, RouteIndex, explain
+from butler.routing.lexical import LexicalIndex
+from butler.routing.ngrams import EDIT_SIMILARITY, SpellingIndex
 from butler.routing.router import ROUTED_CHARS
 from butler.routing.words import words
 
@@ -204,3 +206,16 @@ def test_only_the_start_of_a_long_text_is_read() -> None:
 def test_ignored_words_are_not_read() -> None:
     # At office, "office" names the agent itself: it must not pull in office.printer.
     assert INDEX.route("ask my office about the budget", ignore={"offic"}).ranked == ()
+
+
+def test_a_word_one_edit_from_a_card_word_meets_it() -> None:
+    # "mnth" and "balnce" share too few character grams with "month" and "balance";
+    # the same word once one letter is left out of either or both (the first letter
+    # kept) still meets them.
+    spelling = SpellingIndex(LexicalIndex(CARDS))
+    assert spelling.alike("lampz") == (("lamp", EDIT_SIMILARITY),)  # one letter added
+    assert all(w != "lamp" for w, _ in spelling.alike("lumpy"))  # two letters away
+    assert spelling.alike("xamp") == ()  # the first letter must be the same
+    ranking = RouteIndex(CARDS, semantic=False).route("unlok the frnt door")
+    assert ranking.best is not None and ranking.best.candidate.label == "home.locks"
+    assert any(m.card_word == "unlock" for m in ranking.best.matches)

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from butler.routing import DEFAULT_THRESHOLD
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
 from tests.support import ECHO, REPO, Swarm, config_dict, post_task
@@ -105,7 +106,8 @@ async def test_words_nothing_matches_fail_with_the_closest_candidates(mesh: Mesh
     assert task.error is not None and task.error.code == "no_capable_skill"
     # Below the threshold (closest: ...), or, without the semantic stage, no word of it
     # on any card: either way the message says why.
-    assert ("closest: " in task.error.message and "threshold 0.59" in task.error.message) \
+    assert ("closest: " in task.error.message
+            and f"threshold {DEFAULT_THRESHOLD:g}" in task.error.message) \
         or "no word of the task is on any card" in task.error.message
     assert task.cost is None or not task.cost.children  # no peer was called
 
@@ -194,7 +196,7 @@ async def test_a_plugin_asks_the_router_and_delegates_to_its_choice(mesh: Mesh) 
     data = task.parts[1].data or {}
     assert data["peer"] == "office" and data["state"] == "completed"
     assert data["ranked"][0]["label"] == "office/office.action_items"
-    assert 0.59 <= data["ranked"][0]["score"] <= 1
+    assert DEFAULT_THRESHOLD <= data["ranked"][0]["score"] <= 1
 
 
 async def _butler_route(*args: str) -> tuple[int, str, str]:

@@ -15,15 +15,13 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from butler.audit import AuditLog
-from butler.daemon import Daemon
-from butler.delegation.delegator import PeerDelegator
 from butler.delegation.peer_cancel import PeerCancels
 from internal.protocol.a2a.client import A2AClient
 from internal.protocol.a2a.codec import butler_v2
 from internal.protocol.a2a.model import PeerTask, Task, TaskRequest, TaskState
 from tests.a2a_support import WAIT
-from tests.delegation_support import Mesh, a2a_card, butler_with_peer, serving
+from tests.audit_support import audit_records
+from tests.delegation_support import Mesh, a2a_card, butler_with_peer, following, serving
 from tests.sdk03_support import sdk03_agent
 from tests.sdk_agent import sdk_agent
 from tests.support import Instance, Swarm, call, new_pair, post_task, wait_until
@@ -37,27 +35,10 @@ def live_tasks(inst: Instance) -> list[Task]:
     return list(inst.daemon.engine._live.values())
 
 
-def following(inst: Instance) -> list[str]:
-    """The ids of the peers' tasks its delegations follow now."""
-    delegator = inst.daemon.engine.delegator
-    assert isinstance(delegator, PeerDelegator)
-    return [f.update.ref.task_id for f in delegator.cancels.followed
-            if f.running and f.update is not None]
-
-
 async def stored(inst: Instance, task_id: str) -> Task:
     task = await inst.daemon.engine.store.get(task_id)
     assert task is not None, task_id
     return task
-
-
-async def audit_records(daemon: Daemon, kind: str) -> list[Any]:
-    """The records of ``kind`` in a stopped daemon's audit trail."""
-    def read() -> list[Any]:
-        with AuditLog(daemon.config.data_dir / "audit.db") as log:
-            return [r for r in log.iter_all() if r.kind == kind]
-
-    return await asyncio.to_thread(read)
 
 
 async def three_hops(mesh: Mesh, protocol: str = "butler", **home: Any

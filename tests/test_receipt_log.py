@@ -125,6 +125,8 @@ async def test_log_verify_checks_the_log_against_tasks_and_audit(mesh: Mesh) -> 
     code, out, err = await run_cli("audit", "tail", "-c", config, "--json")
     finals = [json.loads(ln) for ln in out.splitlines() if '"task_finished"' in ln]
     assert [f["detail"]["leaf"] for f in finals] == ["0"], finals
+    code, out, _ = await run_cli("audit", "verify", "-c", config)
+    assert code == 0 and "receipt log: 1 final record(s) name a leaf" in out, out
     # A rewritten leaf: the stored task's receipt no longer matches the log, nor the head.
     db = sqlite3.connect(data_dir / "tasks.db")
     with db:
@@ -134,6 +136,8 @@ async def test_log_verify_checks_the_log_against_tasks_and_audit(mesh: Mesh) -> 
     assert code == 1, out
     assert "head of size 1: its root is not the stored log's" in out
     assert "the log's leaf 0 is another receipt" in out
+    code, out, _ = await run_cli("audit", "verify", "-c", config)  # the chain holds; the log not
+    assert code == 1 and "audit trail intact" in out and "does NOT match" in out, out
 
 
 async def test_receipts_of_the_per_task_form_still_verify(mesh: Mesh) -> None:

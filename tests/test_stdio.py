@@ -86,10 +86,10 @@ async def test_send_stream_get_cancel_and_both_versions(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         async with stdio_butler(tmp_path, configurations={"a2a": {"port": port}}) as butler:
-            sent = await butler.call(1, "SendMessage", _message("hello"))
+            sent = await butler.call(1, "SendMessage", _message("echo hello"))
             task = sent["task"]
             assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-            assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["hello"]
+            assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["echo hello"]
             got = await butler.call("get", "GetTask", {"id": task["id"]})
             assert got["id"] == task["id"] and got["status"]["state"] == "TASK_STATE_COMPLETED"
 

@@ -20,7 +20,8 @@ from typing import Any
 from butler.config.model import SkillConfig
 from butler.delegation.peer_cards import from_card
 from butler.delegation.peers import Candidate, DelegationPlan
-from butler.routing import RouteCandidate
+from butler.routing import Ranking, RouteCandidate, RouteIndex
+from butler.routing.words import words
 from butler.skills.builtin import echo
 from butler.skills.catalog import Skill, SkillCatalog
 from butler.swarm.decision import IntentRouter, local_candidate
@@ -83,13 +84,14 @@ class ButlerRouter:
 
     def __init__(self, cards: AgentCards,
                  extra_peers: Sequence[tuple[dict[str, Any], dict[str, Any]]] = (),
-                 padding: Sequence[RouteCandidate] = (), limit: int | None = None) -> None:
+                 padding: Sequence[RouteCandidate] = (), limit: int | None = None,
+                 *, semantic: bool = True) -> None:
         """``extra_peers``: more (peer entry, card) pairs, a hostile card; ``padding``:
         synthetic peer candidates after the real ones and ``limit``: at most this many
         candidates in all (the timing at a given count)."""
         configs = [skill_config(s) for s in cards.local]
         catalog = SkillCatalog([Skill(c, echo) for c in configs], None)
-        self._router = IntentRouter(catalog, agent_id=LOCAL_AGENT)
+        self._router = IntentRouter(catalog, agent_id=LOCAL_AGENT, semantic=semantic)
         routes = (*peer_routes([*cards.peers, *extra_peers]), *padding)
         if limit is not None:
             routes = routes[:max(limit - len(configs), 0)]
@@ -114,6 +116,20 @@ class ButlerRouter:
         if intent.peer is not None:
             return label(intent.peer), top
         return None, top
+
+    def rank(self, text: str) -> Ranking:
+        """The daemon's ranking of ``text`` (what ``decide`` decides on)."""
+        return self._loop.run_until_complete(
+            self._router.rank(self._caller, text, self._chain, self._peers))
+
+    @property
+    def ignored(self) -> frozenset[str]:
+        """The words the router does not read (the instance's own name)."""
+        return frozenset(words(LOCAL_AGENT))
+
+    def index(self) -> RouteIndex:
+        """The router's index over these candidates (built on first use)."""
+        return self._router.index(self._caller, self._peers.routes)
 
     def timed(self, texts: Sequence[str], rounds: int) -> list[tuple[float, float]]:
         """Seconds per decision, wall-clock and this thread's CPU, each of ``texts``

@@ -12,6 +12,7 @@ from butler.audit import AuditLog
 from butler.audit.retention import ARCHIVE
 from butler.audit.segments import export, segments, verify_history
 from butler.cli.json_output import error_json, json_flag, print_json
+from butler.cli.log_cmd import check_receipt_log
 from butler.cli.serve import agent_arg, load_or_exit
 
 
@@ -47,7 +48,7 @@ def _open(args: argparse.Namespace) -> AuditLog | None:
         if args.json:
             print_json(error_json("no_audit_trail", f"no audit trail at {path}"))
         return None
-    args.data_dir = config.data_dir
+    args.data_dir, args.loaded = config.data_dir, config
     return AuditLog(path)
 
 
@@ -74,16 +75,28 @@ def _verify(args: argparse.Namespace) -> int:
     with log:
         result = log.verify() if args.exports is None else \
             verify_history(log, Path(args.exports))
+    # Every ended task in the receipt log exactly once, as its final record says.
+    leaves = check_receipt_log(args.loaded)
+    ok = result.ok and (leaves is None or leaves.ok)
     if args.json:
-        print_json({"ok": result.ok, "checked": result.checked,
-                    "first_bad_seq": result.first_bad_seq, "reason": result.reason or None})
-    elif result.ok:
+        print_json({"ok": ok, "checked": result.checked,
+                    "first_bad_seq": result.first_bad_seq, "reason": result.reason or None,
+                    "receipt_log_problems": None if leaves is None else leaves.problems})
+        return 0 if ok else 1
+    if result.ok:
         print(f"audit trail intact: {result.checked} record(s) verified")
     else:
         where = "" if result.first_bad_seq is None else f" at record {result.first_bad_seq}"
         print(f"audit trail TAMPERED{where}: {result.reason} "
               f"({result.checked} record(s) before it intact)")
-    return 0 if result.ok else 1
+    if leaves is not None and leaves.ok:
+        print(f"receipt log: {leaves.audited} final record(s) name a leaf, each its task's, "
+              "none twice")
+    elif leaves is not None:
+        print(f"receipt log does NOT match the audit trail: {len(leaves.problems)} "
+              "problem(s)")
+        print("\n".join(leaves.problems))
+    return 0 if ok else 1
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -11,9 +11,10 @@ import sqlite3
 import sys
 
 from butler.cli.serve import agent_arg, load_or_exit
+from butler.config.model import Config
 from butler.identity import receipt_log
 from butler.identity.key_file import read_identity
-from butler.identity.log_check import check_log
+from butler.identity.log_check import LogCheck, check_log
 from internal.signing import PublicKey, rotated_to
 
 
@@ -30,20 +31,28 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p.set_defaults(handler=fn)
 
 
-def _verify(args: argparse.Namespace) -> int:
-    config = load_or_exit(args.config, secrets=False, agent=args.agent)
-    if config is None:
-        return 2
+def check_receipt_log(config: Config) -> LogCheck | None:
+    """The agent's receipt log checked against its tasks and audit trail; None when its
+    data folder holds none (no key or no tasks yet)."""
     tasks_db = config.data_dir / "tasks.db"
     identity = read_identity(config.data_dir)
     if identity is None or not tasks_db.exists():
-        print(f"butler: no receipt log in {config.data_dir}", file=sys.stderr)
-        return 2
+        return None
 
     def is_agents(key: PublicKey) -> bool:
         return key.kid == identity.kid or rotated_to(key, identity.kid, identity.rotations)
 
-    result = check_log(tasks_db, config.data_dir / "audit.db", config.agent.id, is_agents)
+    return check_log(tasks_db, config.data_dir / "audit.db", config.agent.id, is_agents)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    config = load_or_exit(args.config, secrets=False, agent=args.agent)
+    if config is None:
+        return 2
+    result = check_receipt_log(config)
+    if result is None:
+        print(f"butler: no receipt log in {config.data_dir}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"ok": result.ok, "size": result.size, "heads": result.heads,
                           "tasks": result.tasks, "tasks_before_log": result.before_log,

@@ -134,7 +134,7 @@ class SwarmConfig:
     max_outbound_concurrency: int = 32
     # How long a delegated task waits for its caller's answer to a peer's question.
     input_wait_seconds: float = 300.0
-    routing_threshold: float = 0.59  # butler.routing.DEFAULT_THRESHOLD
+    routing_threshold: float = 0.57  # butler.routing.DEFAULT_THRESHOLD
     # The intent router's semantic stage, when the `semantic` extra is installed.
     routing_semantic: bool = True
 

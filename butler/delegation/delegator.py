@@ -99,6 +99,9 @@ class PeerDelegator:
         self._clients: dict[Candidate, A2AClient] = {}
         # Peers' tasks that delegations stopped following, being canceled (peer_cancel.py).
         self.cancels = PeerCancels(audit)
+        # Peers' tasks waiting on their caller while it is asked (a conversation), by task
+        # id: what their cancel needs, should no answer come (``abandon``).
+        self._asking: dict[str, tuple[A2AClient, float, dict[str, Any]]] = {}
 
     def set_peers(self, static: Sequence[Candidate]) -> None:
         """The configured peers anew (a reload, ``butler/reload.py``): calls under way keep
@@ -286,6 +289,8 @@ class PeerDelegator:
         """One exchange with ``cand``: a new task, a follow-up answer to ``peer_task``,
         or (``reattach``) reading ``peer_task`` until it ends or waits again."""
         client = self._client(cand)
+        if peer_task is not None:  # its caller answers: it is followed again, here
+            self._asking.pop(peer_task.task_id, None)
         where: list[PeerTask] = []  # the peer's task, once it is known
         followed = Followed()  # for a cancel sent to it (``peer_cancel``)
 
@@ -365,6 +370,10 @@ class PeerDelegator:
                         budget_after=grant - spent, decision=task.state.value,
                         code=task.error.code if task.error else None, trace_id=trace_id)
             span.set_attribute("butler.state", task.state.value)
+            asking = where[0] if where else peer_task
+            if task.state.interrupted and asking is not None:
+                self._asking[asking.task_id] = (client, cand.timeout,
+                                                {**audit, "trace_id": trace_id})
         cost = task.cost or CostNode(agent=cand.name, skill=task.skill, cost_usd=spent,
                                      duration_ms=int(elapsed * 1000), status=task.state.value)
         return DelegationResult(
@@ -399,6 +408,16 @@ class PeerDelegator:
         return await self._send(cand, request, chain, _grant(cand, budget), deadline,
                                 parent_task_id, peer_task.tree_id, peer_task=peer_task,
                                 tracking=tracking, reattach=reattach)
+
+
+    def abandon(self, peer_task: PeerTask) -> None:
+        """``peer_task`` waits on its caller, and no answer will come (the delegating task
+        was canceled, ran out of time, or its caller did not answer in time): the peer is
+        sent its cancel in the background, as for a task that stopped being followed."""
+        asking = self._asking.pop(peer_task.task_id, None)
+        if asking is not None:
+            client, seconds, record = asking
+            self.cancels.send(client, peer_task, seconds=seconds, record=record)
 
 
 def _grant(cand: Candidate, budget: Decimal) -> Decimal:

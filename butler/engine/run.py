@@ -88,6 +88,9 @@ class Delegator(Protocol):
     ) -> DelegationResult:
         """The caller's answer to ``peer_task`` (or, ``reattach``, following it again)."""
 
+    def abandon(self, peer_task: PeerTask) -> None:
+        """``peer_task`` waits on its caller, and no answer will come: cancel it."""
+
     async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]: ...
 
     async def peer_status(self) -> list[PeerStatus]:
@@ -476,6 +479,7 @@ class TaskRun:
                     deadline=self.deadline, parent_task_id=self.task_id,
                     tree_id=self.tree_id, tracking=tracking)
             result = await converse(result, ask=self._ask, answer=answer,
+                                    abandon=delegator.abandon,
                                     wait_seconds=self.deps.input_wait_seconds)
         except ButlerError as err:
             raise DelegationError(err.code, err.message) from None

@@ -114,9 +114,9 @@ def _path(claims: Mapping[str, Any], logged: bool) -> list[str] | None:
     """The delegation path a receipt records: its task's caller chain, as names compare.
     None for a receipt of the per-task form made before receipts recorded it (they were
     all of that form): nothing to hold it to. Every logged receipt records one."""
-    chain = claims.get("chain")
-    if chain is None and not logged:
+    if "chain" not in claims and not logged:
         return None
+    chain = claims.get("chain")
     if not isinstance(chain, list) or not all(isinstance(a, str) for a in chain):
         raise BadSignature(f"receipt {claims.get('receipt_id')} records no delegation path "
                            "(chain)")

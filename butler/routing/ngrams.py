@@ -8,6 +8,13 @@ closest) count, in proportion to the similarity, with the points the lexical sta
 gives that card word. So the stage is BM25 over words as they are spelled rather than
 as they are stemmed.
 
+Grams miss a short word with one letter wrong ("balnce" shares 30 % of its grams with
+"balance", "mnth" almost none with "month"), so a word is also alike a card word that
+is the same once one letter is left out of either or both (a letter left out, added,
+changed, two swapped), the first letter the same (``EDIT_SIMILARITY``). Found as
+SymSpell does: each card word's one-deletion variants are indexed once, with the index,
+and a task's word looks up itself and its own.
+
 A word some card has as written counts as it does in the lexical stage; only the others
 are looked up by their grams. The grams are taken over the cards' vocabulary (their
 distinct words), not over whole texts, so a task costs one look-up per gram of its own
@@ -28,12 +35,20 @@ MIN_SIMILARITY = 0.5
 MAX_ALIKE = 3
 # A word shorter than this is matched only as written ("tv", "pdf"): too few grams.
 MIN_LENGTH = 4
+# What a card word one edit away counts for, next to a gram similarity: about what
+# "hotell" and "hotel" share (0.67), less than a word form shares with its stem.
+EDIT_SIMILARITY = 0.7
 _CACHED = 4096
 
 
 def grams(word: str) -> frozenset[str]:
     padded = f"<{word}>"
     return frozenset(padded[i:i + n] for n in SIZES for i in range(len(padded) - n + 1))
+
+
+def _deletions(word: str) -> set[str]:
+    """``word`` and each way of leaving one of its letters out."""
+    return {word, *(word[:i] + word[i + 1:] for i in range(len(word)))}
 
 
 class SpellingIndex:
@@ -46,6 +61,12 @@ class SpellingIndex:
             for g in grams(v):
                 postings.setdefault(g, []).append(j)
         self._postings = postings
+        # One-deletion variants (and the word itself) -> the card words, for one edit.
+        self._deletes: dict[str, list[int]] = {}
+        for j, v in enumerate(self._vocab):
+            if len(v) >= MIN_LENGTH:
+                for d in _deletions(v):
+                    self._deletes.setdefault(d, []).append(j)
         self._cache: dict[str, tuple[tuple[str, float], ...]] = {}
 
     def alike(self, stem: str) -> tuple[tuple[str, float], ...]:
@@ -61,11 +82,15 @@ class SpellingIndex:
             for g in mine:
                 for j in self._postings.get(g, ()):
                     shared[j] = shared.get(j, 0) + 1
-            found = tuple(sorted(
-                ((self._vocab[j], round(2 * k / (len(mine) + self._sizes[j]), 3))
-                 for j, k in shared.items()
-                 if 2 * k >= MIN_SIMILARITY * (len(mine) + self._sizes[j])),
-                key=lambda m: (-m[1], m[0]))[:MAX_ALIKE])
+            alike = {j: round(2 * k / (len(mine) + self._sizes[j]), 3)
+                     for j, k in shared.items()
+                     if 2 * k >= MIN_SIMILARITY * (len(mine) + self._sizes[j])}
+            for d in _deletions(stem):
+                for j in self._deletes.get(d, ()):
+                    if self._vocab[j][0] == stem[0] and alike.get(j, 0.0) < EDIT_SIMILARITY:
+                        alike[j] = EDIT_SIMILARITY
+            found = tuple(sorted(((self._vocab[j], sim) for j, sim in alike.items()),
+                                 key=lambda m: (-m[1], m[0]))[:MAX_ALIKE])
         if len(self._cache) >= _CACHED:
             self._cache.clear()
         self._cache[stem] = found

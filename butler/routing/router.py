@@ -66,6 +66,9 @@ class Scored:
     fused: float = 0.0
     stages: tuple[tuple[str, float], ...] = ()  # each stage's share, 0..1
     notes: tuple[str, ...] = ()  # priors and caps applied, for ``explain``
+    # The calibration's inputs (fused, margin, known, semantic, coverage), see
+    # calibration.py: what bench/intent_fit.py fits the confidence on.
+    features: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,7 @@ class RouteIndex:
         self._lexical = LexicalIndex(kept)
         self._spelling = SpellingIndex(self._lexical)
         self._priors = [prior(c) for c in kept]
+        self._noted: dict[int, tuple[str, ...]] = {}
         self._use_semantic = semantic
         self._semantic: semantic_stage.SemanticIndex | None = None
         self._named: dict[str, list[int]] = {}  # a word of a peer's name -> its candidates
@@ -232,14 +236,18 @@ class RouteIndex:
             peer = self._candidates[i].peer
             rival = others[peer] if named[i] else max(
                 (fused[j] for j in top if j != i), default=0.0)
-            sure = confidence(stage_set, fused[i], fused[i] - rival, known)
+            matches = self._matches(i, stems, written)
+            features = (fused[i], fused[i] - rival, known,
+                        shares["semantic"][i] if "semantic" in shares else 0.0,
+                        len(matches) / len(stems))
+            sure = confidence(stage_set, *features)
             if named[i] and i == top[0] and rival < fused[i] / 2:
                 # Naming an agent is choosing it, when no other agent fits half as well.
                 sure = max(sure, NAMED_CONFIDENCE)
             ranked.append(Scored(
-                self._candidates[i], round(sure, 4),
-                self._matches(i, stems, written), named[i], round(fused[i], 4),
-                tuple((s, round(v[i], 4)) for s, v in shares.items()), self._notes(i)))
+                self._candidates[i], round(sure, 4), matches, named[i], round(fused[i], 4),
+                tuple((s, round(v[i], 4)) for s, v in shares.items()), self._notes(i),
+                features))
         ignored = tuple(written[s] for s in stems
                         if not self._spelling.alike(s) and s not in self._named)
         return Ranking(text, threshold, tuple(ranked), ignored, stages, known=known)
@@ -317,6 +325,14 @@ class RouteIndex:
         return tuple(out)
 
     def _notes(self, i: int) -> tuple[str, ...]:
+        """A candidate's notes depend on it alone: made once per index, when it is
+        first ranked (not per task: reading its fields again was a fifth of a route)."""
+        notes = self._noted.get(i)
+        if notes is None:
+            notes = self._noted[i] = self._make_notes(i)
+        return notes
+
+    def _make_notes(self, i: int) -> tuple[str, ...]:
         c = self._candidates[i]
         notes = []
         p = self._priors[i]

@@ -67,6 +67,16 @@ class Embedder:
         # A plain array over the mapping: indexing a np.memmap goes through Python.
         self._weights = np.asarray(_map_safetensors(where / WEIGHTS, np))
 
+    def embed_one(self, text: str) -> Vectors | None:
+        """One text's unit vector (None: no token), without ``embed``'s batch arrays:
+        this runs for every task."""
+        ids = self._tokenizer.encode(text.casefold(), add_special_tokens=False).ids
+        if not ids:
+            return None
+        v = self._weights[ids[:EMBEDDED_TOKENS]].mean(axis=0, dtype=self._np.float32)
+        norm = float(v @ v) ** 0.5
+        return v / norm if norm > 0 else None
+
     def embed(self, texts: list[str]) -> Vectors:
         """Unit vectors, one row per text (a text with no token is a zero row)."""
         np = self._np
@@ -76,7 +86,7 @@ class Embedder:
             ids = self._tokenizer.encode(text.casefold(), add_special_tokens=False).ids
             ids = ids[:EMBEDDED_TOKENS]
             if ids:
-                out[row] = self._weights[ids].astype(np.float32).mean(axis=0)
+                out[row] = self._weights[ids].mean(axis=0, dtype=np.float32)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms > 0, norms, 1.0)  # type: ignore[no-any-return]
 
@@ -116,5 +126,8 @@ class SemanticIndex:
         self._rows = self._embedder.embed(texts)
 
     def score(self, text: str) -> list[float]:
-        sims: list[float] = (self._rows @ self._embedder.embed([text])[0]).tolist()
+        v = self._embedder.embed_one(text)
+        if v is None:
+            return [0.0] * len(self._rows)
+        sims: list[float] = (self._rows @ v).tolist()
         return [s if s > 0.0 else 0.0 for s in sims]

@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import lru_cache
 from typing import Protocol
 
 from butler.config.model import CallerLimits, SkillConfig
@@ -183,6 +184,10 @@ def local_candidate(cfg: SkillConfig) -> RouteCandidate:
                           cost_usd=cfg.cost_usd)
 
 
+# Every task asks it of every peer: the same few names, made a key once each.
+_peer_key = lru_cache(maxsize=4096)(agent_key)
+
+
 class IntentRouter:
     def __init__(self, catalog: SkillCatalog, threshold: float = DEFAULT_THRESHOLD,
                  agent_id: str = "", *, semantic: bool = True) -> None:
@@ -223,7 +228,7 @@ class IntentRouter:
         ``allow``: the candidates the caller's grants leave it (``routable``)."""
         index = self.index(caller, await self.candidates(peers, text))
         passed = {agent_key(a) for a in chain}
-        return index.route(text, self.threshold, skip_peer=lambda p: agent_key(p) in passed,
+        return index.route(text, self.threshold, skip_peer=lambda p: _peer_key(p) in passed,
                            allow=allow, ignore=self._own, shown=shown)
 
     async def choose(self, caller: Identity, text: str, chain: Sequence[str],

@@ -422,6 +422,7 @@ class A2AClient:
             async for result in results:
                 if isinstance(result, Task):  # the agent answered without a stream
                     return result
+                first = task is None
                 try:
                     task = apply_event(task, result, transport.version, self.name)
                 except DelegationFailed:
@@ -430,6 +431,12 @@ class A2AClient:
                     log.info("%s: a stream that does not begin with anything usable; "
                              "sending the message without streaming", self.name)
                     return None
+                if first and message.task_id and task.state.interrupted:
+                    # An answer's stream may begin with the task as it was before the
+                    # answer (the @a2a-js/sdk server begins every turn with the task):
+                    # that question is the one answered, not this turn's outcome, which
+                    # the events after it tell (or the task as it is when the stream ends).
+                    continue
                 if watch is not None:
                     chunk = artifact_update(result, transport.version)
                     ref = self._ref(iface, task, message)
