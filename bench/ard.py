@@ -37,7 +37,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # The intent bench's synthetic words (bench/ is on the path when a bench runs).
-from intent import VOCABULARY, _word
+from intent.speed import VOCABULARY, _word
 
 from butler.registry.ard_api import ARD
 from butler.registry.catalog_entry import A2A_CARD, MCP_CARD

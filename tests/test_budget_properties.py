@@ -114,7 +114,7 @@ class FakeDelegator:
     def abandon(self, peer_task: PeerTask) -> None:
         raise AssertionError("this peer never asks its caller")
 
-    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
+    async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]:
         return ()
 
     async def peer_status(self) -> list[PeerStatus]:

@@ -32,6 +32,7 @@ configurations:
   registry:
     self_register: true
     health_ttl_minutes: 5
+    trusted_publishers: [Acme.com.]
   mcp_server:
     allowed_capabilities: [memory.read, data.read]
 """
@@ -54,6 +55,7 @@ def test_documented_keys_are_accepted_as_written(tmp_path: Path) -> None:
     assert cfg.swarm.budget_usd == Decimal("5.0")  # exact, not a binary float
     assert cfg.swarm.workspace_ttl_hours == 24
     assert cfg.registry.self_register and cfg.registry.health_ttl_minutes == 5
+    assert cfg.registry.trusted_publishers == ("acme.com",)
     assert cfg.mcp_server.allowed_capabilities == ("memory.read", "data.read")
 
 
@@ -120,6 +122,8 @@ INVALID = [
      "configurations.swarm.routing_threshold", ">= 0"),
     ("configurations: {registry: {health_ttl_minutes: .nan}}",
      "configurations.registry.health_ttl_minutes", "finite"),
+    ("configurations: {registry: {trusted_publishers: ['http://acme.com']}}",
+     "configurations.registry.trusted_publishers[0]", "expected a domain name"),
     ("server: {max_body_bytes: 0}", "server.max_body_bytes", ">= 1"),
     ("server: {keepalive_timeout_seconds: 5}", "server.keepalive_timeout_seconds",
      "unknown key"),

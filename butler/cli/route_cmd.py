@@ -71,22 +71,23 @@ async def rank(config: Config, text: str, *, cards: bool, tier: str | None = Non
     local = [local_candidate(s) for s in config.skills
              if s.expose and not is_reserved(s.id) and s.mcp is None
              and (s.tier is None or tier in (s.tier, "admin"))]
-    peers = await _cards(config) if cards else tuple(
+    peers = await _cards(config, text) if cards else tuple(
         c for p in from_config(config.peers) for c in from_card(p, {}))
     index = RouteIndex([*local, *peers], semantic=config.swarm.routing_semantic)
     return index.route(text, config.swarm.routing_threshold,
                        ignore=frozenset(words(config.agent.id)))
 
 
-async def _cards(config: Config) -> tuple[RouteCandidate, ...]:
-    """As the daemon knows them: the peers' cards, and the registry's agents if one is
-    configured (never announcing this instance there)."""
+async def _cards(config: Config, text: str) -> tuple[RouteCandidate, ...]:
+    """As the daemon knows them: the peers' cards, and the registry's agents and what
+    its search finds for ``text`` if one is configured (never announcing this instance
+    there)."""
     link = RegistryLink(config, dict, str)
     delegator = PeerDelegator(agent_id=config.agent.id, static=from_config(config.peers),
                               tracer=NoOpTracer(), audit=lambda *a, **k: None,
                               max_concurrency=8, discover=link.discovery)
     try:
-        return await delegator.route_candidates()
+        return await delegator.route_candidates(text)
     finally:
         await delegator.aclose()
         await link.close()

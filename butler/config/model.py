@@ -151,6 +151,8 @@ class RegistryConfig:
     allow_loopback: bool = True
     # Registry identities (who registered an entry) whose agents get ``peer_token``.
     trusted_registrants: tuple[str, ...] = ()
+    # Publisher domains whose ARD search results (a task in plain words) get ``peer_token``.
+    trusted_publishers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

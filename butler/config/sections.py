@@ -8,7 +8,7 @@ from pathlib import Path
 
 from butler.config import model as m
 from butler.config.caller_limits import parse_caller_limits
-from butler.config.common import ident, secret, url
+from butler.config.common import DOMAIN, ident, secret, url
 from butler.config.node import Node
 from internal.http import TokenEntry
 from internal.protocol.a2a.model import Identity
@@ -124,7 +124,7 @@ def parse_registry(node: Node | None, base: Path) -> m.RegistryConfig:
     k = node.mapping({
         "self_register", "health_ttl_minutes", "url", "token_env", "token_file", "cache_seconds",
         "allow_private_networks", "allow_loopback", "peer_token_env", "peer_token_file",
-        "trusted_registrants",
+        "trusted_registrants", "trusted_publishers",
     })
     return m.RegistryConfig(
         self_register=k["self_register"].boolean() if "self_register" in k else d.self_register,
@@ -141,4 +141,13 @@ def parse_registry(node: Node | None, base: Path) -> m.RegistryConfig:
         else d.allow_loopback,
         trusted_registrants=tuple(ident(n) for n in k["trusted_registrants"].items())
         if "trusted_registrants" in k else d.trusted_registrants,
+        trusted_publishers=tuple(_publisher(n) for n in k["trusted_publishers"].items())
+        if "trusted_publishers" in k else d.trusted_publishers,
     )
+
+
+def _publisher(node: Node) -> str:
+    text = node.string().lower().rstrip(".")
+    if not DOMAIN.fullmatch(text):
+        node.fail("expected a domain name (an AI Catalog publisher), e.g. acme.com")
+    return text

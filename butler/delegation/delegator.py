@@ -90,10 +90,11 @@ class PeerDelegator:
         self._tls: dict[Path, ssl.SSLContext] = {}
         self._grpc = GrpcChannels()  # a channel per gRPC peer, kept as the sessions are
         self._cards = PeerCards(self.static, self._read_card)
-        # (the static peers' routes, the registry's agents, both as one tuple): rebuilt
-        # only when one of the first two is a new tuple, so the router's index stays cached.
-        self._routes: tuple[tuple[RouteCandidate, ...], tuple[Any, ...],
-                            tuple[RouteCandidate, ...]] = ((), (), ())
+        # (the static peers' routes, (the registry's agents, what its search found), all
+        # as one tuple): rebuilt only when one of the first is a new tuple, so the
+        # router's index stays cached.
+        self._routes: tuple[tuple[RouteCandidate, ...], tuple[Any, Any],
+                            tuple[RouteCandidate, ...]] = ((), ((), ()), ())
         # A client per peer, reused call after call: it holds nothing of any one call.
         self._clients: dict[Candidate, A2AClient] = {}
         # Peers' tasks that delegations stopped following, being canceled (peer_cancel.py).
@@ -149,23 +150,31 @@ class PeerDelegator:
             # A peer by name that the config does not know (one the intent router chose
             # among the registry's agents): the registry's, by the same trust rules.
             pool += [c for c, _ in await self._registry_agents()]
+            if self.discover is not None:
+                pool += [c for c, _ in self.discover.searched()]
         found = eligible(pool, capabilities, (*chain, self.agent_id), peer)
         return DelegationPlan(tuple(sorted(found, key=self.health.rank_key)),
                               tuple(capabilities), peer, skill)
 
-    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
+    async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]:
         """The configured peers and their cards' skills, then the registry's agents (that
-        are not configured peers) and theirs, for the intent router."""
+        are not configured peers) and theirs, then the agents the registry's search
+        found for ``text`` (a task in plain words) and lately, for the intent router."""
         static = await self._cards.candidates()
         agents = await self._registry_agents()
-        if static is not self._routes[0] or agents is not self._routes[1]:
+        searched = await self.discover.search(text) if self.discover is not None and text \
+            else self.discover.searched() if self.discover is not None else ()
+        if static is not self._routes[0] or agents is not self._routes[1][0] \
+                or searched is not self._routes[1][1]:
             configured = {agent_key(c.name) for c in self.static}
             found = islice((r for cand, card in agents if agent_key(cand.name) not in configured
                             for r in from_card(cand, card)), ROUTED_REGISTRY_CANDIDATES)
-            routes = (*static, *found)
+            listed = configured | {agent_key(cand.name) for cand, _ in agents}
+            routes = (*static, *found,
+                      *(r for cand, r in searched if agent_key(cand.name) not in listed))
             # A listing that differs only in what the router does not read (a card's
             # timestamp) keeps the tuple, and so the router's index.
-            self._routes = (static, agents,
+            self._routes = (static, (agents, searched),
                             self._routes[2] if routes == self._routes[2] else routes)
         return self._routes[2]
 
@@ -294,7 +303,8 @@ class PeerDelegator:
         started = time.monotonic()
         audit: dict[str, Any] = {"caller": self.agent_id,
                                  "task_id": parent_task_id or request.id, "chain": chain,
-                                 "detail": {"peer": cand.name, "url": cand.url}}
+                                 "detail": {"peer": cand.name, "url": cand.url,
+                                            "source": cand.source}}
         attributes: Attributes = {
             "butler.peer": cand.name, "butler.caller_chain": list(chain),
             "butler.depth": len(chain), "butler.budget_usd": str(grant),

@@ -71,12 +71,12 @@ class PeerCards:
 
 def from_card(peer: Candidate, card: dict[str, Any]) -> list[RouteCandidate]:
     """The peer as a whole, then each skill of its card (Butler's card or an A2A card).
-    A peer found in a registry says ``registry`` as the source of both."""
-    found = peer.source == "registry"
+    A peer found in a registry says so (``registry:<its URL>``) as the source of both."""
+    found = peer.source.startswith("registry")
     out = [RouteCandidate(
         "", peer=peer.name, name=_text(card.get("name")) or peer.name,
         description=_text(card.get("description")), capabilities=peer.capabilities,
-        cost_usd=peer.cost_usd, source="registry" if found else "config")]
+        cost_usd=peer.cost_usd, source=peer.source if found else "config")]
     skills = card.get("skills")
     for skill in skills[:MAX_CARD_SKILLS] if isinstance(skills, list) else ():
         if not isinstance(skill, dict) or not _text(skill.get("id")):
@@ -87,7 +87,7 @@ def from_card(peer: Candidate, card: dict[str, Any]) -> list[RouteCandidate]:
             examples=_texts(skill.get("examples")),
             capabilities=_texts(skill.get("capabilities")),
             cost_usd=max(peer.cost_usd, _price(skill.get("cost_usd"))),
-            source="registry" if found else "card"))
+            source=peer.source if found else "card"))
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from butler.config.model import PeerConfig
+from butler.routing import RouteCandidate
 from internal.http import CONFIGURED, OutboundRules
 from internal.protocol.a2a.model import agent_key
 
@@ -77,6 +78,12 @@ class Discovery(Protocol):
 
     async def routable(self) -> tuple[tuple[Candidate, dict[str, Any]], ...]:
         """Every agent a token may go to, with its card (for the intent router)."""
+
+    async def search(self, text: str) -> tuple[tuple[Candidate, RouteCandidate], ...]:
+        """The agents a search for ``text`` found, with those found lately."""
+
+    def searched(self) -> tuple[tuple[Candidate, RouteCandidate], ...]:
+        """The agents searches found lately."""
 
 
 @dataclass(frozen=True)

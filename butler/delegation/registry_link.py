@@ -39,6 +39,7 @@ class RegistryLink:
         self.discovery = RegistryDiscovery(
             client, self_name=config.agent.id, peer_token=reg.peer_token, static=config.peers,
             trusted_registrants=reg.trusted_registrants,
+            trusted_publishers=reg.trusted_publishers,
             guard=OutboundGuard(found), cache_seconds=reg.cache_seconds)
         if reg.self_register:
             self.announcer = Announcer(client, config.agent.id, card, url,

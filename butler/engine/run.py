@@ -91,7 +91,7 @@ class Delegator(Protocol):
     def abandon(self, peer_task: PeerTask) -> None:
         """``peer_task`` waits on its caller, and no answer will come: cancel it."""
 
-    async def route_candidates(self) -> tuple[RouteCandidate, ...]: ...
+    async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]: ...
 
     async def peer_status(self) -> list[PeerStatus]:
         """Every peer known now with its health, for the operator's overview."""

@@ -307,7 +307,17 @@ def _facet(matched: list[Indexed], facet: Facet) -> dict[str, Any]:
 async def list_agents(request: web.Request) -> web.Response:
     ard = request.app[ARD]
     req = parse_list(request.query)
-    offset = ard.pages.offset(req.page_token, req.digest())
+    offset, after = ard.pages.position(req.page_token, req.digest())
+    if req.order == (("identifier", False),) and not (
+            req.name_contains or req.created_after or req.updated_after):
+        found = ard.index.page(req.filters, after, req.page_size + 1, ard.clock.now())
+        if found is not None:  # read from the sorted identifiers: only the page
+            page, total = found[0][:req.page_size], found[1]
+            answer: dict[str, Any] = {"items": [i.entry for i in page], "total": total}
+            if len(found[0]) > req.page_size:
+                answer["pageToken"] = ard.pages.issue(offset + len(page), req.digest(),
+                                                      page[-1].identifier)
+            return json_response(answer)
     items = [i for i in ard.index.matching(req.filters, ard.clock.now()) if _listed(i, req)]
     end = offset + req.page_size
     directions = {descending for _, descending in req.order}
@@ -323,7 +333,7 @@ async def list_agents(request: web.Request) -> web.Response:
             items.sort(key=lambda i, n=name: _order_value(i, n),  # type: ignore[misc]
                        reverse=descending)
         page = items[offset:end]
-    answer: dict[str, Any] = {"items": [i.entry for i in page], "total": len(items)}
+    answer = {"items": [i.entry for i in page], "total": len(items)}
     if end < len(items):
         answer["pageToken"] = ard.pages.issue(end, req.digest())
     return json_response(answer)

@@ -6,7 +6,8 @@ Every refusal is a ``RequestError`` naming the field, which the ARD routes answe
 ``trustManifest.*``, ``metadata.<key>``, or ``publisher`` and ``source``, which the
 registry derives), so a typo is an error rather than a filter nothing passes.
 
-Page tokens are the registry's own: an offset and a digest of the request it belongs to,
+Page tokens are the registry's own: an offset (or, for a listing in identifier order,
+the last identifier shown) and a digest of the request it belongs to,
 MACed with a key every replica derives from the same config, so a token cannot be forged,
 moved to another query, or carried over from an upstream registry.
 """
@@ -268,25 +269,33 @@ class PageTokens:
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._key, payload, hashlib.sha256).digest()[:16]
 
-    def issue(self, offset: int, digest: str) -> str:
-        payload = json.dumps({"o": offset, "q": digest}, separators=(",", ":")).encode()
+    def issue(self, offset: int, digest: str, after: str = "") -> str:
+        fields: dict[str, Any] = {"o": offset, "q": digest}
+        if after:
+            fields["a"] = after
+        payload = json.dumps(fields, separators=(",", ":")).encode()
         return _b64(payload) + "." + _b64(self._mac(payload))
 
     def offset(self, token: str | None, digest: str) -> int:
+        return self.position(token, digest)[0]
+
+    def position(self, token: str | None, digest: str) -> tuple[int, str]:
+        """The offset and the last identifier (or "") a token says a page starts after."""
         if token is None or token == "":
-            return 0
+            return 0, ""
         try:
             body, mac = token.split(".")
             payload = _unb64(body)
-            ok = len(token) <= 200 and hmac.compare_digest(self._mac(payload), _unb64(mac))
+            ok = len(token) <= 2000 and hmac.compare_digest(self._mac(payload), _unb64(mac))
             data = json.loads(payload) if ok else None
         except (ValueError, binascii.Error, UnicodeDecodeError):
             data = None
-        if not isinstance(data, dict) or not isinstance(data.get("o"), int) or data["o"] < 0:
+        if not isinstance(data, dict) or not isinstance(data.get("o"), int) or data["o"] < 0 \
+                or not isinstance(data.get("a", ""), str):
             raise bad("pageToken", "not a page token this registry issued")
         if data.get("q") != digest:
             raise bad("pageToken", "issued for another query")
-        return int(data["o"])
+        return int(data["o"]), str(data.get("a", ""))
 
 
 def _b64(data: bytes) -> str:

@@ -14,10 +14,16 @@ signature that does not verify quarantines the copy the same way. An unsigned co
 replaces a signed one.
 
 Search is lexical: each entry's words, by field, in an inverted index; a query's score
-is the weighted share of its words an entry has (0-100). ``type``, ``publisher``,
-``tags`` and ``capabilities`` are term-indexed, so a filter on them reads only its
-matches. Kept in memory: every origin is re-crawled, re-registered or re-pushed within
-its lifetime, so a restarted registry fills it again from the store and the network.
+is the weighted share of its words an entry has (0-100). Each word's postings are kept
+in order, heaviest field first, then by identifier, and a query reads at most
+``SEARCH_CANDIDATES`` of them in all: a word on fewer entries than its share is read
+whole, so the results are exact unless every word of the query is a common one (then
+its best-placed entries, by field and identifier, are the ones scored). ``type``,
+``publisher``, ``tags`` and ``capabilities`` are term-indexed, so a filter on them reads
+only its matches. Identifiers are kept sorted, so a listing in their order reads only
+its page (``page``). Kept in memory: every origin is re-crawled, re-registered or
+re-pushed within its lifetime, so a restarted registry fills it again from the store
+and the network.
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ import heapq
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
+
+from sortedcontainers import SortedList
 
 from butler.registry.catalog_entry import entry_key, entry_rotations, publisher_of
 from butler.registry.model import fold
@@ -46,6 +55,10 @@ STOP_WORDS = frozenset({
 _FIELD_WEIGHTS = (("name", 3), ("capabilities", 3), ("tags", 3), ("queries", 2),
                   ("description", 1))
 _MAX_WEIGHT = 3
+Ids = set[str] | frozenset[str]
+_NONE: frozenset[str] = frozenset()
+# The postings one text search scores at most (shared among its words).
+SEARCH_CANDIDATES = 1200
 
 
 def words(text: str) -> list[str]:
@@ -128,12 +141,25 @@ def entry_fields(entry: Mapping[str, Any]) -> dict[str, frozenset[str]]:
 
 def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
     """0-100: the weighted share of ``tokens`` found, each where it counts most."""
-    if not tokens:
-        return 0
+    return round(100 * weigh(fields, tokens) / (_MAX_WEIGHT * len(tokens))) if tokens else 0
+
+
+def weigh(fields: Mapping[str, frozenset[str]], tokens: Iterable[str]) -> int:
+    """The sum of each token's weight where it counts most (``_FIELD_WEIGHTS``, spelt
+    out: this runs for every entry a search reads)."""
+    empty: frozenset[str] = frozenset()
+    name, caps, tags = (fields.get("name", empty), fields.get("capabilities", empty),
+                        fields.get("tags", empty))
+    queries, description = fields.get("queries", empty), fields.get("description", empty)
     got = 0
     for token in tokens:
-        got += max((w for name, w in _FIELD_WEIGHTS if token in fields.get(name, ())), default=0)
-    return round(100 * got / (_MAX_WEIGHT * len(tokens)))
+        if token in name or token in caps or token in tags:
+            got += 3
+        elif token in queries:
+            got += 2
+        elif token in description:
+            got += 1
+    return got
 
 
 @dataclass
@@ -141,8 +167,11 @@ class CatalogIndex:
     entries: dict[str, Indexed] = field(default_factory=dict)
     quarantine: dict[tuple[str, str], Quarantined] = field(default_factory=dict)
     pins: dict[str, PublicKey] = field(default_factory=dict)
-    # word -> {identifier: the weight of the field it is in (the heaviest)}
-    _words: dict[str, dict[str, int]] = field(default_factory=dict)
+    # word -> its entries' identifiers, sorted, by the weight of the heaviest field it is
+    # in: [3, 2, 1]
+    _words: dict[str, list[SortedList]] = field(default_factory=dict)
+    _order: SortedList = field(default_factory=SortedList)  # every identifier
+    _next_expiry: float = float("inf")  # no entry lapses before this
     _terms: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _origins: dict[str, set[str]] = field(default_factory=dict)
     version: int = 0  # bumped on every change: gossip pushes what changed since
@@ -178,9 +207,13 @@ class CatalogIndex:
         item = Indexed(entry, identifier, origin, source, trust, expires_at, key,
                        entry_fields(entry), current.indexed_at if current is not None else now)
         self.entries[identifier] = item
+        self._order.add(identifier)
+        self._next_expiry = min(self._next_expiry, expires_at)
         self._origins.setdefault(origin, set()).add(identifier)
         for word, weight in _weights(item.fields).items():
-            self._words.setdefault(word, {})[identifier] = weight
+            if word not in self._words:
+                self._words[word] = [SortedList(), SortedList(), SortedList()]
+            self._words[word][_MAX_WEIGHT - weight].add(identifier)
         for path in INDEXED_TERMS:
             for value in values_at(entry, path):
                 self._terms.setdefault((path, fold(value)), set()).add(identifier)
@@ -197,12 +230,13 @@ class CatalogIndex:
         item = self.entries.pop(identifier, None)
         if item is None:
             return
+        self._order.discard(identifier)
         self._origins.get(item.origin, set()).discard(identifier)
-        for word in _weights(item.fields):
+        for word, weight in _weights(item.fields).items():
             postings = self._words.get(word)
             if postings is not None:
-                postings.pop(identifier, None)
-                if not postings:
+                postings[_MAX_WEIGHT - weight].discard(identifier)
+                if not any(postings):
                     del self._words[word]
         for path in INDEXED_TERMS:
             for value in values_at(item.entry, path):
@@ -234,18 +268,27 @@ class CatalogIndex:
         gone = [i for i, item in self.entries.items() if item.expires_at <= now]
         for identifier in gone:
             self._remove(identifier)
+        self._next_expiry = min((i.expires_at for i in self.entries.values()),
+                                default=float("inf"))
         return len(gone)
+
+    def expire_due(self, now: float) -> None:
+        """Lapsed entries out, when there may be any (so a count of a term's entries
+        counts only live ones)."""
+        if now >= self._next_expiry:
+            self.expire(now)
 
     # --- reading ----------------------------------------------------------------------
 
     def matching(self, filters: Mapping[str, tuple[str, ...]], now: float,
                  tokens: tuple[str, ...] = ()) -> Iterator[Indexed]:
         """Live entries with any of ``tokens`` (when given) that pass every filter."""
-        sets: list[set[str]] = []
+        sets: list[Ids] = []
         if tokens:
             hit: set[str] = set()
             for token in tokens:
-                hit.update(self._words.get(token, ()))
+                for postings in self._words.get(token, ()):
+                    hit.update(postings)
             sets.append(hit)
         sets += self._term_sets(filters)
         sets.sort(key=len)
@@ -260,34 +303,87 @@ class CatalogIndex:
     def ranked(self, tokens: tuple[str, ...], filters: Mapping[str, tuple[str, ...]],
                now: float, limit: int) -> list[tuple[int, Indexed]]:
         """The ``limit`` best live matches of ``tokens`` that pass ``filters``, with
-        their scores (``score``'s, from the postings: only entries with a query word are
-        read, and only the best of them are looked at)."""
+        their scores (``score``'s). Read: at most ``SEARCH_CANDIDATES`` postings, each
+        word's share in its order (heaviest field first), or, when a term filter has
+        fewer entries than that, every entry it has."""
         if not tokens:
             return []
-        raw: dict[str, int] = {}
-        for token in tokens:
-            for identifier, weight in self._words.get(token, {}).items():
-                raw[identifier] = raw.get(identifier, 0) + weight
-        sets = self._term_sets(filters)
-        pool = [(i, r) for i, r in raw.items() if all(i in s for s in sets)] if sets \
-            else list(raw.items())
-        entries, whole = self.entries, _MAX_WEIGHT * len(tokens)
+        sets = sorted(self._term_sets(filters), key=len)
+        # The weights of the words whose postings were read whole, by identifier; the
+        # other words (``looked``) are weighed from each candidate's fields.
+        known: dict[str, int] = {}
+        looked: list[str] = []
+        pool: Iterable[str]
+        if sets and len(sets[0]) <= SEARCH_CANDIDATES:
+            pool, looked = sets[0], list(tokens)
+        else:
+            share = SEARCH_CANDIDATES // len(tokens)
+            read: dict[str, None] = {}
+            for token in tokens:
+                lists = self._words.get(token, ())
+                whole = sum(map(len, lists)) <= share
+                if not whole:
+                    looked.append(token)
+                left = share
+                for weight, postings in zip((3, 2, 1), lists, strict=False):
+                    chunk = postings.islice(0, left)
+                    if whole:
+                        for identifier in chunk:
+                            known[identifier] = known.get(identifier, 0) + weight
+                    else:
+                        read.update(dict.fromkeys(chunk))
+                    left -= min(left, len(postings))
+                    if not left:
+                        break
+            pool = read.keys() | known.keys()
+        entries, other = self.entries, any(p not in INDEXED_TERMS for p in filters)
+        whole_weight = _MAX_WEIGHT * len(tokens)
+        scored = []
+        for identifier in pool:
+            item = entries[identifier]
+            if item.expires_at <= now or (sets and not all(identifier in s for s in sets)):
+                continue
+            points = known.get(identifier, 0) + (weigh(item.fields, looked) if looked else 0)
+            if points and (not other or self._passes(item, filters, now)):
+                scored.append((-points, TRUST_RANK[item.trust], identifier, item))
+        return [(round(100 * -s[0] / whole_weight), s[3])
+                for s in heapq.nsmallest(limit, scored)]
 
-        def order(pair: tuple[str, int]) -> tuple[int, int, str]:
-            return -pair[1], TRUST_RANK[entries[pair[0]].trust], pair[0]
+    def page(self, filters: Mapping[str, tuple[str, ...]], after: str, size: int,
+             now: float) -> tuple[list[Indexed], int] | None:
+        """Live entries past ``after`` in identifier order that pass ``filters``, at
+        most ``size``, and how many pass in all; None when a filter is not on a
+        term-indexed field (the caller reads every match). The page is read from the
+        sorted identifiers, or, when the filter's matches are few, from them."""
+        if any(path not in INDEXED_TERMS for path in filters):
+            return None
+        self.expire_due(now)
+        sets = sorted(self._term_sets(filters), key=len)
+        if not sets:
+            return [self.entries[i] for i in islice(
+                self._order.irange(minimum=after, inclusive=(False, False)), size)], \
+                len(self.entries)
+        first, rest = sets[0], sets[1:]
+        total = len(first) if not rest else len(first.intersection(*rest))
+        if len(first) ** 2 <= size * len(self._order):  # few: sorting them is cheaper
+            chosen = heapq.nsmallest(size, (i for i in first if i > after
+                                            and all(i in s for s in rest)))
+        else:  # many: the sorted identifiers hold one every few places
+            chosen = list(islice((i for i in self._order.irange(
+                minimum=after, inclusive=(False, False)) if i in first
+                and all(i in s for s in rest)), size))
+        return [self.entries[i] for i in chosen], total
 
-        wanted = limit
-        while True:  # a few more than asked, in case some fail the other filters
-            best = heapq.nsmallest(wanted, pool, key=order)
-            found = [(round(100 * r / whole), entries[i]) for i, r in best
-                     if self._passes(entries[i], filters, now)]
-            if len(found) >= limit or len(best) < wanted:
-                return found[:limit]
-            wanted *= 4
-
-    def _term_sets(self, filters: Mapping[str, tuple[str, ...]]) -> list[set[str]]:
-        return [set().union(*(self._terms.get((path, fold(v)), set()) for v in filters[path]))
-                for path in INDEXED_TERMS if path in filters]
+    def _term_sets(self, filters: Mapping[str, tuple[str, ...]]) -> list[Ids]:
+        """Per filtered term field, the identifiers with any of its values: the index's
+        own set when there is one value (read only; a copy of a large one is the cost
+        of the whole request)."""
+        found: list[Ids] = []
+        for path in INDEXED_TERMS:
+            if path in filters:
+                sets = [self._terms.get((path, fold(v)), _NONE) for v in filters[path]]
+                found.append(sets[0] if len(sets) == 1 else set().union(*sets))
+        return found
 
     @staticmethod
     def _passes(item: Indexed, filters: Mapping[str, tuple[str, ...]], now: float) -> bool:

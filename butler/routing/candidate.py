@@ -35,7 +35,8 @@ class RouteCandidate:
     examples: tuple[str, ...] = ()
     capabilities: tuple[str, ...] = ()
     cost_usd: Decimal = Decimal("0")
-    source: str = "local"  # local, config (a peer entry), card (a peer's card), registry
+    # local, config (a peer entry), card (a peer's card), registry:<the registry's URL>
+    source: str = "local"
 
     @property
     def kind(self) -> str:

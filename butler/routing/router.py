@@ -370,7 +370,7 @@ def _without_clones(candidates: list[RouteCandidate]
     trusted = {_content(c): c.label for c in candidates if c.source in ("config", "card")}
     kept = []
     for c in candidates:
-        original = trusted.get(_content(c)) if c.source == "registry" else None
+        original = trusted.get(_content(c)) if c.source.startswith("registry") else None
         if original is not None and (c.name or c.description or c.tags or c.examples):
             excluded.clones[c.label] = original
             continue

@@ -165,9 +165,10 @@ class Peers(Protocol):
                    peer: str | None = None, skill: str | None = None) -> DelegationPlan:
         """Where a delegation of this would go (``PeerDelegator.plan``)."""
 
-    async def route_candidates(self) -> tuple[RouteCandidate, ...]:
-        """The known peers and their cards' skills, for the intent router (the same
-        tuple while nothing changed: its indexes are cached by the tuple's identity)."""
+    async def route_candidates(self, text: str = "") -> tuple[RouteCandidate, ...]:
+        """The known peers and their cards' skills, and what the registry's search finds
+        for ``text``, for the intent router (the same tuple while nothing changed: its
+        indexes are cached by the tuple's identity)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +201,9 @@ class IntentRouter:
         self._indexes: dict[str | None,
                             tuple[tuple[RouteCandidate, ...], int, RouteIndex]] = {}
 
-    async def candidates(self, peers: Peers | None) -> tuple[RouteCandidate, ...]:
-        return await peers.route_candidates() if peers is not None else ()
+    async def candidates(self, peers: Peers | None, text: str = ""
+                         ) -> tuple[RouteCandidate, ...]:
+        return await peers.route_candidates(text) if peers is not None else ()
 
     def index(self, caller: Identity | None, peer_routes: tuple[RouteCandidate, ...]
               ) -> RouteIndex:
@@ -224,7 +226,7 @@ class IntentRouter:
                    shown: int = SHOWN) -> Ranking:
         """``chain``: the agents the task has passed through, this one included;
         ``allow``: the candidates the caller's grants leave it (``routable``)."""
-        index = self.index(caller, await self.candidates(peers))
+        index = self.index(caller, await self.candidates(peers, text))
         passed = {agent_key(a) for a in chain}
         return index.route(text, self.threshold, skip_peer=lambda p: _peer_key(p) in passed,
                            allow=allow, ignore=self._own, shown=shown)
@@ -233,7 +235,7 @@ class IntentRouter:
                      peers: Peers | None,
                      allow: Callable[[RouteCandidate], bool] | None = None) -> Intent:
         visible = self.catalog.visible(caller)
-        if len(visible) == 1 and not await self.candidates(peers):
+        if len(visible) == 1 and not await self.candidates(peers, text):
             # Nothing to choose between (one skill, no peers): it does the task, as before
             # the router, whatever a ranking would say; so none is made, as its answer is
             # known.
