@@ -5,16 +5,21 @@ its audit trail (``butler.identity.log_check``); exit 1 on anything that does no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import sqlite3
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
+from butler.audit import AuditLog
 from butler.cli.serve import agent_arg, load_or_exit
 from butler.config.model import Config
+from butler.engine.task_schema import VERSION
 from butler.identity import receipt_log
 from butler.identity.key_file import read_identity
 from butler.identity.log_check import LogCheck, check_log
+from butler.storage import Database
 from internal.signing import PublicKey, rotated_to
 
 
@@ -34,7 +39,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def check_receipt_log(config: Config) -> LogCheck | None:
     """The agent's receipt log checked against its tasks and audit trail; None when its
     data folder holds none (no key or no tasks yet)."""
-    tasks_db = config.data_dir / "tasks.db"
+    tasks_db, audit_db = config.data_dir / "tasks.db", config.data_dir / "audit.db"
     identity = read_identity(config.data_dir)
     if identity is None or not tasks_db.exists():
         return None
@@ -42,7 +47,21 @@ def check_receipt_log(config: Config) -> LogCheck | None:
     def is_agents(key: PublicKey) -> bool:
         return key.kid == identity.kid or rotated_to(key, identity.kid, identity.rotations)
 
-    return check_log(tasks_db, config.data_dir / "audit.db", config.agent.id, is_agents)
+    # Opened as the daemon opens them (a later schema is refused), not migrated.
+    with _tasks(tasks_db) as tasks:
+        if not audit_db.exists():
+            return check_log(tasks, None, config.agent.id, is_agents)
+        with AuditLog(audit_db) as audit:
+            return check_log(tasks, audit.db, config.agent.id, is_agents)
+
+
+@contextlib.contextmanager
+def _tasks(path: Path) -> Iterator[Database]:
+    db = Database.open_blocking(path, name="tasks", version=VERSION)
+    try:
+        yield db
+    finally:
+        db.close_blocking()
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -75,11 +94,8 @@ def _head(args: argparse.Namespace) -> int:
     if not tasks_db.exists():
         print(f"butler: no receipt log in {config.data_dir}", file=sys.stderr)
         return 2
-    conn = sqlite3.connect(f"file:{tasks_db}?mode=ro", uri=True)
-    try:
-        size, head = receipt_log.size(conn), receipt_log.head(conn)
-    finally:
-        conn.close()
+    with _tasks(tasks_db) as tasks:
+        size, head = tasks.call(receipt_log.size), tasks.call(receipt_log.head)
     print(json.dumps({"size": size, "head": head}) if args.json else
           f"{size} receipt(s)\n{head or '(no head yet)'}")
     return 0

@@ -18,10 +18,10 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from butler.identity import receipt_log
 from butler.identity.receipts import HEAD_TYPE, parse_logged
+from butler.storage import Database
 from internal.signing import (
     BadSignature,
     PublicKey,
@@ -52,18 +52,20 @@ class LogCheck:
         return not self.problems
 
 
-def check_log(tasks_db: Path, audit_db: Path | None, agent_id: str,
+def check_log(tasks: Database, audit: Database | None, agent_id: str,
               is_agents: KeyCheck) -> LogCheck:
+    """``tasks`` and ``audit``: the agent's databases, opened for a blocking caller."""
     result = LogCheck()
-    conn = sqlite3.connect(f"file:{tasks_db}?mode=ro", uri=True)
-    try:
-        _check_heads(conn, agent_id, is_agents, result)
-        leaves = _check_tasks(conn, agent_id, result)
-    finally:
-        conn.close()
-    if audit_db is not None and audit_db.exists():
-        _check_audit(audit_db, leaves, result)
+    leaves = tasks.call(_check_tasks_db, agent_id, is_agents, result)
+    if audit is not None:
+        audit.call(_check_audit, leaves, result)
     return result
+
+
+def _check_tasks_db(conn: sqlite3.Connection, agent_id: str, is_agents: KeyCheck,
+                    result: LogCheck) -> dict[str, int]:
+    _check_heads(conn, agent_id, is_agents, result)
+    return _check_tasks(conn, agent_id, result)
 
 
 def _check_heads(conn: sqlite3.Connection, agent_id: str, is_agents: KeyCheck,
@@ -122,30 +124,25 @@ def _check_tasks(conn: sqlite3.Connection, agent_id: str, result: LogCheck) -> d
     return leaves
 
 
-def _check_audit(audit_db: Path, leaves: dict[str, int], result: LogCheck) -> None:
-    conn = sqlite3.connect(f"file:{audit_db}?mode=ro", uri=True)
+def _check_audit(conn: sqlite3.Connection, leaves: dict[str, int], result: LogCheck) -> None:
     named: dict[int, str] = {}
-    try:
-        for seq, task_id, detail in conn.execute(
-                "SELECT seq, task_id, detail FROM audit WHERE kind='task_finished' "
-                "ORDER BY seq"):
-            leaf_text = json.loads(detail).get("leaf") if detail else None
-            if leaf_text is None:
-                continue
-            try:
-                leaf = int(leaf_text)
-            except ValueError:
-                result.problems.append(f"audit record {seq}: leaf {leaf_text!r} is no number")
-                continue
-            result.audited += 1
-            if leaf in named:
-                result.problems.append(f"audit record {seq}: leaf {leaf} is named by the "
-                                       f"final record of task {named[leaf]} too")
-            elif task_id in leaves and leaves[task_id] != leaf:
-                result.problems.append(f"audit record {seq}: names leaf {leaf}, task "
-                                       f"{task_id}'s receipt is leaf {leaves[task_id]}")
-            elif not 0 <= leaf < result.size:
-                result.problems.append(f"audit record {seq}: leaf {leaf} is not in the log")
-            named[leaf] = str(task_id)
-    finally:
-        conn.close()
+    for seq, task_id, detail in conn.execute(
+            "SELECT seq, task_id, detail FROM audit WHERE kind='task_finished' ORDER BY seq"):
+        leaf_text = json.loads(detail).get("leaf") if detail else None
+        if leaf_text is None:
+            continue
+        try:
+            leaf = int(leaf_text)
+        except ValueError:
+            result.problems.append(f"audit record {seq}: leaf {leaf_text!r} is no number")
+            continue
+        result.audited += 1
+        if leaf in named:
+            result.problems.append(f"audit record {seq}: leaf {leaf} is named by the "
+                                   f"final record of task {named[leaf]} too")
+        elif task_id in leaves and leaves[task_id] != leaf:
+            result.problems.append(f"audit record {seq}: names leaf {leaf}, task "
+                                   f"{task_id}'s receipt is leaf {leaves[task_id]}")
+        elif not 0 <= leaf < result.size:
+            result.problems.append(f"audit record {seq}: leaf {leaf} is not in the log")
+        named[leaf] = str(task_id)
