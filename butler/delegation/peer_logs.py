@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from butler.delegation.peers import Candidate
@@ -30,11 +31,12 @@ CHECK_SECONDS = 10.0
 ReadConsistency = Callable[[int, int], Awaitable[Any]]
 
 
+@dataclass(frozen=True, slots=True)
 class Head:
-    __slots__ = ("root", "size")
+    """A peer's signed tree head, as kept: its size and root."""
 
-    def __init__(self, size: int, root: bytes) -> None:
-        self.size, self.root = size, root
+    size: int
+    root: bytes
 
     def to_json(self) -> dict[str, Any]:
         return {"size": self.size, "root": b64url(self.root)}
