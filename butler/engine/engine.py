@@ -138,6 +138,8 @@ class TaskEngine:
                       admitted_again(task, self.swarm.policy), owner_of(task),
                       time_left(task, self._timeout(None, task.request)), None,
                       self.delegator, reattach=peer_task)
+        # Its run starts again: the operator's log says so, as for a new task.
+        log_task_started(task.id, task.owner, task.skill, peer_task.peer, task.trace_id)
         self._start(run, place)
         return True
 
