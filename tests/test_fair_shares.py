@@ -19,7 +19,7 @@ from butler.memory import MemoryStore
 from butler.push.store import SqlitePushStore
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
-from tests.a2a_support import WAIT
+from tests.a2a_support import WAIT, send_request, text, user_message
 from tests.support import ECHO, Instance, Swarm, post_task, wait_until
 
 CALLERS: dict[str, dict[str, Any]] = {"flood": {}, "other": {}}
@@ -99,6 +99,43 @@ async def test_blocking_requests_of_one_caller_leave_room_for_another(daemon: In
         await asyncio.gather(*holders)
     await wait_until(lambda: pool.inflight == 0, what="every place given back")
     await fds_back_to(baseline)
+
+
+async def test_blocking_grpc_calls_of_one_caller_leave_room_for_another(swarm: Swarm) -> None:
+    """The same flood over gRPC (130 blocking calls once filled the pool): past its share
+    the caller is refused ``RESOURCE_EXHAUSTED``, and the other caller is served on both
+    ports meanwhile."""
+    pytest.importorskip("grpc")
+    import grpc
+    from a2a.types import TaskState
+
+    from tests.grpc_support import channel, service_stub
+    from tests.test_a2a_grpc import GRPC, error_info
+    from tests.test_a2a_grpc_admission import V1
+
+    inst = await swarm.start("home", skills=[ECHO, WAIT], callers=CALLERS,
+                             configurations=GRPC, extra=SMALL)
+    assert inst.daemon.grpc_url is not None
+    pool = inst.daemon.app[A2A_FRONT].load_limits
+    request = send_request(user_message(text("x"), metadata={"skill": "wait"}))
+    async with channel(inst.daemon.grpc_url, inst.tokens["flood"]) as flood, \
+            channel(inst.daemon.grpc_url, inst.tokens["other"]) as other:
+        holders = [asyncio.ensure_future(service_stub(flood).SendMessage(request, metadata=V1))
+                   for _ in range(12)]
+        await wait_until(lambda: sum(h.done() for h in holders) == 6 and pool.inflight == 6,
+                         what="the flood holding its share of 6")
+        refused = [h.exception() for h in holders if h.done()]
+        assert all(isinstance(err, grpc.aio.AioRpcError)
+                   and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                   and error_info(err).metadata["code"] == "rate_limited" for err in refused)
+        echo = send_request(user_message(text("hi"), metadata={"skill": "echo"}))
+        for _ in range(5):
+            answer = await service_stub(other).SendMessage(echo, metadata=V1)
+            assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED
+        await others_all_succeed(inst, 5)
+        await cancel_all(inst)
+        await asyncio.gather(*holders, return_exceptions=True)
+    await wait_until(lambda: pool.inflight == 0, what="every place given back")
 
 
 async def test_running_tasks_are_counted_exactly(daemon: Instance) -> None:
