@@ -92,7 +92,8 @@ async def serve_grpc(cfg: Config, front: A2AFront) -> tuple[grpc.aio.Server, int
 
     assert cfg.a2a.grpc_port is not None
     binding = GrpcBinding(front.v1, front.verifier, front.load_limits, streams=front.streams,
-                          per_caller=front.per_caller)
+                          per_caller=front.per_caller,
+                          message_seconds=cfg.limits.body_timeout_seconds)
     tls = None if cfg.a2a.tls is None else (cfg.a2a.tls.cert_file.read_bytes(),
                                             cfg.a2a.tls.key_file.read_bytes())
     limits = GrpcLimits(max_message_bytes=cfg.limits.max_body_bytes,

@@ -233,3 +233,67 @@ async def test_push_configs_are_shared_out_by_caller(tmp_path: Path) -> None:
         assert len(await store.all_configs()) == 4
     finally:
         await store.close()
+
+
+
+async def test_half_open_grpc_streams_are_refused_or_cut_off(swarm: Swarm) -> None:
+    """Calls that open a stream and never send their request message (20,000 of them once
+    added 393 MB, kept after they closed): without a token refused before the message is
+    awaited; with one, each holds a place of its caller's share until the message
+    deadline ends it; the other caller is served meanwhile, and every connection and
+    descriptor is given back."""
+    pytest.importorskip("grpc")
+    import grpc
+    from a2a.types import TaskState
+
+    from tests.grpc_support import channel, service_stub
+    from tests.test_a2a_grpc import GRPC
+    from tests.test_a2a_grpc_admission import V1
+
+    quick = {**SMALL, "server": {"max_inflight": 8, "body_timeout_seconds": 0.5,
+                                 "header_timeout_seconds": 0.5}}
+    inst = await swarm.start("home", skills=[ECHO], callers=CALLERS, configurations=GRPC,
+                             extra=quick)
+    target = inst.daemon.grpc_url
+    assert target is not None
+    pool = inst.daemon.app[A2A_FRONT].load_limits
+    baseline = open_fds()
+    never = asyncio.Event()
+
+    async def no_message() -> AsyncIterator[bytes]:
+        await never.wait()
+        yield b""  # not reached
+
+    def half_open(token: str | None, count: int) -> tuple[grpc.aio.Channel, list[Any]]:
+        metadata = [*V1, *([("authorization", f"Bearer {token}")] if token else [])]
+        # A connection of its own (channels to one target otherwise share one).
+        chan = grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        method = chan.stream_unary("/lf.a2a.v1.A2AService/GetTask",
+                                   request_serializer=bytes, response_deserializer=bytes)
+        return chan, [method(no_message(), metadata=metadata) for _ in range(count)]
+
+    async def codes(calls: list[Any]) -> list[grpc.StatusCode]:
+        ended = []
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call
+            ended.append(caught.value.code())
+        return ended
+
+    anonymous, strangers = half_open(None, 20)
+    assert set(await codes(strangers)) == {grpc.StatusCode.UNAUTHENTICATED}
+    flooding, flood = half_open(inst.tokens["flood"], 10)
+    await wait_until(lambda: pool.inflight == 6, what="the flood holding its share of 6")
+    async with channel(target, inst.tokens["other"]) as other:
+        echo = send_request(user_message(text("hi"), metadata={"skill": "echo"}))
+        for _ in range(3):
+            answer = await service_stub(other).SendMessage(echo, metadata=V1)
+            assert answer.task.status.state == TaskState.TASK_STATE_COMPLETED
+    ended = await codes(flood)
+    assert sorted(ended, key=str) == sorted(
+        [grpc.StatusCode.DEADLINE_EXCEEDED] * 6 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 4,
+        key=str)
+    assert pool.inflight == 0
+    for chan in (anonymous, flooding):
+        await chan.close()
+    await fds_back_to(baseline)

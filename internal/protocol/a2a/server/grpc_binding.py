@@ -20,6 +20,7 @@ Needs the ``grpc`` extra; only the daemon imports this module, and only when
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -67,9 +68,14 @@ class GrpcLimits:
 class GrpcBinding:
     def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, load_limits: LoadLimits, *,
                  streams: StreamSlots | None = None,
-                 per_caller: TokenBuckets | None = None) -> None:
+                 per_caller: TokenBuckets | None = None,
+                 message_seconds: float = 30.0) -> None:
         """``load_limits``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
-        requests, streams and calls count once whichever binding carries them."""
+        requests, streams and calls count once whichever binding carries them.
+        ``message_seconds``: how long an admitted call's request message may take to come
+        (a stream that opened and never sent it would hold its connection and its place,
+        as a slow HTTP body would: ``server.body_timeout_seconds``)."""
+        self.message_seconds = message_seconds
         self.dialect = dialect
         self.verifier = verifier
         self.load_limits = load_limits
@@ -83,13 +89,16 @@ class GrpcBinding:
         for method in service.methods:
             request = message_factory.GetMessageClass(method.input_type)
             response = message_factory.GetMessageClass(method.output_type)
-            make = (grpc.unary_stream_rpc_method_handler if method.server_streaming
-                    else grpc.unary_unary_rpc_method_handler)
+            # Every request is one message, but each method is served as a client stream
+            # (the same bytes on the wire): the call is admitted on its metadata before
+            # its message is awaited, and that wait has a deadline. The message comes as
+            # raw bytes, parsed in the call, where a malformed one can be answered
+            # INVALID_ARGUMENT (gRPC's own deserializer answered UNKNOWN and logged a
+            # traceback per message).
+            make = (grpc.stream_stream_rpc_method_handler if method.server_streaming
+                    else grpc.stream_unary_rpc_method_handler)
             run = (self._streaming if method.server_streaming else self._unary)(
                 method.name, request, response)
-            # The bytes as they came: parsed in the call, where a malformed message can be
-            # answered INVALID_ARGUMENT (gRPC's own deserializer answered UNKNOWN and
-            # logged a traceback per message).
             handlers[method.name] = make(run, request_deserializer=None,
                                          response_serializer=response.SerializeToString)
         return grpc.method_handlers_generic_handler(a2a_grpc.SERVICE, handlers)
@@ -108,18 +117,30 @@ class GrpcBinding:
         check_version(headers)
         return caller, headers
 
+    async def _request(self, context: grpc.aio.ServicerContext[Any, Any],
+                       request_type: type[ProtoMessage]) -> dict[str, Any]:
+        """The admitted call's one request message, as proto3 JSON."""
+        try:
+            async with asyncio.timeout(self.message_seconds):
+                raw = await context.read()
+        except TimeoutError:
+            raise RequestError("request_timeout", "request message not received within "
+                               f"{self.message_seconds:g}s") from None
+        if not isinstance(raw, bytes):  # grpc.aio.EOF: the stream ended without one
+            raise RequestError("invalid_request", "no request message")
+        return _parsed(raw, request_type)
+
     def _unary(self, name: str, request_type: type[ProtoMessage],
                response: type[ProtoMessage]) -> Handler:
         lenient = name == "GetExtendedAgentCard"  # the card's 0.3 fields have no proto field
 
-        async def run(raw: bytes,
-                      context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
+        async def run(_: object, context: grpc.aio.ServicerContext[Any, Any]) -> ProtoMessage:
             slot = None
             try:
                 caller, headers = self._admit(context)
                 slot = self.load_limits.enter(caller.name)
-                result = await self.dialect.call(name, caller, _parsed(raw, request_type),
-                                                 headers)
+                request = await self._request(context, request_type)
+                result = await self.dialect.call(name, caller, request, headers)
                 await _activated(context, headers)
                 return a2a_grpc.from_json(result or {}, response(), lenient=lenient)
             except Exception as exc:
@@ -133,17 +154,17 @@ class GrpcBinding:
 
     def _streaming(self, name: str, request_type: type[ProtoMessage],
                    response: type[ProtoMessage]) -> Handler:
-        async def run(raw: bytes, context: grpc.aio.ServicerContext[Any, Any],
+        async def run(_: object, context: grpc.aio.ServicerContext[Any, Any],
                       ) -> AsyncIterator[ProtoMessage]:
             inflight = None
             try:
                 caller, headers = self._admit(context)
                 inflight = self.load_limits.enter(caller.name)
+                request = await self._request(context, request_type)
                 slot = (self.streams.hold(caller.name) if self.streams is not None
                         else contextlib.nullcontext())
                 with slot:
-                    events = await self.dialect.call(name, caller,
-                                                     _parsed(raw, request_type), headers)
+                    events = await self.dialect.call(name, caller, request, headers)
                     if inflight is not None:  # a stream now: it holds a stream slot instead
                         inflight.release()
                     try:
