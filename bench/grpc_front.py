@@ -1,7 +1,9 @@
 """What the gRPC port's front costs per call: N unary calls one at a time (GetTask of a
 finished task, and SendMessage to the echo skill), straight to gRPC's own loopback port
 and through the front (internal/http/_tcp_front.py), in alternating rounds on one
-daemon, client and daemon in this process.
+daemon, client and daemon in this process. And the front alone: a gRPC server whose one
+method returns its request (64 bytes), straight and behind a ``TcpFront``, where the
+front's share of each call is largest.
 
     PYTHONPATH=. .venv/bin/python bench/grpc_front.py [N] [ROUNDS]
 
@@ -13,6 +15,7 @@ calls are not resolved through the front's map, which is a dict lookup)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import sys
 import tempfile
@@ -28,7 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from a2a.types import GetTaskRequest
 
 from butler.http_app import A2A_FRONT
-from internal.protocol.a2a.server.grpc_binding import GrpcBinding
+from internal.http import (
+    HTTP2_PREFACE,
+    IncidentLog,
+    ListenSettings,
+    PortConnections,
+    RelayedPeers,
+    TcpFront,
+)
+from internal.protocol.a2a.server.grpc_binding import GrpcBinding, GrpcLimits, grpc_server
 from tests.a2a_support import send_request, text, user_message
 from tests.grpc_support import channel, service_stub
 from tests.support import Swarm
@@ -38,17 +49,39 @@ WARM_UP = 50
 UNLIMITED = {"rate_limits": {"per_address_per_second": 0, "per_caller_per_second": 0}}
 
 
-async def direct_server(front: Any) -> tuple[grpc.aio.Server, int]:
+async def direct_server(inst: Any) -> tuple[grpc.aio.Server, int]:
+    """gRPC as the daemon serves it (the same binding objects and server options), with
+    no front: its calls are keyed by the peer's own address."""
+    front, limits = inst.daemon.app[A2A_FRONT], inst.daemon.config.limits
     binding = GrpcBinding(front.v1, front.verifier, front.load_limits, streams=front.streams,
                           per_caller=front.per_caller)
-    server = grpc.aio.server(handlers=[binding.handler()])
+    server = grpc_server(binding, GrpcLimits(
+        max_message_bytes=limits.max_body_bytes,
+        handshake_seconds=limits.header_timeout_seconds,
+        idle_seconds=limits.header_timeout_seconds,
+        max_streams_per_connection=limits.max_streams_per_caller))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
 
 
-async def timed(stub: Any, method: str, request: Any, n: int) -> tuple[list[float], float]:
-    call = getattr(stub, method)
+async def echo_behind_a_front() -> tuple[grpc.aio.Server, TcpFront, int]:
+    async def echo(request: bytes, context: Any) -> bytes:
+        return request
+
+    server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
+        "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    front = TcpFront(ListenSettings("127.0.0.1", 0, max_connections=16),
+                     ("127.0.0.1", port), HTTP2_PREFACE,
+                     PortConnections(16, None, IncidentLog(logging.getLogger("bench"))),
+                     RelayedPeers())
+    await front.start()
+    return server, front, port
+
+
+async def timed(call: Any, request: Any, n: int) -> tuple[list[float], float]:
     for _ in range(WARM_UP):
         await call(request, metadata=V1)
     times = []
@@ -66,34 +99,44 @@ async def main(n: int, rounds: int) -> None:
         try:
             home = await swarm.start("home", configurations={"a2a": {"grpc_port": 0}},
                                      extra=UNLIMITED)
-            direct, direct_port = await direct_server(home.daemon.app[A2A_FRONT])
+            direct, direct_port = await direct_server(home)
+            echo, echo_front, echo_port = await echo_behind_a_front()
             token = home.tokens["operator"]
             targets = {"direct": f"127.0.0.1:{direct_port}",
                        "front": f"127.0.0.1:{home.daemon.grpc_port}"}
             chans = {name: channel(target, token) for name, target in targets.items()}
+            echo_chans = {"direct": grpc.aio.insecure_channel(f"127.0.0.1:{echo_port}"),
+                          "front": grpc.aio.insecure_channel(f"127.0.0.1:{echo_front.port}")}
             stubs = {name: service_stub(chan) for name, chan in chans.items()}
             sent = await stubs["front"].SendMessage(
                 send_request(user_message(text("hello"))), metadata=V1)
             methods = {"GetTask": GetTaskRequest(id=sent.task.id),
-                       "SendMessage": send_request(user_message(text("hello")))}
+                       "SendMessage": send_request(user_message(text("hello"))),
+                       "Echo": b"x" * 64}
+            calls_of = {(m, name): getattr(stubs[name], m) for m in ("GetTask", "SendMessage")
+                        for name in targets}
+            for name, chan in echo_chans.items():
+                calls_of[("Echo", name)] = chan.unary_unary("/bench.Echo/Echo")
             wall: dict[tuple[str, str], list[float]] = {}
             cpu: dict[tuple[str, str], float] = {}
             for r in range(rounds):
                 order = ["direct", "front"] if r % 2 == 0 else ["front", "direct"]
                 for method, request in methods.items():
                     for name in order:
-                        times, used = await timed(stubs[name], method, request, n)
+                        times, used = await timed(calls_of[(method, name)], request, n)
                         wall.setdefault((method, name), []).extend(times)
                         cpu[(method, name)] = cpu.get((method, name), 0.0) + used
-            for chan in chans.values():
+            for chan in [*chans.values(), *echo_chans.values()]:
                 await chan.close()
             await direct.stop(None)
+            await echo.stop(None)
+            await echo_front.close()
         finally:
             await swarm.close()
     calls = n * rounds
     print(f"{calls} calls per method and carrier, one at a time, {rounds} alternating rounds")
     print(f"{'method':<12} {'carrier':<7} {'median ms':>10} {'cpu ms/call':>12}")
-    for (method, name), times in wall.items():
+    for (method, name), times in sorted(wall.items()):
         print(f"{method:<12} {name:<7} {statistics.median(times) * 1000:>10.3f} "
               f"{cpu[(method, name)] / calls * 1000:>12.3f}")
     for method in methods:

@@ -265,18 +265,9 @@ class GrpcServer:
             await self.front.close()
 
 
-async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: IncidentLog, *,
-                limits: GrpcLimits, tls: tuple[bytes, bytes] | None = None) -> GrpcServer:
-    """A started server on ``listen.host:listen.port`` (0: any free port), behind a front
-    that admits each connection as the HTTP listener does (``listen.max_connections``,
-    one address's share of them, its opening bytes within
-    ``listen.header_timeout_seconds``; internal/http/_tcp_front.py). gRPC itself listens
-    on a loopback port and answers only calls the front carried (``binding.relayed``).
-    ``tls``: (certificate chain, private key), PEM; gRPC terminates it, the front carries
-    its bytes."""
-    assert binding.relayed is not None, "a fronted binding resolves peers through the front"
-    loopback = "::1" if ":" in listen.host else "127.0.0.1"
-    server = grpc.aio.server(
+def grpc_server(binding: GrpcBinding, limits: GrpcLimits) -> grpc.aio.Server:
+    """The gRPC server of ``binding``, not yet listening."""
+    return grpc.aio.server(
         # No maximum_concurrent_rpcs: the binding's load limits are the daemon's one cap.
         handlers=[binding.handler()],
         options=[
@@ -288,6 +279,20 @@ async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: Inciden
             # share it silently instead of failing to start.
             ("grpc.so_reuseport", 0),
         ])
+
+
+async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: IncidentLog, *,
+                limits: GrpcLimits, tls: tuple[bytes, bytes] | None = None) -> GrpcServer:
+    """A started server on ``listen.host:listen.port`` (0: any free port), behind a front
+    that admits each connection as the HTTP listener does (``listen.max_connections``,
+    one address's share of them, its opening bytes within
+    ``listen.header_timeout_seconds``; internal/http/_tcp_front.py). gRPC itself listens
+    on a loopback port and answers only calls the front carried (``binding.relayed``).
+    ``tls``: (certificate chain, private key), PEM; gRPC terminates it, the front carries
+    its bytes."""
+    assert binding.relayed is not None, "a fronted binding resolves peers through the front"
+    loopback = "::1" if ":" in listen.host else "127.0.0.1"
+    server = grpc_server(binding, limits)
     internal = f"[{loopback}]:0" if ":" in loopback else f"{loopback}:0"
     try:
         if tls is None:
