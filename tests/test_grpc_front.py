@@ -186,6 +186,19 @@ async def test_a_call_that_skips_the_front_is_refused(swarm: Swarm) -> None:
     assert error_info(caught.value).metadata["code"] == "forbidden"
 
 
+async def test_large_messages_cross_the_front_both_ways(swarm: Swarm) -> None:
+    """Many times the socket buffers, each way: nothing lost or reordered by the splice."""
+    home = await swarm.start("home", configurations=GRPC,
+                             extra={"server": {"max_body_bytes": 4 * 1024 * 1024}})
+    parts = [" ".join(f"p{n}w{i}" for i in range(30_000)) for n in range(8)]  # about 2.2 MB
+    async with grpc_client(home) as client:
+        for _ in range(2):
+            task = await send_task(client, send_request(user_message(*map(text, parts))))
+            echoed = "".join(p.text for a in task.artifacts for p in a.parts)
+            assert echoed.split() == " ".join(parts).split()  # echo joins the parts
+    await wait_until(lambda: not front_of(home).peers, what="the connection closed")
+
+
 def test_a_grpc_peer_names_the_socket_it_came_from() -> None:
     from internal.protocol.a2a.server.grpc_binding import peer_socket
 
