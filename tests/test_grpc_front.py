@@ -25,6 +25,7 @@ from tests.grpc_support import channel, grpc_client
 from tests.support import Instance, Swarm, wait_until
 from tests.test_a2a_grpc import GRPC, error_info
 from tests.test_a2a_grpc_admission import grpc_card
+from tests.test_card import _ipv6_loopback
 from tests.test_connection_budget import open_fds
 
 Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -197,6 +198,18 @@ async def test_large_messages_cross_the_front_both_ways(swarm: Swarm) -> None:
             echoed = "".join(p.text for a in task.artifacts for p in a.parts)
             assert echoed.split() == " ".join(parts).split()  # echo joins the parts
     await wait_until(lambda: not front_of(home).peers, what="the connection closed")
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_an_ipv6_port_is_fronted_on_the_ipv6_loopback(swarm: Swarm) -> None:
+    home = await swarm.start("home", configurations={"a2a": {"bind_address": "::1",
+                                                             "grpc_port": 0}})
+    front = front_of(home)
+    assert front.upstream[0] == "::1"
+    assert home.daemon.grpc_url == f"[::1]:{front.port}"
+    async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
+        assert (await grpc_card(home, chan)).name == "home butler"
+        assert front.connections.held_by("::1") == 1
 
 
 def test_a_grpc_peer_names_the_socket_it_came_from() -> None:
