@@ -44,7 +44,6 @@ from internal.protocol.a2a.server import (
 )
 
 if TYPE_CHECKING:  # the grpc extra is optional: imported only when it is served
-
     from internal.protocol.a2a.server.grpc_binding import GrpcServer
 
 GrpcUrl = Callable[[], str | None]

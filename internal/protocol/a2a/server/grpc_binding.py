@@ -14,6 +14,10 @@ HTTP+JSON, and the ``x-swarm-*`` entries and ``traceparent`` carry the envelope.
 end the call with the ``ERROR_TABLE`` row's gRPC code and a ``google.rpc.Status`` with
 its ``ErrorInfo`` (and ``retry-after`` when the caller should wait).
 
+``serve`` puts it behind a front of Butler's own (internal/http/_tcp_front.py): gRPC
+listens on loopback, the public port's connections are capped as the HTTP port's are, and
+each call's address is the client's the front carried (``RelayedPeers``).
+
 Needs the ``grpc`` extra; only the daemon imports this module, and only when
 ``grpc_port`` is set.
 """
