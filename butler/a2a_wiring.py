@@ -10,7 +10,7 @@ whichever port it calls."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -19,7 +19,16 @@ from butler.card import build_a2a_card
 from butler.config.model import Config
 from butler.identity.key_file import AgentIdentity
 from butler.skills.catalog import SkillCatalog
-from internal.http import ErrorRenderer, LoadLimits, StreamSlots, TokenBuckets, TokenVerifier
+from internal.http import (
+    ErrorRenderer,
+    IncidentLog,
+    ListenSettings,
+    LoadLimits,
+    RelayedPeers,
+    StreamSlots,
+    TokenBuckets,
+    TokenVerifier,
+)
 from internal.protocol.a2a.model import CardInfo, Identity
 from internal.protocol.a2a.server import (
     A2AOperations,
@@ -35,7 +44,7 @@ from internal.protocol.a2a.server import (
 )
 
 if TYPE_CHECKING:  # the grpc extra is optional: imported only when it is served
-    import grpc
+    from internal.protocol.a2a.server.grpc_binding import GrpcServer
 
 GrpcUrl = Callable[[], str | None]
 
@@ -85,14 +94,16 @@ def standard_a2a(cfg: Config, front: A2AFront,
     return routes, [jsonrpc.render_error, rest.render_error]
 
 
-async def serve_grpc(cfg: Config, front: A2AFront) -> tuple[grpc.aio.Server, int]:
-    """The gRPC binding on ``bind_address:grpc_port``, with the HTTP listener's TLS and
-    its ``front``; the server and the port it bound."""
+async def serve_grpc(cfg: Config, front: A2AFront, listen: ListenSettings,
+                     incidents: IncidentLog) -> GrpcServer:
+    """The gRPC binding on ``bind_address:grpc_port``, with the HTTP listener's TLS, its
+    ``front`` and its connection limits (``listen``: a pool of the same size, as each port
+    has its own)."""
     from internal.protocol.a2a.server.grpc_binding import GrpcBinding, GrpcLimits, serve
 
     assert cfg.a2a.grpc_port is not None
     binding = GrpcBinding(front.v1, front.verifier, front.load_limits, streams=front.streams,
-                          per_caller=front.per_caller,
+                          per_caller=front.per_caller, relayed=RelayedPeers(),
                           message_seconds=cfg.limits.body_timeout_seconds)
     tls = None if cfg.a2a.tls is None else (cfg.a2a.tls.cert_file.read_bytes(),
                                             cfg.a2a.tls.key_file.read_bytes())
@@ -100,5 +111,5 @@ async def serve_grpc(cfg: Config, front: A2AFront) -> tuple[grpc.aio.Server, int
                         handshake_seconds=cfg.limits.header_timeout_seconds,
                         idle_seconds=cfg.limits.header_timeout_seconds,
                         max_streams_per_connection=cfg.limits.max_streams_per_caller)
-    return await serve(binding, cfg.a2a.bind_address, cfg.a2a.grpc_port, limits=limits,
-                       tls=tls)
+    return await serve(binding, replace(listen, port=cfg.a2a.grpc_port, tls=None), incidents,
+                       limits=limits, tls=tls)

@@ -57,6 +57,7 @@ from internal.http import (
     IncidentLog,
     ListenSettings,
     OutboundGuard,
+    TcpFront,
     listen,
 )
 from internal.redaction import Redactor
@@ -84,6 +85,8 @@ class Daemon:
     # /{id}/: no listener, gRPC or metrics port of its own, but its own registry entry.
     hosted: bool = False
     grpc_port: int | None = field(default=None, init=False)  # bound, when gRPC is served
+    # The gRPC port's front (its connections, and gRPC's own loopback port behind it).
+    grpc_front: TcpFront | None = field(default=None, init=False)
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)
     catalog: SkillCatalog = field(init=False)
@@ -301,7 +304,9 @@ class Daemon:
         """After the HTTP listener (the card names its URL), stopped before it; the same
         operations, verifier and load limits as the HTTP bindings."""
         cfg = self.config
-        server, self.grpc_port = await serve_grpc(cfg, app[A2A_FRONT])
+        server = await serve_grpc(cfg, app[A2A_FRONT], self._listen_settings(), self.incidents)
+        self.grpc_port = server.port
+        self.grpc_front = server.front
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
         log.info("butler %s serving A2A gRPC on %s", cfg.agent.id, self.grpc_url)
 
@@ -335,7 +340,8 @@ class Daemon:
         cfg = self.config
         return ListenSettings(
             host=cfg.a2a.bind_address, port=cfg.a2a.port,
-            max_connections=connection_budget(cfg.limits.max_connections, raise_fd_limit()),
+            max_connections=connection_budget(cfg.limits.max_connections, raise_fd_limit(),
+                                              grpc=cfg.a2a.grpc_port is not None),
             max_connections_per_address=cfg.limits.max_connections_per_address or None,
             header_timeout_seconds=cfg.limits.header_timeout_seconds,
             body_timeout_seconds=cfg.limits.body_timeout_seconds, tls=server_tls(cfg))

@@ -72,3 +72,13 @@ async def test_the_descriptor_limit_is_raised_at_start(swarm: Swarm) -> None:
     await swarm.start("home")
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == (
         hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20))
+
+
+def test_a_grpc_port_costs_three_descriptors_more_per_connection() -> None:
+    from butler.runtime.fd_limit import RESERVE, connection_budget
+
+    assert connection_budget(256, 1024) == 256
+    # Each of the 256 an HTTP connection and a fronted gRPC one: 4 descriptors.
+    assert connection_budget(256, 1024, grpc=True) == (1024 - RESERVE) // 4
+    assert connection_budget(256, 256 * 4 + RESERVE, grpc=True) == 256
+    assert connection_budget(256, None, grpc=True) == 256

@@ -33,12 +33,22 @@ def raise_fd_limit() -> int | None:
     return soft
 
 
-def connection_budget(wanted: int, limit: int | None) -> int:
-    """``wanted`` connections, or fewer if the descriptor limit less the reserve is less."""
-    if limit is None or wanted + RESERVE <= limit:
+# A connection through the gRPC front: the client's socket, the front's to gRPC's loopback
+# port, and gRPC's end of that one (internal/http/_tcp_front.py).
+GRPC_DESCRIPTORS = 3
+
+
+def connection_budget(wanted: int, limit: int | None, *, grpc: bool = False) -> int:
+    """``wanted`` connections per port, or fewer if the descriptor limit less the reserve
+    is less. Each port has a pool of that size: the HTTP port's cost one descriptor each,
+    with ``grpc`` the gRPC port's cost ``GRPC_DESCRIPTORS`` more (the metrics port's few
+    come out of the reserve)."""
+    each = 1 + (GRPC_DESCRIPTORS if grpc else 0)
+    if limit is None or wanted * each + RESERVE <= limit:
         return wanted
-    budget = max(1, limit - RESERVE)
+    budget = max(1, (limit - RESERVE) // each)
     log.warning("server.max_connections is %d but the open file limit is %d: at most %d "
-                "connections (%d descriptors kept for the daemon's own files); raise "
-                "LimitNOFILE", wanted, limit, budget, RESERVE)
+                "connections per port (%d descriptors each%s, %d kept for the daemon's own "
+                "files); raise LimitNOFILE", wanted, limit, budget, each,
+                " with the gRPC port's" if grpc else "", RESERVE)
     return budget

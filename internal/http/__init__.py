@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from internal.http._answers import capped as capped
     from internal.http._answers import read_capped as read_capped
     from internal.http._answers import sse_events as sse_events
+    from internal.http._connections import PortConnections as PortConnections
     from internal.http._documents import (
         document_route as document_route,
     )
@@ -126,6 +127,10 @@ if TYPE_CHECKING:
     from internal.http._sse import (
         sse_stream as sse_stream,
     )
+    from internal.http._tcp_front import HTTP2_PREFACE as HTTP2_PREFACE
+    from internal.http._tcp_front import TLS_RECORD as TLS_RECORD
+    from internal.http._tcp_front import RelayedPeers as RelayedPeers
+    from internal.http._tcp_front import TcpFront as TcpFront
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
@@ -142,6 +147,8 @@ __all__, _getattr = lazy_exports(__name__, {
         "read_json", "render_error",
     ),
     "_listener": ("ListenSettings", "listen",),
+    "_connections": ("PortConnections",),
+    "_tcp_front": ("HTTP2_PREFACE", "TLS_RECORD", "RelayedPeers", "TcpFront",),
     "_origins": ("OriginPolicy", "host_name",),
     "_outbound": ("ConnectionCheck", "outbound_session",),
     "_load_limits": (

@@ -14,10 +14,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
-from internal.http._incidents import CONNECTION_CAP, MALFORMED_HTTP, SLOW_HEADERS, IncidentLog
+from internal.http._connections import PortConnections, peer_address
+from internal.http._incidents import MALFORMED_HTTP, SLOW_HEADERS, IncidentLog
 from internal.http._json_http import error_response, protocol_error
 from internal.protocol.a2a.codec import exact_json
-from internal.shares import FairPool, Held, PoolFull, Share
+from internal.shares import Held
 
 log = logging.getLogger("butler.http")
 
@@ -61,13 +62,11 @@ def _refuse(transport: asyncio.BaseTransport) -> None:
 
 
 class _Refuse(asyncio.Protocol):
-    def __init__(self, incidents: IncidentLog, cap: int) -> None:
-        self._incidents = incidents
-        self._cap = cap
+    def __init__(self, connections: PortConnections) -> None:
+        self._connections = connections
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._incidents.report(CONNECTION_CAP, f"refused a connection from "
-                               f"{_peer(transport)}: {self._cap} open (server.max_connections)")
+        self._connections.refuse_full(peer_address(transport))
         _refuse(transport)
 
 
@@ -78,8 +77,8 @@ class _Connection(web.RequestHandler):
     quoting the raw request. Hostile clients are reported as incidents (rate-limited),
     never logged once per connection."""
 
-    def __init__(self, server: web.Server, connections: FairPool, incidents: IncidentLog,
-                 **kwargs: Any) -> None:
+    def __init__(self, server: web.Server, connections: PortConnections,
+                 incidents: IncidentLog, **kwargs: Any) -> None:
         super().__init__(server, **kwargs)
         self._connections = connections
         self._incidents = incidents
@@ -87,14 +86,8 @@ class _Connection(web.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Past the cap or the address's share of it: a 503 before aiohttp reads a byte.
-        peer = _peer(transport)
-        try:
-            self._place = self._connections.take(peer)
-        except PoolFull as full:
-            key = ("server.max_connections_per_address" if full.mine
-                   else "server.max_connections")
-            self._incidents.report(CONNECTION_CAP, f"refused a connection from {peer}: "
-                                   f"{full.message} ({key})")
+        self._place = self._connections.take(peer_address(transport))
+        if self._place is None:
             _refuse(transport)
             return
         super().connection_made(transport)
@@ -108,7 +101,7 @@ class _Connection(web.RequestHandler):
         super()._process_keepalive()
         if was_open and self._force_close and self._request_count == 0:
             self._incidents.report(
-                SLOW_HEADERS, f"closed a connection from {_peer(transport)}: no complete "
+                SLOW_HEADERS, f"closed a connection from {peer_address(transport)}: no complete "
                 f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -133,11 +126,6 @@ class _Connection(web.RequestHandler):
         return response
 
 
-def _peer(transport: asyncio.BaseTransport | None) -> str:
-    peer = transport.get_extra_info("peername") if transport is not None else None
-    return str(peer[0]) if isinstance(peer, tuple) and peer else "an unknown address"
-
-
 async def listen(server: web.Server, settings: ListenSettings,
                  incidents: IncidentLog, *, serving: bool = True) -> asyncio.Server:
     """Listen with a cap on open connections: past it, a 503 and close. ``serving=False``:
@@ -145,24 +133,29 @@ async def listen(server: web.Server, settings: ListenSettings,
     cap = settings.max_connections
     handler_args = settings.handler_args()
     loop = asyncio.get_running_loop()
-    per_address = settings.max_connections_per_address or 0
-    connections = FairPool("connections", Share(cap, per_address, per_address))
+    connections = PortConnections(cap, settings.max_connections_per_address, incidents)
 
     def factory() -> asyncio.Protocol:
-        if connections.in_use >= cap:  # full already: no handler built for it
-            return _Refuse(incidents, cap)
+        if connections.full:  # full already: no handler built for it
+            return _Refuse(connections)
         return _Connection(server, connections, incidents, loop=loop, **handler_args)
 
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    # A deep accept queue: a burst past the cap is accepted and refused with a 503 at
-    # once. With a queue only as deep as the cap, the kernel dropped the rest of the
-    # burst mid-handshake and those clients hung for up to ~30 s of SYN-ACK retries.
-    backlog = max(cap, socket.SOMAXCONN)
     tls = settings.tls
     # A client that never finishes the TLS handshake is as slow as one that never sends
     # its request head: same deadline.
     handshake = settings.header_timeout_seconds if tls is not None else None
     return await loop.create_server(factory, settings.host, settings.port,
-                                    family=family, reuse_address=True, backlog=backlog,
-                                    ssl=tls, ssl_handshake_timeout=handshake,
-                                    start_serving=serving)
+                                    **socket_options(settings), ssl=tls,
+                                    ssl_handshake_timeout=handshake, start_serving=serving)
+
+
+def socket_options(settings: ListenSettings) -> dict[str, Any]:
+    """How every port listens (``loop.create_server`` arguments)."""
+    return {
+        "family": socket.AF_INET6 if ":" in settings.host else socket.AF_INET,
+        "reuse_address": True,
+        # A deep accept queue: a burst past the cap is accepted and refused at once. With
+        # a queue only as deep as the cap, the kernel dropped the rest of the burst
+        # mid-handshake and those clients hung for up to ~30 s of SYN-ACK retries.
+        "backlog": max(settings.max_connections, socket.SOMAXCONN),
+    }

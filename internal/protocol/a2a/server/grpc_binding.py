@@ -14,6 +14,10 @@ HTTP+JSON, and the ``x-swarm-*`` entries and ``traceparent`` carry the envelope.
 end the call with the ``ERROR_TABLE`` row's gRPC code and a ``google.rpc.Status`` with
 its ``ErrorInfo`` (and ``retry-after`` when the caller should wait).
 
+``serve`` puts it behind a front of Butler's own (internal/http/_tcp_front.py): gRPC
+listens on loopback, the public port's connections are capped as the HTTP port's are, and
+each call's address is the client's the front carried (``RelayedPeers``).
+
 Needs the ``grpc`` extra; only the daemon imports this module, and only when
 ``grpc_port`` is set.
 """
@@ -36,14 +40,27 @@ from google.protobuf.message import Message as ProtoMessage
 from multidict import CIMultiDict
 
 from internal.http import (
+    HTTP2_PREFACE,
+    TLS_RECORD,
+    IncidentLog,
+    ListenSettings,
     LoadLimits,
+    PortConnections,
+    RelayedPeers,
     StreamSlots,
+    TcpFront,
     TokenBuckets,
     TokenVerifier,
     limited,
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
-from internal.protocol.a2a.model import ButlerError, Identity, RequestError, Unavailable
+from internal.protocol.a2a.model import (
+    AuthError,
+    ButlerError,
+    Identity,
+    RequestError,
+    Unavailable,
+)
 from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
 
@@ -69,9 +86,12 @@ class GrpcBinding:
     def __init__(self, dialect: V1Dialect, verifier: TokenVerifier, load_limits: LoadLimits, *,
                  streams: StreamSlots | None = None,
                  per_caller: TokenBuckets | None = None,
+                 relayed: RelayedPeers | None = None,
                  message_seconds: float = 30.0) -> None:
         """``load_limits``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
         requests, streams and calls count once whichever binding carries them.
+        ``relayed``: the front's sockets when ``serve`` put one before the server (a call
+        from any other socket is refused); None: the peer is the caller's own address.
         ``message_seconds``: how long an admitted call's request message may take to come
         (a stream that opened and never sent it would hold its connection and its place,
         as a slow HTTP body would: ``server.body_timeout_seconds``)."""
@@ -81,6 +101,7 @@ class GrpcBinding:
         self.load_limits = load_limits
         self.streams = streams
         self.per_caller = per_caller
+        self.relayed = relayed
 
     def handler(self) -> grpc.GenericRpcHandler:
         """Every method of the service, each a unary or server-streaming call."""
@@ -107,7 +128,7 @@ class GrpcBinding:
                ) -> tuple[Identity, CIMultiDict[str]]:
         """The gate, as HTTP's: the peer address's bucket, then who calls, and the call's
         metadata as (case-insensitive) headers."""
-        self.load_limits.address(remote_address(context.peer()))
+        self.load_limits.address(self._client_address(context.peer()))
         headers: CIMultiDict[str] = CIMultiDict(
             (key, value) for key, value in context.invocation_metadata() or ()
             if isinstance(value, str))
@@ -129,6 +150,18 @@ class GrpcBinding:
         if not isinstance(raw, bytes):  # grpc.aio.EOF: the stream ended without one
             raise RequestError("invalid_request", "no request message")
         return _parsed(raw, request_type)
+
+    def _client_address(self, peer: str) -> str:
+        """The address the call comes from: behind the front, the client its socket
+        carries. A call to the loopback port from elsewhere would skip the front's
+        connection caps: refused."""
+        if self.relayed is None:
+            return remote_address(peer)
+        sock = peer_socket(peer)
+        address = self.relayed.address(*sock) if sock is not None else None
+        if address is None:
+            raise AuthError("forbidden", "calls come through the gRPC port")
+        return address
 
     def _unary(self, name: str, request_type: type[ProtoMessage],
                response: type[ProtoMessage]) -> Handler:
@@ -202,6 +235,15 @@ def remote_address(peer: str) -> str:
     return peer or "?"  # a unix socket: one bucket for its path
 
 
+def peer_socket(peer: str) -> tuple[str, int] | None:
+    """The address and port of a gRPC peer (``ipv4:127.0.0.1:5``); None for others."""
+    kind, _, rest = unquote(peer).partition(":")
+    host, _, port = rest.rpartition(":")
+    if kind not in ("ipv4", "ipv6") or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
 async def _activated(context: grpc.aio.ServicerContext[Any, Any],
                      headers: CIMultiDict[str]) -> None:
     echo = swarm_envelope.activated(headers)
@@ -226,11 +268,31 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], name: str,
     await context.abort(code, message)
 
 
-async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimits,
-                tls: tuple[bytes, bytes] | None = None) -> tuple[grpc.aio.Server, int]:
-    """A started server on ``host:port`` (0: any free port) and the port it bound.
-    ``tls``: (certificate chain, private key), PEM."""
-    server = grpc.aio.server(
+@dataclass
+class GrpcServer:
+    """The gRPC server on its loopback port and the front on the public one."""
+
+    server: grpc.aio.Server
+    front: TcpFront
+    internal_port: int  # the server's own, on loopback: only the front's calls are answered
+
+    @property
+    def port(self) -> int:
+        return self.front.port
+
+    async def stop(self, grace: float) -> None:
+        """No new connections; calls in flight get ``grace`` seconds, then every
+        connection is closed."""
+        self.front.stop_accepting()
+        try:
+            await self.server.stop(grace)
+        finally:
+            await self.front.close()
+
+
+def grpc_server(binding: GrpcBinding, limits: GrpcLimits) -> grpc.aio.Server:
+    """The gRPC server of ``binding``, not yet listening."""
+    return grpc.aio.server(
         # No maximum_concurrent_rpcs: the binding's load limits are the daemon's one cap.
         handlers=[binding.handler()],
         options=[
@@ -238,21 +300,45 @@ async def serve(binding: GrpcBinding, host: str, port: int, *, limits: GrpcLimit
             ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
             ("grpc.server_handshake_timeout_ms", int(limits.handshake_seconds * 1000)),
             ("grpc.max_connection_idle_ms", int(limits.idle_seconds * 1000)),
-            # gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
+            # gRPC sets SO_REUSEPORT by default: a second server on the same port would
             # share it silently instead of failing to start.
             ("grpc.so_reuseport", 0),
         ])
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: IncidentLog, *,
+                limits: GrpcLimits, tls: tuple[bytes, bytes] | None = None) -> GrpcServer:
+    """A started server on ``listen.host:listen.port`` (0: any free port), behind a front
+    that admits each connection as the HTTP listener does (``listen.max_connections``,
+    one address's share of them, its opening bytes within
+    ``listen.header_timeout_seconds``; internal/http/_tcp_front.py). gRPC itself listens
+    on a loopback port and answers only calls the front carried (``binding.relayed``).
+    ``tls``: (certificate chain, private key), PEM; gRPC terminates it, the front carries
+    its bytes."""
+    assert binding.relayed is not None, "a fronted binding resolves peers through the front"
+    loopback = "::1" if ":" in listen.host else "127.0.0.1"
+    server = grpc_server(binding, limits)
+    internal = f"[{loopback}]:0" if ":" in loopback else f"{loopback}:0"
     try:
         if tls is None:
-            bound = server.add_insecure_port(address)
+            bound = server.add_insecure_port(internal)
         else:
-            bound = server.add_secure_port(address, grpc.ssl_server_credentials([(tls[1],
-                                                                                  tls[0])]))
+            bound = server.add_secure_port(internal, grpc.ssl_server_credentials([(tls[1],
+                                                                                   tls[0])]))
     except RuntimeError as exc:
-        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+        raise OSError(f"cannot listen for gRPC on {internal}: {exc}") from None
     if not bound:
-        raise OSError(f"cannot listen for gRPC on {address}")
+        raise OSError(f"cannot listen for gRPC on {internal}")
     await server.start()
-    return server, bound
-
+    front = TcpFront(listen, (loopback, bound), HTTP2_PREFACE if tls is None else TLS_RECORD,
+                     PortConnections(listen.max_connections,
+                                     listen.max_connections_per_address, incidents),
+                     binding.relayed)
+    try:
+        await front.start()
+    except OSError as exc:
+        await server.stop(None)
+        address = f"[{listen.host}]:{listen.port}" if ":" in listen.host \
+            else f"{listen.host}:{listen.port}"
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+    return GrpcServer(server, front, bound)

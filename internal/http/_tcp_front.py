@@ -1,0 +1,286 @@
+"""A front for a server that does its own accept() (gRPC): the public port is ours, and
+each connection is admitted as the HTTP listener admits one before it costs anything.
+
+grpcio offers no hook per connection (only a total cap), so it listens on a loopback port
+of its own and this front carries bytes to it. A connection is taken into the port's
+``PortConnections`` (the total cap and one address's share; past them it is closed, which
+a gRPC client sees as ``UNAVAILABLE``); its opening bytes (the HTTP/2 preface, or a TLS
+record's header when the server terminates TLS) must arrive within the header deadline,
+and only then is the upstream connection opened, so an idle or slow connection costs one
+descriptor and a carried one three (the client's socket, ours to the server, the
+server's). Both directions are then spliced with backpressure: when one side's send
+buffer is full, the other side stops being read. When either side closes, both are
+closed and nothing is kept.
+
+The server sees every call as coming from the front's loopback socket; ``RelayedPeers``
+names the real address each of those sockets carries, so the per-address limits still
+apply per client, and a call from a socket the front did not open can be refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from internal.http._connections import PortConnections, peer_address
+from internal.http._incidents import MALFORMED_HTTP, SLOW_HEADERS
+from internal.http._listener import ListenSettings, socket_options
+from internal.shares import Held
+
+log = logging.getLogger("butler.http")
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a connection's first bytes must be before the front connects upstream: the
+    first ``length`` bytes start with ``prefix``."""
+
+    name: str
+    prefix: bytes
+    length: int
+
+    def check(self, received: bytes) -> bool | None:
+        """True: complete and right; False: wrong; None: right so far, wait for more."""
+        if received[:len(self.prefix)] != self.prefix[:len(received)]:
+            return False
+        return True if len(received) >= self.length else None
+
+
+HTTP2_PREFACE = Opening("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24)
+# A TLS record header: handshake (22), version 3.x, then two bytes of length.
+TLS_RECORD = Opening("TLS ClientHello", b"\x16\x03", 5)
+
+
+class RelayedPeers:
+    """The front's upstream sockets (their local address, as the server sees its peer)
+    and the client address each carries."""
+
+    def __init__(self) -> None:
+        self._by_socket: dict[tuple[str, int], str] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_socket)
+
+    def address(self, host: str, port: int) -> str | None:
+        """The client carried by the front's socket ``host:port``; None: not the front's."""
+        return self._by_socket.get((host, port))
+
+    def _add(self, sock: tuple[str, int], address: str) -> None:
+        self._by_socket[sock] = address
+
+    def _remove(self, sock: tuple[str, int]) -> None:
+        self._by_socket.pop(sock, None)
+
+
+class _Client(asyncio.Protocol):
+    """The public side of one connection."""
+
+    def __init__(self, front: TcpFront) -> None:
+        self._front = front
+        self.peers = front.peers
+        self.transport: asyncio.Transport | None = None
+        self.address = ""
+        self._place: Held | None = None
+        self._opening: bytearray | None = bytearray()  # until the upstream is open
+        self._deadline: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self.upstream: _Upstream | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.address = peer_address(transport)
+        self._place = self._front.connections.take(self.address)
+        if self._place is None:  # past the cap or the address's share (reported)
+            transport.abort()
+            return
+        self._front.clients.add(self)
+        self._deadline = self._front.loop.call_later(self._front.settings.header_timeout_seconds,
+                                                     self._too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        if self._opening is None:
+            if self.upstream is not None and self.upstream.transport is not None:
+                self.upstream.transport.write(data)
+            return
+        self._opening += data
+        if self.upstream is not None:  # connecting: paused, but a read may be in flight
+            return
+        opening = self._front.opening
+        checked = opening.check(bytes(self._opening[:opening.length]))
+        if checked is None:
+            return
+        if not checked:
+            self._front.connections.incidents.report(
+                MALFORMED_HTTP, f"closed a connection from {self.address}: not a "
+                f"{opening.name}")
+            self._close_now()
+            return
+        self._stop_deadline()
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self.upstream = _Upstream(self)
+        self._front.connecting(self)
+
+    def upstream_open(self) -> None:
+        """The upstream connection is open: what came so far goes to it, then everything."""
+        assert self.upstream is not None and self.upstream.transport is not None
+        opening, self._opening = self._opening, None
+        if opening:
+            self.upstream.transport.write(bytes(opening))
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    def upstream_lost(self) -> None:
+        """The server closed: what it sent is flushed to the client, for at most the
+        header deadline (a client that stops reading cannot keep the socket)."""
+        if self.closed or self.transport is None:
+            return
+        self.transport.close()
+        self._linger = self._front.loop.call_later(
+            self._front.settings.header_timeout_seconds, self._close_now)
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        opening = self._front.opening
+        self._front.connections.incidents.report(
+            SLOW_HEADERS, f"closed a connection from {self.address}: no {opening.name} "
+            f"within {self._front.settings.header_timeout_seconds:g}s "
+            f"(server.header_timeout_seconds)")
+        self._close_now()
+
+    def _stop_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _close_now(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # Backpressure: the client's send buffer is full, so stop reading the server.
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.resume_reading()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        self._stop_deadline()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        self._opening = None
+        if self._place is not None:
+            self._place.release()
+            self._place = None
+        self._front.clients.discard(self)
+        if self.upstream is not None:
+            self.upstream.client_lost()
+        self.transport = None
+
+
+class _Upstream(asyncio.Protocol):
+    """The front's connection to the server, carrying one client."""
+
+    def __init__(self, client: _Client) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self._sock: tuple[str, int] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.client.closed:
+            transport.abort()
+            return
+        sock = transport.get_extra_info("sockname")
+        self._sock = (str(sock[0]), int(sock[1]))
+        self.client.peers._add(self._sock, self.client.address)
+        self.client.upstream_open()
+
+    def data_received(self, data: bytes) -> None:
+        if self.client.transport is not None:
+            self.client.transport.write(data)
+
+    def client_lost(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # Backpressure: the server's send buffer is full, so stop reading the client.
+    def pause_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.client.transport is not None:
+            self.client.transport.resume_reading()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._sock is not None:
+            self.client.peers._remove(self._sock)
+            self._sock = None
+        self.transport = None
+        self.client.upstream_lost()
+
+
+class TcpFront:
+    def __init__(self, settings: ListenSettings, upstream: tuple[str, int], opening: Opening,
+                 connections: PortConnections, peers: RelayedPeers) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.opening = opening
+        self.connections = connections
+        self.peers = peers
+        self.clients: set[_Client] = set()
+        self.loop = asyncio.get_running_loop()
+        self._server: asyncio.Server | None = None
+        self._connecting: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await self.loop.create_server(
+            lambda: _Client(self), self.settings.host, self.settings.port,
+            **socket_options(self.settings))
+
+    def connecting(self, client: _Client) -> None:
+        task = self.loop.create_task(self._connect(client))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+
+    async def _connect(self, client: _Client) -> None:
+        upstream = client.upstream
+        assert upstream is not None
+        try:
+            await self.loop.create_connection(lambda: upstream, *self.upstream)
+        except OSError as exc:
+            log.warning("cannot reach the server behind %s:%d: %s", self.settings.host,
+                        self.port, exc)
+            if client.transport is not None:
+                client.transport.abort()
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def close(self) -> None:
+        """No new connections; the open ones cut (the server behind has ended its calls)."""
+        self.stop_accepting()
+        for task in list(self._connecting):
+            task.cancel()
+        for client in list(self.clients):
+            if client.transport is not None:
+                client.transport.abort()
+        if self._connecting:
+            await asyncio.gather(*self._connecting, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()

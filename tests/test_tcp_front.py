@@ -1,0 +1,66 @@
+"""The gRPC port's front on its own (internal/http/_tcp_front.py), before a plain TCP
+server: a client that stops reading stops the server being read, so the front holds no
+more than a socket buffer's worth for it; every byte still arrives, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from internal.http import (
+    HTTP2_PREFACE,
+    IncidentLog,
+    ListenSettings,
+    PortConnections,
+    RelayedPeers,
+    TcpFront,
+)
+from tests.support import wait_until
+
+PREFACE = HTTP2_PREFACE.prefix
+CHUNK = 64 * 1024
+CHUNKS = 256  # 16 MiB: far more than the sockets' buffers
+
+
+async def test_a_client_that_stops_reading_stops_the_server_being_read() -> None:
+    sent = 0
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        assert await reader.readexactly(len(PREFACE)) == PREFACE
+        for i in range(CHUNKS):
+            writer.write(bytes([i % 256]) * CHUNK)
+            await writer.drain()
+            sent += CHUNK
+        writer.close()
+
+    server = await asyncio.start_server(talk, "127.0.0.1", 0)
+    peers = RelayedPeers()
+    front = TcpFront(ListenSettings("127.0.0.1", 0, max_connections=4),
+                     ("127.0.0.1", server.sockets[0].getsockname()[1]), HTTP2_PREFACE,
+                     PortConnections(4, None, IncidentLog(logging.getLogger("test"))), peers)
+    await front.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port, limit=CHUNK)
+        writer.write(PREFACE)
+        (client,) = front.clients
+        # Reading nothing: the front stops reading the server once its buffer is full.
+        await wait_until(lambda: client.upstream is not None and client.upstream.transport
+                         is not None and not client.upstream.transport.is_reading(),
+                         what="the server no longer read")
+        assert client.transport is not None
+        assert client.transport.get_write_buffer_size() <= 2 * CHUNK
+        assert sent < CHUNKS * CHUNK
+        assert len(peers) == 1
+        received = bytearray()
+        async with asyncio.timeout(60):
+            while data := await reader.read(CHUNK):
+                received += data
+        assert len(received) == CHUNKS * CHUNK
+        assert all(received[i * CHUNK] == i % 256 for i in range(CHUNKS))
+        writer.close()
+        await wait_until(lambda: not front.clients and not peers and
+                         front.connections.in_use == 0, what="everything given back")
+    finally:
+        await front.close()
+        server.close()
