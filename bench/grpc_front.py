@@ -1,6 +1,6 @@
 """What the gRPC port's front costs per call: N unary calls one at a time (GetTask of a
-finished task, and SendMessage to the echo skill), straight to gRPC's own loopback port
-and through the front (internal/http/_tcp_front.py), in alternating rounds on one
+finished task, and SendMessage to the echo skill), straight to a gRPC server's loopback
+port and through the front (internal/http/_tcp_front.py), in alternating rounds on one
 daemon, client and daemon in this process. And the front alone: a gRPC server whose one
 method returns its request (64 bytes), straight and behind a ``TcpFront``, where the
 front's share of each call is largest.
@@ -72,9 +72,12 @@ async def echo_behind_a_front() -> tuple[grpc.aio.Server, TcpFront, int]:
     server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler(
         "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})])
     port = server.add_insecure_port("127.0.0.1:0")
+    # The front carries to a unix socket, as the daemon's does; the direct calls take the port.
+    internal = str(Path(tempfile.mkdtemp()) / "echo.sock")
+    server.add_insecure_port(f"unix:{internal}")
     await server.start()
     front = TcpFront(ListenSettings("127.0.0.1", 0, max_connections=16),
-                     ("127.0.0.1", port), HTTP2_PREFACE,
+                     internal, HTTP2_PREFACE,
                      PortConnections(16, None, IncidentLog(logging.getLogger("bench"))),
                      RelayedPeers())
     await front.start()

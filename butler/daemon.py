@@ -85,7 +85,7 @@ class Daemon:
     # /{id}/: no listener, gRPC or metrics port of its own, but its own registry entry.
     hosted: bool = False
     grpc_port: int | None = field(default=None, init=False)  # bound, when gRPC is served
-    # The gRPC port's front (its connections, and gRPC's own loopback port behind it).
+    # The gRPC port's front (its connections, and gRPC's own unix socket behind it).
     grpc_front: TcpFront | None = field(default=None, init=False)
     push: PushNotifications | None = field(default=None, init=False)
     engine: TaskEngine = field(init=False)

@@ -1,6 +1,6 @@
 """The gRPC port is budgeted as the HTTP port is (issue 36): a front of ours accepts each
 connection within the total cap and one address's share of it, wants the HTTP/2 preface
-within the header deadline before it connects to gRPC's loopback port, and tells the
+within the header deadline before it connects to gRPC's own (unix) socket, and tells the
 binding which client each of its sockets carries, so per-address limits still see the
 real address and a call that did not come through the front is refused."""
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import stat
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -177,10 +179,26 @@ async def test_per_address_buckets_see_the_client_address_through_the_front(
     assert await codes(f"127.0.0.1:{port}") == limited  # a bucket of its own
 
 
+async def test_grpc_own_endpoint_is_reachable_only_by_the_daemon_user(swarm: Swarm) -> None:
+    """On a loopback TCP port, gRPC took any local process's connections past every cap
+    (300 held while the front's cap was 4): it listens on a unix socket in a directory
+    only the daemon's user may enter, removed when the daemon stops."""
+    home = await swarm.start("home", configurations=GRPC)
+    endpoint = front_of(home).upstream
+    assert isinstance(endpoint, str), f"gRPC listens on TCP {endpoint}: any local process " \
+                                      "reaches it"
+    assert stat.S_ISSOCK(os.stat(endpoint).st_mode)
+    directory = os.stat(os.path.dirname(endpoint))
+    assert stat.S_IMODE(directory.st_mode) == 0o700
+    assert directory.st_uid == os.getuid()
+    await swarm.stop(home)
+    assert not os.path.exists(os.path.dirname(endpoint))
+
+
 async def test_a_call_that_skips_the_front_is_refused(swarm: Swarm) -> None:
     home = await swarm.start("home", configurations=GRPC)
-    internal = front_of(home).upstream[1]
-    async with channel(f"127.0.0.1:{internal}", home.tokens["operator"]) as chan:
+    internal = front_of(home).upstream
+    async with channel(f"unix:{internal}", home.tokens["operator"]) as chan:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await grpc_card(home, chan)
     assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -205,7 +223,6 @@ async def test_an_ipv6_port_is_fronted_on_the_ipv6_loopback(swarm: Swarm) -> Non
     home = await swarm.start("home", configurations={"a2a": {"bind_address": "::1",
                                                              "grpc_port": 0}})
     front = front_of(home)
-    assert front.upstream[0] == "::1"
     assert home.daemon.grpc_url == f"[::1]:{front.port}"
     async with channel(home.daemon.grpc_url, home.tokens["operator"]) as chan:
         assert (await grpc_card(home, chan)).name == "home butler"
@@ -215,7 +232,7 @@ async def test_an_ipv6_port_is_fronted_on_the_ipv6_loopback(swarm: Swarm) -> Non
 def test_a_grpc_peer_names_the_socket_it_came_from() -> None:
     from internal.protocol.a2a.server.grpc_binding import peer_socket
 
-    assert peer_socket("ipv4:127.0.0.1:50123") == ("127.0.0.1", 50123)
-    assert peer_socket("ipv6:%5B::1%5D:50123") == ("::1", 50123)
-    assert peer_socket("unix:/run/butler.sock") is None
+    assert peer_socket("unix:/tmp/butler-grpc-x/3") == "/tmp/butler-grpc-x/3"
+    assert peer_socket("unix:") is None  # a client socket with no name: not the front's
+    assert peer_socket("ipv4:127.0.0.1:50123") is None
     assert peer_socket("") is None

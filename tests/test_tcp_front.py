@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 from internal.http import (
     HTTP2_PREFACE,
@@ -22,7 +23,7 @@ CHUNK = 64 * 1024
 CHUNKS = 256  # 16 MiB: far more than the sockets' buffers
 
 
-async def test_a_client_that_stops_reading_stops_the_server_being_read() -> None:
+async def test_a_client_that_stops_reading_stops_the_server_being_read(tmp_path: Path) -> None:
     sent = 0
 
     async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -34,10 +35,10 @@ async def test_a_client_that_stops_reading_stops_the_server_being_read() -> None
             sent += CHUNK
         writer.close()
 
-    server = await asyncio.start_server(talk, "127.0.0.1", 0)
+    server = await asyncio.start_unix_server(talk, tmp_path / "server.sock")
     peers = RelayedPeers()
     front = TcpFront(ListenSettings("127.0.0.1", 0, max_connections=4),
-                     ("127.0.0.1", server.sockets[0].getsockname()[1]), HTTP2_PREFACE,
+                     str(tmp_path / "server.sock"), HTTP2_PREFACE,
                      PortConnections(4, None, IncidentLog(logging.getLogger("test"))), peers)
     await front.start()
     try:

@@ -33,8 +33,8 @@ def raise_fd_limit() -> int | None:
     return soft
 
 
-# A connection through the gRPC front: the client's socket, the front's to gRPC's loopback
-# port, and gRPC's end of that one (internal/http/_tcp_front.py).
+# A connection through the gRPC front: the client's socket, the front's to gRPC's unix
+# socket, and gRPC's end of that one (internal/http/_tcp_front.py).
 GRPC_DESCRIPTORS = 3
 
 

@@ -1,10 +1,12 @@
 """A front for a server that does its own accept() (gRPC): the public port is ours, and
 each connection is admitted as the HTTP listener admits one before it costs anything.
 
-grpcio offers no hook per connection (only a total cap), so it listens on a loopback port
-of its own and this front carries bytes to it. A connection is taken into the port's
-``PortConnections`` (the total cap and one address's share; past them it is closed, which
-a gRPC client sees as ``UNAVAILABLE``); its opening bytes (the HTTP/2 preface, or a TLS
+grpcio offers no hook per connection (only a total cap), so it listens on a unix socket
+of its own, in a directory only the daemon's user may enter (a loopback TCP port would
+take any local process's connections past every cap), and this front carries bytes to it.
+A connection is taken into the port's ``PortConnections`` (the total cap and one
+address's share; past them it is closed, which a gRPC client sees as ``UNAVAILABLE``);
+its opening bytes (the HTTP/2 preface, or a TLS
 record's header when the server terminates TLS) must arrive within the header deadline,
 and only then is the upstream connection opened, so an idle or slow connection costs one
 descriptor and a carried one three (the client's socket, ours to the server, the
@@ -12,7 +14,8 @@ server's). Both directions are then spliced with backpressure: when one side's s
 buffer is full, the other side stops being read. When either side closes, both are
 closed and nothing is kept.
 
-The server sees every call as coming from the front's loopback socket; ``RelayedPeers``
+The server sees every call as coming from one of the front's sockets, each bound to a name
+of its own (never reused) that the server reports as the call's peer; ``RelayedPeers``
 names the real address each of those sockets carries, so the per-address limits still
 apply per client, and a call from a socket the front did not open can be refused.
 """
@@ -20,7 +23,11 @@ apply per client, and a call from a socket the front did not open can be refused
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import logging
+import os
+import socket
 from dataclasses import dataclass
 
 from internal.http._connections import PortConnections, peer_address
@@ -53,24 +60,24 @@ TLS_RECORD = Opening("TLS ClientHello", b"\x16\x03", 5)
 
 
 class RelayedPeers:
-    """The front's upstream sockets (their local address, as the server sees its peer)
-    and the client address each carries."""
+    """The front's upstream sockets (the name each is bound to, as the server sees its
+    peer) and the client address each carries."""
 
     def __init__(self) -> None:
-        self._by_socket: dict[tuple[str, int], str] = {}
+        self._by_socket: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._by_socket)
 
-    def address(self, host: str, port: int) -> str | None:
-        """The client carried by the front's socket ``host:port``; None: not the front's."""
-        return self._by_socket.get((host, port))
+    def address(self, name: str) -> str | None:
+        """The client carried by the front's socket ``name``; None: not the front's."""
+        return self._by_socket.get(name)
 
-    def _add(self, sock: tuple[str, int], address: str) -> None:
-        self._by_socket[sock] = address
+    def _add(self, name: str, address: str) -> None:
+        self._by_socket[name] = address
 
-    def _remove(self, sock: tuple[str, int]) -> None:
-        self._by_socket.pop(sock, None)
+    def _remove(self, name: str) -> None:
+        self._by_socket.pop(name, None)
 
 
 class _Client(asyncio.Protocol):
@@ -121,7 +128,7 @@ class _Client(asyncio.Protocol):
         self._stop_deadline()
         assert self.transport is not None
         self.transport.pause_reading()
-        self.upstream = _Upstream(self)
+        self.upstream = _Upstream(self, self._front.socket_name())
         self._front.connecting(self)
 
     def upstream_open(self) -> None:
@@ -188,10 +195,11 @@ class _Client(asyncio.Protocol):
 class _Upstream(asyncio.Protocol):
     """The front's connection to the server, carrying one client."""
 
-    def __init__(self, client: _Client) -> None:
+    def __init__(self, client: _Client, name: str) -> None:
         self.client = client
+        self.name = name  # the socket's own, which the server sees as its peer
         self.transport: asyncio.Transport | None = None
-        self._sock: tuple[str, int] | None = None
+        self._named = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -199,9 +207,8 @@ class _Upstream(asyncio.Protocol):
         if self.client.closed:
             transport.abort()
             return
-        sock = transport.get_extra_info("sockname")
-        self._sock = (str(sock[0]), int(sock[1]))
-        self.client.peers._add(self._sock, self.client.address)
+        self.client.peers._add(self.name, self.client.address)
+        self._named = True
         self.client.upstream_open()
 
     def data_received(self, data: bytes) -> None:
@@ -222,16 +229,18 @@ class _Upstream(asyncio.Protocol):
             self.client.transport.resume_reading()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._sock is not None:
-            self.client.peers._remove(self._sock)
-            self._sock = None
+        if self._named:
+            self.client.peers._remove(self.name)
+            self._named = False
         self.transport = None
         self.client.upstream_lost()
 
 
 class TcpFront:
-    def __init__(self, settings: ListenSettings, upstream: tuple[str, int], opening: Opening,
+    def __init__(self, settings: ListenSettings, upstream: str, opening: Opening,
                  connections: PortConnections, peers: RelayedPeers) -> None:
+        """``upstream``: the server's unix socket, in a directory only this user may enter
+        (the front's own sockets are named there too)."""
         self.settings = settings
         self.upstream = upstream
         self.opening = opening
@@ -241,6 +250,7 @@ class TcpFront:
         self.loop = asyncio.get_running_loop()
         self._server: asyncio.Server | None = None
         self._connecting: set[asyncio.Task[None]] = set()
+        self._names = itertools.count()
 
     @property
     def port(self) -> int:
@@ -252,6 +262,10 @@ class TcpFront:
             lambda: _Client(self), self.settings.host, self.settings.port,
             **socket_options(self.settings))
 
+    def socket_name(self) -> str:
+        """A name for the front's next socket to the server, never used before."""
+        return os.path.join(os.path.dirname(self.upstream), f"c{next(self._names)}")
+
     def connecting(self, client: _Client) -> None:
         task = self.loop.create_task(self._connect(client))
         self._connecting.add(task)
@@ -260,9 +274,20 @@ class TcpFront:
     async def _connect(self, client: _Client) -> None:
         upstream = client.upstream
         assert upstream is not None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            await self.loop.create_connection(lambda: upstream, *self.upstream)
-        except OSError as exc:
+            sock.setblocking(False)
+            sock.bind(upstream.name)  # the name the server sees as this socket's peer
+            try:
+                await self.loop.sock_connect(sock, self.upstream)
+            finally:  # the socket keeps its name; the file is not needed
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(upstream.name)
+            await self.loop.create_unix_connection(lambda: upstream, sock=sock)
+        except BaseException as exc:
+            sock.close()
+            if not isinstance(exc, OSError):
+                raise
             log.warning("cannot reach the server behind %s:%d: %s", self.settings.host,
                         self.port, exc)
             if client.transport is not None:

@@ -15,8 +15,9 @@ end the call with the ``ERROR_TABLE`` row's gRPC code and a ``google.rpc.Status`
 its ``ErrorInfo`` (and ``retry-after`` when the caller should wait).
 
 ``serve`` puts it behind a front of Butler's own (internal/http/_tcp_front.py): gRPC
-listens on loopback, the public port's connections are capped as the HTTP port's are, and
-each call's address is the client's the front carried (``RelayedPeers``).
+listens on a unix socket only the daemon's user may reach, the public port's connections
+are capped as the HTTP port's are, and each call's address is the client's the front
+carried (``RelayedPeers``).
 
 Needs the ``grpc`` extra; only the daemon imports this module, and only when
 ``grpc_port`` is set.
@@ -27,6 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -153,12 +157,12 @@ class GrpcBinding:
 
     def _client_address(self, peer: str) -> str:
         """The address the call comes from: behind the front, the client its socket
-        carries. A call to the loopback port from elsewhere would skip the front's
+        carries. A call to gRPC's own socket from elsewhere would skip the front's
         connection caps: refused."""
         if self.relayed is None:
             return remote_address(peer)
         sock = peer_socket(peer)
-        address = self.relayed.address(*sock) if sock is not None else None
+        address = self.relayed.address(sock) if sock is not None else None
         if address is None:
             raise AuthError("forbidden", "calls come through the gRPC port")
         return address
@@ -235,13 +239,11 @@ def remote_address(peer: str) -> str:
     return peer or "?"  # a unix socket: one bucket for its path
 
 
-def peer_socket(peer: str) -> tuple[str, int] | None:
-    """The address and port of a gRPC peer (``ipv4:127.0.0.1:5``); None for others."""
-    kind, _, rest = unquote(peer).partition(":")
-    host, _, port = rest.rpartition(":")
-    if kind not in ("ipv4", "ipv6") or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
+def peer_socket(peer: str) -> str | None:
+    """The name of a gRPC peer's unix socket (``unix:/tmp/butler-grpc-x/c5``); None for
+    others, and for a socket with no name (``unix:``)."""
+    kind, _, name = unquote(peer).partition(":")
+    return name if kind == "unix" and name else None
 
 
 async def _activated(context: grpc.aio.ServicerContext[Any, Any],
@@ -270,11 +272,11 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], name: str,
 
 @dataclass
 class GrpcServer:
-    """The gRPC server on its loopback port and the front on the public one."""
+    """The gRPC server on its unix socket and the front on the public port."""
 
     server: grpc.aio.Server
     front: TcpFront
-    internal_port: int  # the server's own, on loopback: only the front's calls are answered
+    internal: str  # the server's own socket: only the front's calls are answered
 
     @property
     def port(self) -> int:
@@ -288,6 +290,7 @@ class GrpcServer:
             await self.server.stop(grace)
         finally:
             await self.front.close()
+            shutil.rmtree(os.path.dirname(self.internal), ignore_errors=True)
 
 
 def grpc_server(binding: GrpcBinding, limits: GrpcLimits) -> grpc.aio.Server:
@@ -312,33 +315,39 @@ async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: Inciden
     that admits each connection as the HTTP listener does (``listen.max_connections``,
     one address's share of them, its opening bytes within
     ``listen.header_timeout_seconds``; internal/http/_tcp_front.py). gRPC itself listens
-    on a loopback port and answers only calls the front carried (``binding.relayed``).
+    on a unix socket in a new directory only this user may enter (a loopback port took
+    any local process's connections past every cap) and answers only calls the front
+    carried (``binding.relayed``).
     ``tls``: (certificate chain, private key), PEM; gRPC terminates it, the front carries
     its bytes."""
     assert binding.relayed is not None, "a fronted binding resolves peers through the front"
-    loopback = "::1" if ":" in listen.host else "127.0.0.1"
+    directory = tempfile.mkdtemp(prefix="butler-grpc-")  # mode 0700
+    internal = os.path.join(directory, "grpc.sock")
     server = grpc_server(binding, limits)
-    internal = f"[{loopback}]:0" if ":" in loopback else f"{loopback}:0"
     try:
-        if tls is None:
-            bound = server.add_insecure_port(internal)
-        else:
-            bound = server.add_secure_port(internal, grpc.ssl_server_credentials([(tls[1],
-                                                                                   tls[0])]))
-    except RuntimeError as exc:
-        raise OSError(f"cannot listen for gRPC on {internal}: {exc}") from None
-    if not bound:
-        raise OSError(f"cannot listen for gRPC on {internal}")
-    await server.start()
-    front = TcpFront(listen, (loopback, bound), HTTP2_PREFACE if tls is None else TLS_RECORD,
-                     PortConnections(listen.max_connections,
-                                     listen.max_connections_per_address, incidents),
-                     binding.relayed)
-    try:
-        await front.start()
-    except OSError as exc:
-        await server.stop(None)
-        address = f"[{listen.host}]:{listen.port}" if ":" in listen.host \
-            else f"{listen.host}:{listen.port}"
-        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
-    return GrpcServer(server, front, bound)
+        try:
+            if tls is None:
+                bound = server.add_insecure_port(f"unix:{internal}")
+            else:
+                bound = server.add_secure_port(
+                    f"unix:{internal}", grpc.ssl_server_credentials([(tls[1], tls[0])]))
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen for gRPC on {internal}: {exc}") from None
+        if not bound:
+            raise OSError(f"cannot listen for gRPC on {internal}")
+        await server.start()
+        front = TcpFront(listen, internal, HTTP2_PREFACE if tls is None else TLS_RECORD,
+                         PortConnections(listen.max_connections,
+                                         listen.max_connections_per_address, incidents),
+                         binding.relayed)
+        try:
+            await front.start()
+        except OSError as exc:
+            await server.stop(None)
+            address = f"[{listen.host}]:{listen.port}" if ":" in listen.host \
+                else f"{listen.host}:{listen.port}"
+            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return GrpcServer(server, front, internal)
