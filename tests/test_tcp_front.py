@@ -5,6 +5,7 @@ more than a socket buffer's worth for it; every byte still arrives, in order."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -65,3 +66,29 @@ async def test_a_client_that_stops_reading_stops_the_server_being_read(tmp_path:
     finally:
         await front.close()
         server.close()
+
+
+async def test_a_client_that_finds_no_server_while_the_front_stops_is_closed(
+        tmp_path: Path) -> None:
+    """A daemon stopping stops the front accepting, then gRPC: a client admitted before
+    that sends its preface meanwhile finds no server, and is closed at once (naming the
+    port in the warning raised IndexError once the listening socket was closed, and the
+    client stayed open until the front closed)."""
+    front = TcpFront(ListenSettings("127.0.0.1", 0, max_connections=4),
+                     str(tmp_path / "gone.sock"), HTTP2_PREFACE,
+                     PortConnections(4, None, IncidentLog(logging.getLogger("test"))),
+                     RelayedPeers())
+    await front.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        await wait_until(lambda: front.clients, what="the client admitted")
+        front.stop_accepting()
+        writer.write(PREFACE)
+        async with asyncio.timeout(10):
+            with contextlib.suppress(ConnectionResetError):  # closed, or cut
+                assert await reader.read() == b""
+        writer.close()
+        await wait_until(lambda: not front.clients and front.connections.in_use == 0,
+                         what="its place given back")
+    finally:
+        await front.close()

@@ -288,8 +288,8 @@ class TcpFront:
             sock.close()
             if not isinstance(exc, OSError):
                 raise
-            log.warning("cannot reach the server behind %s:%d: %s", self.settings.host,
-                        self.port, exc)
+            # Named by its socket: the public port is gone once the front stops accepting.
+            log.warning("cannot reach the server at %s: %s", self.upstream, exc)
             if client.transport is not None:
                 client.transport.abort()
 
