@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from pathlib import Path
 
 from internal.http import (
@@ -92,3 +93,45 @@ async def test_a_client_that_finds_no_server_while_the_front_stops_is_closed(
                          what="its place given back")
     finally:
         await front.close()
+
+
+
+async def test_a_client_that_stops_reading_is_cut_when_the_server_has_closed(
+        tmp_path: Path) -> None:
+    """The server sent more than the sockets hold, then closed. The front, which stopped
+    reading it while the client read nothing, never saw it close: the client kept its
+    place and both sockets for good. A client whose socket takes nothing of what waits
+    for it within the header deadline is cut."""
+    done_with = asyncio.Event()
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert await reader.readexactly(len(PREFACE)) == PREFACE
+        writer.write(b"x" * CHUNK * CHUNKS)
+        await done_with.wait()
+        writer.transport.abort()  # as gRPC closes a connection it is done with
+
+    server = await asyncio.start_unix_server(talk, tmp_path / "server.sock")
+    peers = RelayedPeers()
+    front = TcpFront(ListenSettings("127.0.0.1", 0, max_connections=4,
+                                    header_timeout_seconds=0.5),
+                     str(tmp_path / "server.sock"), HTTP2_PREFACE,
+                     PortConnections(4, None, IncidentLog(logging.getLogger("test"))), peers)
+    await front.start()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+    try:
+        sock.connect(("127.0.0.1", front.port))
+        _, writer = await asyncio.open_connection(sock=sock, limit=CHUNK)
+        writer.write(PREFACE)  # and reads nothing past its stream's buffer
+        (client,) = await wait_until(lambda: front.clients, what="the client admitted")
+        await wait_until(lambda: client.upstream is not None and client.upstream.transport
+                         is not None and not client.upstream.transport.is_reading(),
+                         what="the server no longer read")
+        done_with.set()
+        await wait_until(lambda: not front.clients and not peers and
+                         front.connections.in_use == 0, what="the client cut")
+        writer.close()
+    finally:
+        sock.close()
+        await front.close()
+        server.close()

@@ -11,7 +11,8 @@ record's header when the server terminates TLS) must arrive within the header de
 and only then is the upstream connection opened, so an idle or slow connection costs one
 descriptor and a carried one three (the client's socket, ours to the server, the
 server's). Both directions are then spliced with backpressure: when one side's send
-buffer is full, the other side stops being read. When either side closes, both are
+buffer is full, the other side stops being read, and a client that takes nothing from
+its full buffer within the header deadline is cut. When either side closes, both are
 closed and nothing is kept.
 
 The server sees every call as coming from one of the front's sockets, each bound to a name
@@ -92,6 +93,7 @@ class _Client(asyncio.Protocol):
         self._opening: bytearray | None = bytearray()  # until the upstream is open
         self._deadline: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None
+        self._stalled: asyncio.TimerHandle | None = None
         self.upstream: _Upstream | None = None
         self.closed = False
 
@@ -167,18 +169,31 @@ class _Client(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    # Backpressure: the client's send buffer is full, so stop reading the server.
+    # Backpressure: the client's send buffer is full, so stop reading the server. Not
+    # read, the server's closing is not seen either: a client that takes none of it
+    # within the header deadline is cut (a gRPC client's transport reads all the time;
+    # HTTP/2 flow control, not TCP, is how it slows the server down).
     def pause_writing(self) -> None:
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.pause_reading()
+        if self._stalled is None:
+            self._stalled = self._front.loop.call_later(
+                self._front.settings.header_timeout_seconds, self._close_now)
 
     def resume_writing(self) -> None:
+        self._stop_stalled()
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.resume_reading()
+
+    def _stop_stalled(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
         self._stop_deadline()
+        self._stop_stalled()
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
