@@ -219,7 +219,7 @@ async def test_large_messages_cross_the_front_both_ways(swarm: Swarm) -> None:
 
 
 @pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
-async def test_an_ipv6_port_is_fronted_on_the_ipv6_loopback(swarm: Swarm) -> None:
+async def test_an_ipv6_bound_grpc_port_is_fronted(swarm: Swarm) -> None:
     home = await swarm.start("home", configurations={"a2a": {"bind_address": "::1",
                                                              "grpc_port": 0}})
     front = front_of(home)
