@@ -6,14 +6,13 @@ of its own, in a directory only the daemon's user may enter (a loopback TCP port
 take any local process's connections past every cap), and this front carries bytes to it.
 A connection is taken into the port's ``PortConnections`` (the total cap and one
 address's share; past them it is closed, which a gRPC client sees as ``UNAVAILABLE``);
-its opening bytes (the HTTP/2 preface, or a TLS
-record's header when the server terminates TLS) must arrive within the header deadline,
-and only then is the upstream connection opened, so an idle or slow connection costs one
-descriptor and a carried one three (the client's socket, ours to the server, the
-server's). Both directions are then spliced with backpressure: when one side's send
-buffer is full, the other side stops being read, and a client that takes nothing from
-its full buffer within the header deadline is cut. When either side closes, both are
-closed and nothing is kept.
+its opening bytes (the HTTP/2 preface, or a TLS record's header when the server
+terminates TLS) must arrive within the header deadline, and only then is the upstream
+connection opened, so an idle or slow connection costs one descriptor and a carried one
+three (the client's socket, ours to the server, the server's). Both directions are then
+spliced with backpressure: when one side's send buffer is full, the other side stops
+being read, and a client that takes nothing from its full buffer within the header
+deadline is cut. When either side closes, both are closed and nothing is kept.
 
 The server sees every call as coming from one of the front's sockets, each bound to a name
 of its own (never reused) that the server reports as the call's peer; ``RelayedPeers``
