@@ -6,6 +6,7 @@ the process's descriptors are back where they were."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from butler.http_app import A2A_FRONT
 from butler.memory import MemoryStore
@@ -20,7 +22,7 @@ from butler.push.store import SqlitePushStore
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
 from tests.a2a_support import WAIT
-from tests.support import ECHO, Instance, Swarm, post_task, wait_until
+from tests.support import ECHO, Instance, Swarm, left_for_the_collector, post_task, wait_until
 
 CALLERS: dict[str, dict[str, Any]] = {"flood": {}, "other": {}}
 SMALL = {"server": {"max_inflight": 8, "max_streams": 8},
@@ -99,6 +101,38 @@ async def test_blocking_requests_of_one_caller_leave_room_for_another(daemon: In
         await asyncio.gather(*holders)
     await wait_until(lambda: pool.inflight == 0, what="every place given back")
     await fds_back_to(baseline)
+
+
+async def test_a_refusal_is_freed_once_answered(daemon: Instance) -> None:
+    """A refused request leaves nothing for the cycle collector: held in a reference
+    cycle (the exception, its traceback, the frame that raised it), each refusal kept its
+    request alive until the next collection, and a flood of them made every collection a
+    long stop of the loop for every caller."""
+    async with aiohttp.ClientSession() as flood:
+        async def post() -> int:
+            async with flood.post(f"{daemon.url}/v2/tasks", headers=daemon.headers("flood"),
+                                  json={"task": "x", "skill": "wait"}) as resp:
+                return resp.status
+
+        holders = [asyncio.create_task(post()) for _ in range(6)]  # the flood's whole share
+        pool = daemon.daemon.app[A2A_FRONT].load_limits
+        await wait_until(lambda: pool.inflight == 6, what="the flood holding its share")
+        with left_for_the_collector() as left:
+            assert [await post() for _ in range(20)] == [429] * 20
+        await cancel_all(daemon)
+        await asyncio.gather(*holders)
+    kept = [o for o in left if isinstance(o, (PoolFull, web.BaseRequest))]
+    assert kept == []
+
+
+def test_a_refused_place_leaves_no_cycle() -> None:
+    pool = FairPool("things", Share(1))
+    pool.take("a")
+    with left_for_the_collector() as left:
+        for _ in range(10):
+            with contextlib.suppress(PoolFull):
+                pool.take("a")
+    assert left == []
 
 
 async def test_running_tasks_are_counted_exactly(daemon: Instance) -> None:
