@@ -22,7 +22,18 @@ from butler.push.store import SqlitePushStore
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
 from tests.a2a_support import WAIT
-from tests.support import ECHO, Instance, Swarm, left_for_the_collector, post_task, wait_until
+from tests.support import (
+    ECHO,
+    Instance,
+    ServeProcess,
+    Swarm,
+    config_dict,
+    gated_skill,
+    left_for_the_collector,
+    post_task,
+    wait_until,
+    write_config,
+)
 
 CALLERS: dict[str, dict[str, Any]] = {"flood": {}, "other": {}}
 SMALL = {"server": {"max_inflight": 8, "max_streams": 8},
@@ -148,6 +159,51 @@ async def test_running_tasks_are_counted_exactly(daemon: Instance) -> None:
     assert await submit("other") < 300  # the quarter left for everyone else
     await others_all_succeed(daemon, 1)
     await cancel_all(daemon)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux's")
+async def test_running_commands_take_no_thread_each(tmp_path: Path) -> None:
+    """``butler serve`` learns that a command ended from its event loop: a caller's running
+    command tasks add no thread each (Python 3.11's default started one per child, and
+    their stacks and malloc arenas stayed in the daemon after the children ended)."""
+    gate = tmp_path / "gate"
+    cfg, tokens = config_dict(tmp_path, "home", skills=[gated_skill("held", gate)])
+    server = await ServeProcess.start(write_config(tmp_path, "home", cfg),
+                                      tmp_path / "serve.log")
+    pid = server.proc.pid
+
+    def threads() -> int:
+        return len(os.listdir(f"/proc/{pid}/task"))
+
+    def children() -> int:
+        return len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+
+    try:
+        before = threads()
+        auth = {"Authorization": f"Bearer {tokens['operator']}"}
+        async with aiohttp.ClientSession() as http:
+            ids = []
+            for _ in range(8):
+                async with http.post(f"{server.url}/v2/tasks", headers=auth, json={
+                        "task": "x", "skill": "held", "mode": "async"}) as resp:
+                    assert resp.status == 202
+                    ids.append((await resp.json())["id"])
+            await wait_until(lambda: children() == 8, what="8 commands running")
+            assert threads() == before
+            gate.touch()
+
+            async def all_completed() -> bool:
+                states = []
+                for task_id in ids:
+                    async with http.get(f"{server.url}/v2/tasks/{task_id}",
+                                        headers=auth) as resp:
+                        states.append((await resp.json())["state"])
+                return states == ["completed"] * 8
+
+            await wait_until(all_completed, what="the 8 tasks completed")
+        assert children() == 0 and threads() == before
+    finally:
+        await server.stop()
 
 
 async def test_mcp_sessions_of_one_token_leave_room_for_another(daemon: Instance) -> None:
