@@ -83,11 +83,18 @@ class FairPool:
         mine = self._by_caller.get(caller, 0)
         why = self.share.refusal(self.what, caller, mine, self.in_use)
         if why is not None:
-            full = PoolFull(why, mine=self.in_use < self.share.total)
-            raise full if self._refuse is None else self._refuse(full)
+            # Built by a call of its own: an exception held in a local of the frame that
+            # raises it is a cycle (exception, traceback, frame) that only the collector
+            # frees, with the request it refused, and a flood's refusals made that a
+            # stop of the whole loop several times a second.
+            raise self._refusal(why)
         self.in_use += 1
         self._by_caller[caller] = mine + 1
         return Held(self, caller)
+
+    def _refusal(self, why: str) -> Exception:
+        full = PoolFull(why, mine=self.in_use < self.share.total)
+        return full if self._refuse is None else self._refuse(full)
 
     @contextmanager
     def hold(self, caller: str) -> Iterator[None]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
 import os
 import secrets
 import shlex
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -230,6 +231,23 @@ async def wait_task(inst: Instance, task_id: str, states: frozenset[str] | set[s
 
     task: dict[str, Any] = await wait_until(arrived, timeout)
     return task
+
+
+@contextlib.contextmanager
+def left_for_the_collector() -> Iterator[list[object]]:
+    """The objects that what runs in the block leaves in reference cycles, which only the
+    cycle collector frees (filled in when the block ends): what it kept alive past its
+    use, and made a collection pause the loop for."""
+    left: list[object] = []
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # collections in the block keep what they find, too
+    try:
+        yield left
+    finally:
+        gc.collect()
+        gc.set_debug(0)
+        left.extend(gc.garbage)
+        gc.garbage.clear()
 
 
 def process_gone(pid: int) -> bool:

@@ -9,9 +9,10 @@ import os
 import resource
 
 import pytest
+from aiohttp import web
 
 from tests.raw_http import get_healthz
-from tests.support import Instance, Swarm, wait_until
+from tests.support import Instance, Swarm, left_for_the_collector, wait_until
 
 SERVER = {"server": {"max_connections": 8, "header_timeout_seconds": 0.5}}
 
@@ -46,6 +47,29 @@ async def test_one_address_cannot_hold_every_connection(swarm: Swarm) -> None:
         for _, writer in flood:
             writer.close()
     await wait_until(lambda: open_fds() <= baseline + 2, what="descriptors back")
+
+
+async def test_a_refused_connection_is_freed_once_closed(swarm: Swarm) -> None:
+    """A connection refused past the address's share leaves no request handler for the
+    cycle collector (the handler and its request parser refer to each other until
+    aiohttp's teardown parts them): a flood of reconnects kept them all until the next
+    collection, a long stop of the loop for every caller."""
+    home = await swarm.start("home", extra={"server": {"max_connections": 8}})
+    held = [await connect_from(home, "127.0.0.2") for _ in range(6)]  # its share: 6 of 8
+    try:
+        for reader, writer in held:
+            assert await get_healthz(reader, writer) == 200
+        with left_for_the_collector() as left:
+            for _ in range(10):
+                reader, writer = await connect_from(home, "127.0.0.2")
+                async with asyncio.timeout(10):
+                    assert (await reader.read()).startswith(b"HTTP/1.1 503")
+                writer.close()
+                await writer.wait_closed()
+    finally:
+        for _, writer in held:
+            writer.close()
+    assert [o for o in left if isinstance(o, web.RequestHandler)] == []
 
 
 async def test_a_grpc_connection_that_never_calls_is_closed(swarm: Swarm) -> None:

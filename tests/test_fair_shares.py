@@ -6,6 +6,7 @@ the process's descriptors are back where they were."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from butler.http_app import A2A_FRONT
 from butler.memory import MemoryStore
@@ -20,7 +22,18 @@ from butler.push.store import SqlitePushStore
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
 from tests.a2a_support import WAIT, send_request, text, user_message
-from tests.support import ECHO, Instance, Swarm, post_task, wait_until
+from tests.support import (
+    ECHO,
+    Instance,
+    ServeProcess,
+    Swarm,
+    config_dict,
+    gated_skill,
+    left_for_the_collector,
+    post_task,
+    wait_until,
+    write_config,
+)
 
 CALLERS: dict[str, dict[str, Any]] = {"flood": {}, "other": {}}
 SMALL = {"server": {"max_inflight": 8, "max_streams": 8},
@@ -138,6 +151,38 @@ async def test_blocking_grpc_calls_of_one_caller_leave_room_for_another(swarm: S
     await wait_until(lambda: pool.inflight == 0, what="every place given back")
 
 
+async def test_a_refusal_is_freed_once_answered(daemon: Instance) -> None:
+    """A refused request leaves nothing for the cycle collector: held in a reference
+    cycle (the exception, its traceback, the frame that raised it), each refusal kept its
+    request alive until the next collection, and a flood of them made every collection a
+    long stop of the loop for every caller."""
+    async with aiohttp.ClientSession() as flood:
+        async def post() -> int:
+            async with flood.post(f"{daemon.url}/v2/tasks", headers=daemon.headers("flood"),
+                                  json={"task": "x", "skill": "wait"}) as resp:
+                return resp.status
+
+        holders = [asyncio.create_task(post()) for _ in range(6)]  # the flood's whole share
+        pool = daemon.daemon.app[A2A_FRONT].load_limits
+        await wait_until(lambda: pool.inflight == 6, what="the flood holding its share")
+        with left_for_the_collector() as left:
+            assert [await post() for _ in range(20)] == [429] * 20
+        await cancel_all(daemon)
+        await asyncio.gather(*holders)
+    kept = [o for o in left if isinstance(o, (PoolFull, web.BaseRequest))]
+    assert kept == []
+
+
+def test_a_refused_place_leaves_no_cycle() -> None:
+    pool = FairPool("things", Share(1))
+    pool.take("a")
+    with left_for_the_collector() as left:
+        for _ in range(10):
+            with contextlib.suppress(PoolFull):
+                pool.take("a")
+    assert left == []
+
+
 async def test_running_tasks_are_counted_exactly(daemon: Instance) -> None:
     """Concurrent submits once overshot the per-caller cap (261 running against 256)."""
     async def submit(who: str) -> int:
@@ -151,6 +196,51 @@ async def test_running_tasks_are_counted_exactly(daemon: Instance) -> None:
     assert await submit("other") < 300  # the quarter left for everyone else
     await others_all_succeed(daemon, 1)
     await cancel_all(daemon)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux's")
+async def test_running_commands_take_no_thread_each(tmp_path: Path) -> None:
+    """``butler serve`` learns that a command ended from its event loop: a caller's running
+    command tasks add no thread each (Python 3.11's default started one per child, and
+    their stacks and malloc arenas stayed in the daemon after the children ended)."""
+    gate = tmp_path / "gate"
+    cfg, tokens = config_dict(tmp_path, "home", skills=[gated_skill("held", gate)])
+    server = await ServeProcess.start(write_config(tmp_path, "home", cfg),
+                                      tmp_path / "serve.log")
+    pid = server.proc.pid
+
+    def threads() -> int:
+        return len(os.listdir(f"/proc/{pid}/task"))
+
+    def children() -> int:
+        return len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+
+    try:
+        before = threads()
+        auth = {"Authorization": f"Bearer {tokens['operator']}"}
+        async with aiohttp.ClientSession() as http:
+            ids = []
+            for _ in range(8):
+                async with http.post(f"{server.url}/v2/tasks", headers=auth, json={
+                        "task": "x", "skill": "held", "mode": "async"}) as resp:
+                    assert resp.status == 202
+                    ids.append((await resp.json())["id"])
+            await wait_until(lambda: children() == 8, what="8 commands running")
+            assert threads() == before
+            gate.touch()
+
+            async def all_completed() -> bool:
+                states = []
+                for task_id in ids:
+                    async with http.get(f"{server.url}/v2/tasks/{task_id}",
+                                        headers=auth) as resp:
+                        states.append((await resp.json())["state"])
+                return states == ["completed"] * 8
+
+            await wait_until(all_completed, what="the 8 tasks completed")
+        assert children() == 0 and threads() == before
+    finally:
+        await server.stop()
 
 
 async def test_mcp_sessions_of_one_token_leave_room_for_another(daemon: Instance) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from butler.cli.serve import load_or_exit, start_or_explain
 from butler.config import Config
+from butler.runtime.children import watch_children_from_the_loop
 from butler.telemetry.logs import setup_logging
 
 log = logging.getLogger("butler")
@@ -50,6 +51,7 @@ def _runner(run: Callable[[Config], Coroutine[Any, Any, int]]
         if config is None:
             return 2
         setup_logging(config.logging)  # to stderr: stdout carries the protocol alone
+        watch_children_from_the_loop()
         return asyncio.run(run(config))
     return handler
 

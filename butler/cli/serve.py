@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from butler.cli.json_output import error_json, json_flag, print_json
 from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
+from butler.runtime.children import watch_children_from_the_loop
 from butler.runtime.heap import settle_heap
 from butler.runtime.service_notify import READY, STOPPING, notify, reloading
 from butler.skills.catalog import is_reserved
@@ -151,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
     setup_logging(config.logging)
     for warning in token_hash_warnings(_token_digests(config)):
         log.warning("%s: %s", config.source, warning)
+    watch_children_from_the_loop()
     return asyncio.run(run_daemon(config))
 
 

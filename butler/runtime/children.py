@@ -12,10 +12,14 @@ ends them on any orderly stop, and a command skill's group is ended by the next 
 ``asyncio``); ``dying_with_parent`` wraps an argv for those that do not (the MCP SDK's
 ``stdio_client``): a tiny interpreter sets the signal and execs the command, which keeps
 its pid.
+
+``watch_children_from_the_loop``: the daemon learns that a child ended from the event
+loop itself, not from a thread per running child.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import signal
@@ -46,3 +50,20 @@ def dying_with_parent(argv: Sequence[str]) -> list[str]:
     if _PRCTL is None:
         return list(argv)
     return [sys.executable, "-I", "-S", "-c", _SHIM, str(os.getpid()), *argv]
+
+
+def watch_children_from_the_loop() -> None:
+    """Before the daemon's event loop starts: asyncio learns that a child ended from a
+    pidfd the loop polls with its sockets, not from a thread per running child blocked in
+    ``waitpid`` (Python 3.11's default, ``ThreadedChildWatcher``). A caller running its
+    share of command tasks started that many threads, one per spawn; and once they ended,
+    their stacks and malloc arenas stayed in the process. Python 3.12 watches this way by
+    itself where it can (and deprecates choosing); without pidfds (Linux before 5.3, other
+    systems) the default stays."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # a kernel without pidfd_open, or a sandbox refusing it
+        return
+    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())

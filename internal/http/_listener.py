@@ -105,9 +105,10 @@ class _Connection(web.RequestHandler):
                 f"request head within {self.keepalive_timeout:g}s (server.header_timeout_seconds)")
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._place is None:  # refused in connection_made: aiohttp never saw it
-            return
-        self._place.release()
+        if self._place is not None:  # None: refused in connection_made
+            self._place.release()
+        # aiohttp's teardown for a refused connection too: it drops the request parser,
+        # which refers back to this handler, a cycle only the collector would free.
         super().connection_lost(exc)
 
     def handle_error(self, request: BaseRequest, status: int = 500,
