@@ -387,3 +387,26 @@ async def test_half_open_grpc_streams_are_refused_or_cut_off(swarm: Swarm) -> No
     for chan in (anonymous, flooding):
         await chan.close()
     await fds_back_to(baseline)
+
+
+async def test_a_refused_grpc_call_is_freed_once_answered(swarm: Swarm) -> None:
+    """The same over gRPC: a refused call (here its token) leaves nothing for the cycle
+    collector."""
+    pytest.importorskip("grpc")
+    import grpc
+
+    from tests.grpc_support import channel
+    from tests.test_a2a_grpc import GRPC
+    from tests.test_a2a_grpc_admission import grpc_card
+
+    inst = await swarm.start("home", configurations=GRPC)
+    assert inst.daemon.grpc_url is not None
+    async with channel(inst.daemon.grpc_url, "wrong") as chan:
+        with pytest.raises(grpc.aio.AioRpcError):
+            await grpc_card(inst, chan)  # gRPC's own first-call allocations
+        with left_for_the_collector() as left:
+            for _ in range(10):
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await grpc_card(inst, chan)
+    kept = [o for o in left if isinstance(o, BaseException)]
+    assert kept == []

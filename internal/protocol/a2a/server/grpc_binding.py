@@ -180,12 +180,15 @@ class GrpcBinding:
                 result = await self.dialect.call(name, caller, request, headers)
                 await _activated(context, headers)
                 return a2a_grpc.from_json(result or {}, response(), lenient=lenient)
+            except grpc.aio.AbortError:
+                raise
             except Exception as exc:
-                await _abort(context, name, exc)
-                raise  # not reached: abort raises
+                failed = _status(name, exc)
             finally:
                 if slot is not None:
                     slot.release()
+            _end(context, failed)
+            return response()  # not sent: the status is not OK
 
         return run
 
@@ -210,11 +213,16 @@ class GrpcBinding:
                             yield a2a_grpc.from_json(frame, response())
                     finally:
                         await events.aclose()
+            except grpc.aio.AbortError:
+                raise
             except Exception as exc:
-                await _abort(context, name, exc)
+                failed = _status(name, exc)
+            else:
+                return
             finally:
                 if inflight is not None:
                     inflight.release()
+            _end(context, failed)
 
         return run
 
@@ -254,20 +262,32 @@ async def _activated(context: grpc.aio.ServicerContext[Any, Any],
             tuple((k.lower(), v) for k, v in echo.items()))
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], name: str,
-                 exc: Exception) -> None:
-    """End the call with the error's status; anything not a ``ButlerError`` is logged and
-    answered as an internal error, without its message."""
-    if isinstance(exc, grpc.aio.AbortError):
-        raise exc
+Status = tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]]
+
+
+def _status(name: str, exc: Exception) -> Status:
+    """The status a failed call ends with: the error's ``ERROR_TABLE`` row; anything not a
+    ``ButlerError`` is logged and answered as an internal error, without its message.
+
+    The call is ended by ``_end`` after its ``except`` block: the exception, held in the
+    handler's frame while the call ended, made a cycle (exception, traceback, frame) that
+    kept each refused call alive until the next collection."""
     if isinstance(exc, ButlerError):
         err = exc
     else:
         log.error("gRPC %s failed", name, exc_info=exc)
         err = Unavailable("internal_error", "internal error")
     code, message, trailing = a2a_grpc.error_status(err)
-    context.set_trailing_metadata(tuple(trailing))
-    await context.abort(code, message)
+    return code, message, tuple(trailing)
+
+
+def _end(context: grpc.aio.ServicerContext[Any, Any], failed: Status) -> None:
+    """The call ends with ``failed`` once its handler returns (``context.abort`` raises an
+    exception of its own, which gRPC then holds in a cycle too)."""
+    code, message, trailing = failed
+    context.set_trailing_metadata(trailing)
+    context.set_code(code)
+    context.set_details(message)
 
 
 @dataclass
