@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -108,7 +109,7 @@ class Indexed:
     trust: str
     expires_at: float
     key: PublicKey | None  # the key it is signed by, verified
-    fields: Mapping[str, frozenset[str]]
+    weights: Mapping[str, int]  # its words (``entry_weights``), each string shared
     indexed_at: float  # when this registry first indexed the identifier
 
     @property
@@ -127,39 +128,32 @@ class Quarantined:
     at: float
 
 
-def entry_fields(entry: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+def entry_weights(entry: Mapping[str, Any]) -> dict[str, int]:
+    """Each word of an entry with the weight of the heaviest field it is in
+    (``_FIELD_WEIGHTS``): what a query word is worth to it."""
     name = f"{entry.get('displayName', '')} {str(entry.get('identifier', '')).rsplit(':', 1)[-1]}"
-    return {
-        "name": frozenset(words(name)),
-        "capabilities": frozenset(w for c in entry.get("capabilities", []) for w in words(c)),
-        "tags": frozenset(w for t in entry.get("tags", []) for w in words(t)),
-        "queries": frozenset(w for q in entry.get("representativeQueries", [])
-                             for w in words(q)),
-        "description": frozenset(words(str(entry.get("description", "")))),
+    fields = {
+        "name": words(name),
+        "capabilities": [w for c in entry.get("capabilities", []) for w in words(c)],
+        "tags": [w for t in entry.get("tags", []) for w in words(t)],
+        "queries": [w for q in entry.get("representativeQueries", []) for w in words(q)],
+        "description": words(str(entry.get("description", ""))),
     }
+    found: dict[str, int] = {}
+    for field_name, weight in _FIELD_WEIGHTS:
+        for word in fields[field_name]:
+            if found.get(word, 0) < weight:
+                found[word] = weight
+    return found
 
 
-def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
+def score(weights: Mapping[str, int], tokens: tuple[str, ...]) -> int:
     """0-100: the weighted share of ``tokens`` found, each where it counts most."""
-    return round(100 * weigh(fields, tokens) / (_MAX_WEIGHT * len(tokens))) if tokens else 0
+    return round(100 * weigh(weights, tokens) / (_MAX_WEIGHT * len(tokens))) if tokens else 0
 
 
-def weigh(fields: Mapping[str, frozenset[str]], tokens: Iterable[str]) -> int:
-    """The sum of each token's weight where it counts most (``_FIELD_WEIGHTS``, spelt
-    out: this runs for every entry a search reads)."""
-    empty: frozenset[str] = frozenset()
-    name, caps, tags = (fields.get("name", empty), fields.get("capabilities", empty),
-                        fields.get("tags", empty))
-    queries, description = fields.get("queries", empty), fields.get("description", empty)
-    got = 0
-    for token in tokens:
-        if token in name or token in caps or token in tags:
-            got += 3
-        elif token in queries:
-            got += 2
-        elif token in description:
-            got += 1
-    return got
+def weigh(weights: Mapping[str, int], tokens: Iterable[str]) -> int:
+    return sum(weights.get(token, 0) for token in tokens)
 
 
 @dataclass
@@ -205,12 +199,13 @@ class CatalogIndex:
         current = self.entries.get(identifier)
         self._remove(identifier)
         item = Indexed(entry, identifier, origin, source, trust, expires_at, key,
-                       entry_fields(entry), current.indexed_at if current is not None else now)
+                       _shared(entry_weights(entry)),
+                       current.indexed_at if current is not None else now)
         self.entries[identifier] = item
         self._order.add(identifier)
         self._next_expiry = min(self._next_expiry, expires_at)
         self._origins.setdefault(origin, set()).add(identifier)
-        for word, weight in _weights(item.fields).items():
+        for word, weight in item.weights.items():
             if word not in self._words:
                 self._words[word] = [SortedList(), SortedList(), SortedList()]
             self._words[word][_MAX_WEIGHT - weight].add(identifier)
@@ -232,7 +227,7 @@ class CatalogIndex:
             return
         self._order.discard(identifier)
         self._origins.get(item.origin, set()).discard(identifier)
-        for word, weight in _weights(item.fields).items():
+        for word, weight in item.weights.items():
             postings = self._words.get(word)
             if postings is not None:
                 postings[_MAX_WEIGHT - weight].discard(identifier)
@@ -259,7 +254,7 @@ class CatalogIndex:
             item = self.entries[identifier]
             self.entries[identifier] = Indexed(
                 item.entry, item.identifier, item.origin, item.source, item.trust,
-                max(item.expires_at, expires_at), item.key, item.fields, item.indexed_at)
+                max(item.expires_at, expires_at), item.key, item.weights, item.indexed_at)
 
     def origin_of(self, origin: str) -> list[Indexed]:
         return [self.entries[i] for i in sorted(self._origins.get(origin, ()))]
@@ -309,33 +304,20 @@ class CatalogIndex:
         if not tokens:
             return []
         sets = sorted(self._term_sets(filters), key=len)
-        # The weights of the words whose postings were read whole, by identifier; the
-        # other words (``looked``) are weighed from each candidate's fields.
-        known: dict[str, int] = {}
-        looked: list[str] = []
         pool: Iterable[str]
         if sets and len(sets[0]) <= SEARCH_CANDIDATES:
-            pool, looked = sets[0], list(tokens)
+            pool = sets[0]
         else:
             share = SEARCH_CANDIDATES // len(tokens)
             read: dict[str, None] = {}
             for token in tokens:
-                lists = self._words.get(token, ())
-                whole = sum(map(len, lists)) <= share
-                if not whole:
-                    looked.append(token)
                 left = share
-                for weight, postings in zip((3, 2, 1), lists, strict=False):
-                    chunk = postings.islice(0, left)
-                    if whole:
-                        for identifier in chunk:
-                            known[identifier] = known.get(identifier, 0) + weight
-                    else:
-                        read.update(dict.fromkeys(chunk))
+                for postings in self._words.get(token, ()):
+                    read.update(dict.fromkeys(postings.islice(0, left)))
                     left -= min(left, len(postings))
                     if not left:
                         break
-            pool = read.keys() | known.keys()
+            pool = read
         entries, other = self.entries, any(p not in INDEXED_TERMS for p in filters)
         whole_weight = _MAX_WEIGHT * len(tokens)
         scored = []
@@ -343,7 +325,7 @@ class CatalogIndex:
             item = entries[identifier]
             if item.expires_at <= now or (sets and not all(identifier in s for s in sets)):
                 continue
-            points = known.get(identifier, 0) + (weigh(item.fields, looked) if looked else 0)
+            points = weigh(item.weights, tokens)
             if points and (not other or self._passes(item, filters, now)):
                 scored.append((-points, TRUST_RANK[item.trust], identifier, item))
         return [(round(100 * -s[0] / whole_weight), s[3])
@@ -394,13 +376,10 @@ class CatalogIndex:
                    for path, wanted in filters.items() if path not in INDEXED_TERMS)
 
 
-def _weights(fields: Mapping[str, frozenset[str]]) -> dict[str, int]:
-    """Each word of an entry with the weight of the heaviest field it is in."""
-    found: dict[str, int] = {}
-    for name, weight in _FIELD_WEIGHTS:
-        for word in fields.get(name, ()):
-            found[word] = max(found.get(word, 0), weight)
-    return found
+def _shared(weights: dict[str, int]) -> dict[str, int]:
+    """``weights`` with each word the one string every entry and the postings share
+    (an index holds each word once, not once per entry that has it)."""
+    return {sys.intern(word): weight for word, weight in weights.items()}
 
 
 def _discard(index: dict[Any, set[str]], key: Any, identifier: str) -> None:
