@@ -318,16 +318,20 @@ class CatalogIndex:
                     if not left:
                         break
             pool = read
-        entries, other = self.entries, any(p not in INDEXED_TERMS for p in filters)
+        entries = self.entries
+        items = [item for item in (entries[i] for i in pool) if item.expires_at > now]
+        if sets:
+            items = [item for item in items if all(item.identifier in s for s in sets)]
+        # Their points a word at a time: one pass over the candidates per word.
+        points = [0] * len(items)
+        for token in tokens:
+            points = [p + item.weights.get(token, 0)
+                      for p, item in zip(points, items, strict=True)]
+        other = any(path not in INDEXED_TERMS for path in filters)
+        scored = [(-p, TRUST_RANK[item.trust], item.identifier, item)
+                  for p, item in zip(points, items, strict=True)
+                  if p and (not other or self._passes(item, filters, now))]
         whole_weight = _MAX_WEIGHT * len(tokens)
-        scored = []
-        for identifier in pool:
-            item = entries[identifier]
-            if item.expires_at <= now or (sets and not all(identifier in s for s in sets)):
-                continue
-            points = weigh(item.weights, tokens)
-            if points and (not other or self._passes(item, filters, now)):
-                scored.append((-points, TRUST_RANK[item.trust], identifier, item))
         return [(round(100 * -s[0] / whole_weight), s[3])
                 for s in heapq.nsmallest(limit, scored)]
 
