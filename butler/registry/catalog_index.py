@@ -13,12 +13,14 @@ the reason, and the identifier leaves the results until its publisher sorts it o
 signature that does not verify quarantines the copy the same way. An unsigned copy never
 replaces a signed one.
 
-Search is lexical: each entry's words, by field, in an inverted index; a query's score
-is the weighted share of its words an entry has (0-100). Each word's postings are kept
-in order, heaviest field first, then by identifier, and a query reads at most
-``SEARCH_CANDIDATES`` of them in all: a word on fewer entries than its share is read
-whole, so the results are exact unless every word of the query is a common one (then
-its best-placed entries, by field and identifier, are the ones scored). ``type``,
+Search is lexical: each entry's words, each with the weight of the heaviest field it
+is in, kept with the entry (so weighing a candidate is a lookup per query word) and in
+an inverted index; a query's score is the weighted share of its words an entry has
+(0-100). Each word's postings are kept in order, heaviest field first, then by
+identifier, and a query reads at most ``SEARCH_CANDIDATES`` of them in all: a word on
+fewer entries than its share is read whole, so the results are exact unless every word
+of the query is a common one (then its best-placed entries, by field and identifier,
+are the ones scored). ``type``,
 ``publisher``, ``tags`` and ``capabilities`` are term-indexed, so a filter on them reads
 only its matches. Identifiers are kept sorted, so a listing in their order reads only
 its page (``page``). Kept in memory: every origin is re-crawled, re-registered or
