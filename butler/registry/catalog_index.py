@@ -20,12 +20,11 @@ an inverted index; a query's score is the weighted share of its words an entry h
 identifier, and a query reads at most ``SEARCH_CANDIDATES`` of them in all: a word on
 fewer entries than its share is read whole, so the results are exact unless every word
 of the query is a common one (then its best-placed entries, by field and identifier,
-are the ones scored). ``type``,
-``publisher``, ``tags`` and ``capabilities`` are term-indexed, so a filter on them reads
-only its matches. Identifiers are kept sorted, so a listing in their order reads only
-its page (``page``). Kept in memory: every origin is re-crawled, re-registered or
-re-pushed within its lifetime, so a restarted registry fills it again from the store
-and the network.
+are the ones scored). ``type``, ``publisher``, ``tags`` and ``capabilities`` are
+term-indexed, so a filter on them reads only its matches. Identifiers are kept sorted,
+so a listing in their order reads only its page (``page``). Kept in memory: every
+origin is re-crawled, re-registered or re-pushed within its lifetime, so a restarted
+registry fills it again from the store and the network.
 """
 
 from __future__ import annotations
@@ -151,11 +150,9 @@ def entry_weights(entry: Mapping[str, Any]) -> dict[str, int]:
 
 def score(weights: Mapping[str, int], tokens: tuple[str, ...]) -> int:
     """0-100: the weighted share of ``tokens`` found, each where it counts most."""
-    return round(100 * weigh(weights, tokens) / (_MAX_WEIGHT * len(tokens))) if tokens else 0
-
-
-def weigh(weights: Mapping[str, int], tokens: Iterable[str]) -> int:
-    return sum(weights.get(token, 0) for token in tokens)
+    if not tokens:
+        return 0
+    return round(100 * sum(weights.get(t, 0) for t in tokens) / (_MAX_WEIGHT * len(tokens)))
 
 
 @dataclass
