@@ -48,7 +48,7 @@ from butler.registry.catalog_index import (
     TRUST_RANK,
     CatalogIndex,
     Indexed,
-    entry_fields,
+    entry_weights,
     matches_filters,
     query_tokens,
     score,
@@ -268,7 +268,7 @@ async def search(request: web.Request) -> web.Response:
         merged = [c for c in ard.federation.merge(_local(i for _, i in local), answers)
                   if matches_filters(c.entry, c.source, req.filters)]
         ranked = heapq.nsmallest(want + 1, (
-            (s, c) for c in merged if (s := score(entry_fields(c.entry), tokens)) > 0),
+            (s, c) for c in merged if (s := score(entry_weights(c.entry), tokens)) > 0),
             key=lambda sc: (-sc[0], TRUST_RANK[sc[1].trust], sc[1].entry["identifier"]))
     else:
         ranked = [(s, c) for (s, _), c in zip(local, _local(i for _, i in local), strict=True)]
@@ -286,7 +286,7 @@ async def explore(request: web.Request) -> web.Response:
     text, filters, facets = parse_explore(await _body(request, ard))
     tokens = query_tokens(text) if text else ()
     matched = [i for i in ard.index.matching(filters, ard.clock.now(), tokens)
-               if not tokens or score(i.fields, tokens) > 0]
+               if not tokens or score(i.weights, tokens) > 0]
     return json_response({"resultType": "facets",
                           "facets": {f.field: _facet(matched, f) for f in facets}})
 

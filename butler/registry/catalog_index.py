@@ -13,23 +13,25 @@ the reason, and the identifier leaves the results until its publisher sorts it o
 signature that does not verify quarantines the copy the same way. An unsigned copy never
 replaces a signed one.
 
-Search is lexical: each entry's words, by field, in an inverted index; a query's score
-is the weighted share of its words an entry has (0-100). Each word's postings are kept
-in order, heaviest field first, then by identifier, and a query reads at most
-``SEARCH_CANDIDATES`` of them in all: a word on fewer entries than its share is read
-whole, so the results are exact unless every word of the query is a common one (then
-its best-placed entries, by field and identifier, are the ones scored). ``type``,
-``publisher``, ``tags`` and ``capabilities`` are term-indexed, so a filter on them reads
-only its matches. Identifiers are kept sorted, so a listing in their order reads only
-its page (``page``). Kept in memory: every origin is re-crawled, re-registered or
-re-pushed within its lifetime, so a restarted registry fills it again from the store
-and the network.
+Search is lexical: each entry's words, each with the weight of the heaviest field it
+is in, kept with the entry (so weighing a candidate is a lookup per query word) and in
+an inverted index; a query's score is the weighted share of its words an entry has
+(0-100). Each word's postings are kept in order, heaviest field first, then by
+identifier, and a query reads at most ``SEARCH_CANDIDATES`` of them in all: a word on
+fewer entries than its share is read whole, so the results are exact unless every word
+of the query is a common one (then its best-placed entries, by field and identifier,
+are the ones scored). ``type``, ``publisher``, ``tags`` and ``capabilities`` are
+term-indexed, so a filter on them reads only its matches. Identifiers are kept sorted,
+so a listing in their order reads only its page (``page``). Kept in memory: every
+origin is re-crawled, re-registered or re-pushed within its lifetime, so a restarted
+registry fills it again from the store and the network.
 """
 
 from __future__ import annotations
 
 import heapq
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -108,7 +110,7 @@ class Indexed:
     trust: str
     expires_at: float
     key: PublicKey | None  # the key it is signed by, verified
-    fields: Mapping[str, frozenset[str]]
+    weights: Mapping[str, int]  # its words (``entry_weights``), each string shared
     indexed_at: float  # when this registry first indexed the identifier
 
     @property
@@ -127,39 +129,30 @@ class Quarantined:
     at: float
 
 
-def entry_fields(entry: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+def entry_weights(entry: Mapping[str, Any]) -> dict[str, int]:
+    """Each word of an entry with the weight of the heaviest field it is in
+    (``_FIELD_WEIGHTS``): what a query word is worth to it."""
     name = f"{entry.get('displayName', '')} {str(entry.get('identifier', '')).rsplit(':', 1)[-1]}"
-    return {
-        "name": frozenset(words(name)),
-        "capabilities": frozenset(w for c in entry.get("capabilities", []) for w in words(c)),
-        "tags": frozenset(w for t in entry.get("tags", []) for w in words(t)),
-        "queries": frozenset(w for q in entry.get("representativeQueries", [])
-                             for w in words(q)),
-        "description": frozenset(words(str(entry.get("description", "")))),
+    fields = {
+        "name": words(name),
+        "capabilities": [w for c in entry.get("capabilities", []) for w in words(c)],
+        "tags": [w for t in entry.get("tags", []) for w in words(t)],
+        "queries": [w for q in entry.get("representativeQueries", []) for w in words(q)],
+        "description": words(str(entry.get("description", ""))),
     }
+    found: dict[str, int] = {}
+    for field_name, weight in _FIELD_WEIGHTS:
+        for word in fields[field_name]:
+            if found.get(word, 0) < weight:
+                found[word] = weight
+    return found
 
 
-def score(fields: Mapping[str, frozenset[str]], tokens: tuple[str, ...]) -> int:
+def score(weights: Mapping[str, int], tokens: tuple[str, ...]) -> int:
     """0-100: the weighted share of ``tokens`` found, each where it counts most."""
-    return round(100 * weigh(fields, tokens) / (_MAX_WEIGHT * len(tokens))) if tokens else 0
-
-
-def weigh(fields: Mapping[str, frozenset[str]], tokens: Iterable[str]) -> int:
-    """The sum of each token's weight where it counts most (``_FIELD_WEIGHTS``, spelt
-    out: this runs for every entry a search reads)."""
-    empty: frozenset[str] = frozenset()
-    name, caps, tags = (fields.get("name", empty), fields.get("capabilities", empty),
-                        fields.get("tags", empty))
-    queries, description = fields.get("queries", empty), fields.get("description", empty)
-    got = 0
-    for token in tokens:
-        if token in name or token in caps or token in tags:
-            got += 3
-        elif token in queries:
-            got += 2
-        elif token in description:
-            got += 1
-    return got
+    if not tokens:
+        return 0
+    return round(100 * sum(weights.get(t, 0) for t in tokens) / (_MAX_WEIGHT * len(tokens)))
 
 
 @dataclass
@@ -205,12 +198,13 @@ class CatalogIndex:
         current = self.entries.get(identifier)
         self._remove(identifier)
         item = Indexed(entry, identifier, origin, source, trust, expires_at, key,
-                       entry_fields(entry), current.indexed_at if current is not None else now)
+                       _shared(entry_weights(entry)),
+                       current.indexed_at if current is not None else now)
         self.entries[identifier] = item
         self._order.add(identifier)
         self._next_expiry = min(self._next_expiry, expires_at)
         self._origins.setdefault(origin, set()).add(identifier)
-        for word, weight in _weights(item.fields).items():
+        for word, weight in item.weights.items():
             if word not in self._words:
                 self._words[word] = [SortedList(), SortedList(), SortedList()]
             self._words[word][_MAX_WEIGHT - weight].add(identifier)
@@ -232,7 +226,7 @@ class CatalogIndex:
             return
         self._order.discard(identifier)
         self._origins.get(item.origin, set()).discard(identifier)
-        for word, weight in _weights(item.fields).items():
+        for word, weight in item.weights.items():
             postings = self._words.get(word)
             if postings is not None:
                 postings[_MAX_WEIGHT - weight].discard(identifier)
@@ -259,7 +253,7 @@ class CatalogIndex:
             item = self.entries[identifier]
             self.entries[identifier] = Indexed(
                 item.entry, item.identifier, item.origin, item.source, item.trust,
-                max(item.expires_at, expires_at), item.key, item.fields, item.indexed_at)
+                max(item.expires_at, expires_at), item.key, item.weights, item.indexed_at)
 
     def origin_of(self, origin: str) -> list[Indexed]:
         return [self.entries[i] for i in sorted(self._origins.get(origin, ()))]
@@ -309,43 +303,34 @@ class CatalogIndex:
         if not tokens:
             return []
         sets = sorted(self._term_sets(filters), key=len)
-        # The weights of the words whose postings were read whole, by identifier; the
-        # other words (``looked``) are weighed from each candidate's fields.
-        known: dict[str, int] = {}
-        looked: list[str] = []
         pool: Iterable[str]
         if sets and len(sets[0]) <= SEARCH_CANDIDATES:
-            pool, looked = sets[0], list(tokens)
+            pool = sets[0]
         else:
             share = SEARCH_CANDIDATES // len(tokens)
             read: dict[str, None] = {}
             for token in tokens:
-                lists = self._words.get(token, ())
-                whole = sum(map(len, lists)) <= share
-                if not whole:
-                    looked.append(token)
                 left = share
-                for weight, postings in zip((3, 2, 1), lists, strict=False):
-                    chunk = postings.islice(0, left)
-                    if whole:
-                        for identifier in chunk:
-                            known[identifier] = known.get(identifier, 0) + weight
-                    else:
-                        read.update(dict.fromkeys(chunk))
+                for postings in self._words.get(token, ()):
+                    read.update(dict.fromkeys(postings.islice(0, left)))
                     left -= min(left, len(postings))
                     if not left:
                         break
-            pool = read.keys() | known.keys()
-        entries, other = self.entries, any(p not in INDEXED_TERMS for p in filters)
+            pool = read
+        entries = self.entries
+        items = [item for item in (entries[i] for i in pool) if item.expires_at > now]
+        if sets:
+            items = [item for item in items if all(item.identifier in s for s in sets)]
+        # Their points a word at a time: one pass over the candidates per word.
+        points = [0] * len(items)
+        for token in tokens:
+            points = [p + item.weights.get(token, 0)
+                      for p, item in zip(points, items, strict=True)]
+        other = any(path not in INDEXED_TERMS for path in filters)
+        scored = [(-p, TRUST_RANK[item.trust], item.identifier, item)
+                  for p, item in zip(points, items, strict=True)
+                  if p and (not other or self._passes(item, filters, now))]
         whole_weight = _MAX_WEIGHT * len(tokens)
-        scored = []
-        for identifier in pool:
-            item = entries[identifier]
-            if item.expires_at <= now or (sets and not all(identifier in s for s in sets)):
-                continue
-            points = known.get(identifier, 0) + (weigh(item.fields, looked) if looked else 0)
-            if points and (not other or self._passes(item, filters, now)):
-                scored.append((-points, TRUST_RANK[item.trust], identifier, item))
         return [(round(100 * -s[0] / whole_weight), s[3])
                 for s in heapq.nsmallest(limit, scored)]
 
@@ -394,13 +379,10 @@ class CatalogIndex:
                    for path, wanted in filters.items() if path not in INDEXED_TERMS)
 
 
-def _weights(fields: Mapping[str, frozenset[str]]) -> dict[str, int]:
-    """Each word of an entry with the weight of the heaviest field it is in."""
-    found: dict[str, int] = {}
-    for name, weight in _FIELD_WEIGHTS:
-        for word in fields.get(name, ()):
-            found[word] = max(found.get(word, 0), weight)
-    return found
+def _shared(weights: dict[str, int]) -> dict[str, int]:
+    """``weights`` with each word the one string every entry and the postings share
+    (an index holds each word once, not once per entry that has it)."""
+    return {sys.intern(word): weight for word, weight in weights.items()}
 
 
 def _discard(index: dict[Any, set[str]], key: Any, identifier: str) -> None:

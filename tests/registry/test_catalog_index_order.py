@@ -61,7 +61,7 @@ def test_pages_in_identifier_order_are_the_scan_sorted() -> None:
 
 def brute(index: CatalogIndex, tokens: tuple[str, ...], limit: int
           ) -> list[tuple[int, Indexed]]:
-    scored = [(s, i) for i in index.entries.values() if (s := score(i.fields, tokens))]
+    scored = [(s, i) for i in index.entries.values() if (s := score(i.weights, tokens))]
     scored.sort(key=lambda si: (-si[0], TRUST_RANK[si[1].trust], si[1].identifier))
     return scored[:limit]
 
@@ -82,5 +82,39 @@ def test_common_words_are_read_to_their_share_heaviest_fields_first(monkeypatch:
     # Every result really has the word, scored as a scan would; and w1 in the name or
     # tags (weight 3) comes before w1 only in the description.
     assert len(found) == 10
-    assert all(s == score(i.fields, ("w1",)) > 0 for s, i in found)
+    assert all(s == score(i.weights, ("w1",)) > 0 for s, i in found)
     assert [s for s, _ in found] == [s for s, _ in brute(index, ("w1",), 10)]
+
+
+def test_a_word_counts_where_it_weighs_most_and_ranks_by_that() -> None:
+    def entry(name: str, **fields: Any) -> dict[str, Any]:
+        return {"identifier": f"urn:air:p.example:agent:{name}", "displayName": name.title(),
+                "type": A2A_CARD, "url": f"https://p.example/{name}.json", **fields}
+
+    index = CatalogIndex()
+    for item in (
+        entry("described", description="translates poems, and poems only"),
+        entry("asked", representativeQueries=["translate these poems"],
+              description="poems"),
+        entry("tagged", tags=["Poems"], description="poems"),
+        entry("capable", capabilities=["poems.translate"]),
+        entry("poems"),  # the word is its name
+        entry("unrelated", description="weather by city"),
+    ):
+        assert index.admit(item, origin="o", source="s", trust="local", expires_at=10.0,
+                           now=0) is None
+    assert index.entries["urn:air:p.example:agent:asked"].weights["poems"] == 2
+    assert index.entries["urn:air:p.example:agent:tagged"].weights["poems"] == 3
+    found = [(s, i.identifier.rsplit(":", 1)[-1])
+             for s, i in index.ranked(("poems",), {}, 0.0, 10)]
+    # name, capability and tag (3) by identifier, then a representative query (2), then
+    # the description alone (1); an entry without the word is not a match.
+    assert found == [(100, "capable"), (100, "poems"), (100, "tagged"), (67, "asked"),
+                     (33, "described")]
+    two = [(s, i.identifier.rsplit(":", 1)[-1])
+           for s, i in index.ranked(("poems", "translate"), {}, 0.0, 10)]
+    # both words in a capability; both in a representative query; one in the name or a
+    # tag; one in the description ("translates" is another word)
+    assert two == [(100, "capable"), (67, "asked"), (50, "poems"), (50, "tagged"),
+                   (17, "described")]
+    assert index.ranked(("poems",), {}, 20.0, 10) == []  # lapsed
