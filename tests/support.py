@@ -254,7 +254,7 @@ def process_gone(pid: int) -> bool:
     """True when ``pid`` no longer runs (exited, or a zombie nobody reaped yet)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped before, or while, it was read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
