@@ -263,10 +263,15 @@ async def test_a_blocking_caller_that_goes_away_leaves_its_task_to_finish(
         call.cancel()  # the caller goes away before that write committed
         with pytest.raises(asyncio.CancelledError):
             await call
+        def finished() -> list[str]:
+            return [f["decision"] for kind, f in audit.records if kind == "task_finished"]
+
         await wait_until(lambda: len(writes(tmp_path)) == 2, what="its outcome committed")
         assert [state for _, state in writes(tmp_path)] == ["working", "completed"]
-        finished = [f["decision"] for kind, f in audit.records if kind == "task_finished"]
-        assert finished == ["completed"]
+        # The file shows the commit as soon as it is made; the engine records the task's
+        # end once the loop hears of it, a moment later.
+        await wait_until(finished, what="its end recorded")
+        assert finished() == ["completed"]
         assert engine._waiters.waiting == 0  # nobody is left waiting for it
     finally:
         await engine.stop(1)
