@@ -100,6 +100,9 @@ class Daemon:
     _app: web.Application | None = field(default=None, init=False)
     _stack: AsyncExitStack | None = field(default=None, init=False)
     _runner: web.AppRunner | None = field(default=None, init=False)
+    # How its ports listen, worked out once (it raises the descriptor limit and fits the
+    # connection caps to it, warning when it must lower them).
+    _listen: ListenSettings | None = field(default=None, init=False)
     _url: str = field(default="", init=False)  # once the port is bound: it no longer changes
     _live: LiveParts | None = field(default=None, init=False)  # what a reload changes
     # What remote words go through before a task's error, an audit record or a log line.
@@ -267,7 +270,8 @@ class Daemon:
                 await self.registry_link.start()
             return
         assert runner.server is not None
-        server = await listen(runner.server, self._listen_settings(), self.incidents,
+        assert self._listen is not None
+        server = await listen(runner.server, self._listen, self.incidents,
                               serving=False)
         stack.push_async_callback(_stop_serving, server, runner)
         self.port = server.sockets[0].getsockname()[1]
@@ -304,7 +308,8 @@ class Daemon:
         """After the HTTP listener (the card names its URL), stopped before it; the same
         operations, verifier and load limits as the HTTP bindings."""
         cfg = self.config
-        server = await serve_grpc(cfg, app[A2A_FRONT], self._listen_settings(), self.incidents)
+        assert self._listen is not None
+        server = await serve_grpc(cfg, app[A2A_FRONT], self._listen, self.incidents)
         self.grpc_port = server.port
         self.grpc_front = server.front
         stack.push_async_callback(server.stop, cfg.limits.shutdown_grace_seconds)
@@ -360,9 +365,10 @@ class Daemon:
                                     lambda: publisher_for(cfg.agent.publisher, self.url),
                                     lambda: self._exposed(catalog, mcp=mcp)).routes())
         agents.mount(app)  # last: the daemon's own routes come first
+        self._listen = self._listen_settings()
         runner = self._runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=cfg.limits.shutdown_grace_seconds,
-            **self._listen_settings().handler_args(),
+            **self._listen.handler_args(),
         )
         await runner.setup()
         stack.push_async_callback(runner.cleanup)
