@@ -57,6 +57,7 @@ from internal.http import (
     IncidentLog,
     ListenSettings,
     OutboundGuard,
+    Port,
     TcpFront,
     listen,
 )
@@ -284,7 +285,7 @@ class Daemon:
         assert self.agents is not None
         stack.push_async_callback(self.agents.close)  # before the listener stops
         await self.agents.start()
-        await server.start_serving()
+        server.start_serving()
         if cfg.a2a.bind_address in ("0.0.0.0", "::") and not cfg.agent.url:  # noqa: S104 -- a comparison, not a bind
             log.warning("bound to all interfaces without agent.url: peers and registries "
                         "would be told %s; set agent.url to the address peers use", self.url)
@@ -389,7 +390,7 @@ class Daemon:
         return found
 
 
-async def _stop_serving(server: asyncio.Server, runner: web.AppRunner) -> None:
+async def _stop_serving(server: Port, runner: web.AppRunner) -> None:
     """No new connections; idle keep-alive ones close now, busy ones after their
     response (for up to the runner's shutdown timeout)."""
     server.close()

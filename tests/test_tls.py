@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import pytest
 
 from internal.protocol.a2a.model import TaskRequest, TaskState
 from tests.delegation_support import Mesh, skill
+from tests.raw_http import close, get_healthz
+from tests.support import Swarm, wait_until
 
 OPENSSL = shutil.which("openssl")
 
@@ -69,3 +73,46 @@ def test_bad_tls_files_stop_the_config(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(text)
     assert "configurations.a2a.tls" in str(info.value)
+
+
+async def test_a_connection_past_its_share_is_refused_before_its_tls_handshake(
+        swarm: Swarm, tmp_path: Path) -> None:
+    """A connection takes its place on the port when it is accepted, not when its TLS
+    handshake ends: one address's connections still in their handshake are counted, and
+    one past the address's share is closed at once, without a handshake (such connections
+    were not counted at all, and each held a descriptor until the header deadline)."""
+    ca, cert, key = make_ca_and_cert(tmp_path, "home")
+    home = await swarm.start("home", configurations={"a2a": {"tls": {
+        "cert_file": str(cert), "key_file": str(key)}}}, extra={"server": {
+            "max_connections": 4, "max_connections_per_address": 2}})
+    context = ssl.create_default_context(cafile=str(ca))
+    incidents = home.daemon.incidents.totals
+    # Never a ClientHello from these two: accepted in order, each holds one of the
+    # address's two places.
+    silent = [await asyncio.open_connection("127.0.0.1", home.daemon.port) for _ in range(2)]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", home.daemon.port)
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""  # closed, nothing written
+        await close(writer)
+        assert incidents["connection_cap"] == 1
+        # Another address has its own share: served over TLS while the two hold theirs.
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", home.daemon.port, ssl=context, local_addr=("127.0.0.2", 0))
+        assert await get_healthz(reader, writer) == 200
+        await close(writer)
+    finally:
+        for _, writer in silent:
+            await close(writer)
+    # Their places are given back: the address is served again.
+    async def served() -> bool:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", home.daemon.port,
+                                                           ssl=context)
+        except OSError:  # refused still: closed during the handshake
+            return False
+        try:
+            return await get_healthz(reader, writer) == 200
+        finally:
+            await close(writer)
+    await wait_until(served, what="127.0.0.1 served again")

@@ -47,6 +47,7 @@ from internal.http import (
     IncidentLog,
     ListenSettings,
     LoadLimits,
+    Port,
     TokenBuckets,
     TokenVerifier,
     document_route,
@@ -316,7 +317,7 @@ def decode_cursor(cursor: str) -> str:
 @dataclass
 class RunningRegistry:
     runner: web.AppRunner
-    server: asyncio.Server
+    server: Port
 
     @property
     def address(self) -> tuple[str, int]:

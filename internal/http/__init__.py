@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from internal.http._accepting import Port as Port
     from internal.http._answers import AnswerTooLarge as AnswerTooLarge
     from internal.http._answers import Capped as Capped
     from internal.http._answers import SseEvent as SseEvent
@@ -134,6 +135,7 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
+    "_accepting": ("Port",),
     "_answers": (
         "AnswerTooLarge", "Capped", "SseEvent", "SseParser", "capped", "read_capped",
         "sse_events",

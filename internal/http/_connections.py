@@ -23,10 +23,6 @@ class PortConnections:
     def in_use(self) -> int:
         return self._pool.in_use
 
-    @property
-    def full(self) -> bool:
-        return self._pool.in_use >= self.cap
-
     def held_by(self, address: str) -> int:
         return self._pool.held_by(address)
 
@@ -41,12 +37,6 @@ class PortConnections:
             self.incidents.report(CONNECTION_CAP, f"refused a connection from {address}: "
                                   f"{full.message} ({key})")
             return None
-
-    def refuse_full(self, address: str) -> None:
-        """Report a connection refused because the port is full, without asking the pool
-        (the listener's cheap path, before it builds anything for the connection)."""
-        self.incidents.report(CONNECTION_CAP, f"refused a connection from {address}: "
-                              f"{self.cap} open (server.max_connections)")
 
 
 def peer_address(transport: asyncio.BaseTransport | None) -> str:

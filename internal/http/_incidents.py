@@ -21,6 +21,7 @@ SLOW_HEADERS = "slow_headers"
 SLOW_BODY = "slow_body"
 CONNECTION_CAP = "connection_cap"
 MALFORMED_HTTP = "malformed_http"
+ACCEPT_FAILED = "accept_failed"
 
 
 class IncidentLog:

@@ -30,9 +30,10 @@ import os
 import socket
 from dataclasses import dataclass
 
+from internal.http._accepting import Port, open_port
 from internal.http._connections import PortConnections, peer_address
 from internal.http._incidents import MALFORMED_HTTP, SLOW_HEADERS
-from internal.http._listener import ListenSettings, socket_options
+from internal.http._listener import ListenSettings
 from internal.shares import Held
 
 log = logging.getLogger("butler.http")
@@ -83,12 +84,12 @@ class RelayedPeers:
 class _Client(asyncio.Protocol):
     """The public side of one connection."""
 
-    def __init__(self, front: TcpFront) -> None:
+    def __init__(self, front: TcpFront, place: Held) -> None:
         self._front = front
         self.peers = front.peers
         self.transport: asyncio.Transport | None = None
         self.address = ""
-        self._place: Held | None = None
+        self._place: Held | None = place
         self._opening: bytearray | None = bytearray()  # until the upstream is open
         self._deadline: asyncio.TimerHandle | None = None
         self._linger: asyncio.TimerHandle | None = None
@@ -100,10 +101,6 @@ class _Client(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.address = peer_address(transport)
-        self._place = self._front.connections.take(self.address)
-        if self._place is None:  # past the cap or the address's share (reported)
-            transport.abort()
-            return
         self._front.clients.add(self)
         self._deadline = self._front.loop.call_later(self._front.settings.header_timeout_seconds,
                                                      self._too_slow)
@@ -262,7 +259,7 @@ class TcpFront:
         self.peers = peers
         self.clients: set[_Client] = set()
         self.loop = asyncio.get_running_loop()
-        self._server: asyncio.Server | None = None
+        self._server: Port | None = None
         self._connecting: set[asyncio.Task[None]] = set()
         self._names = itertools.count()
 
@@ -272,9 +269,9 @@ class TcpFront:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await self.loop.create_server(
-            lambda: _Client(self), self.settings.host, self.settings.port,
-            **socket_options(self.settings))
+        # Past the cap or the address's share, a connection is closed as it is accepted.
+        self._server = open_port(self.settings, self.connections,
+                                 lambda place: _Client(self, place))
 
     def socket_name(self) -> str:
         """A name for the front's next socket to the server, never used before."""
