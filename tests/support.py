@@ -284,11 +284,13 @@ class ServeProcess:
     log_path: Path
 
     @classmethod
-    async def start(cls, config_path: Path, log_path: Path) -> ServeProcess:
+    async def start(cls, config_path: Path, log_path: Path,
+                    **env: str) -> ServeProcess:
+        """``env``: variables set for the daemon on top of this process's."""
         with log_path.open("ab") as log:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "butler", "serve", "-c", str(config_path),
-                stdout=asyncio.subprocess.PIPE, stderr=log, cwd=REPO, env=child_env(),
+                stdout=asyncio.subprocess.PIPE, stderr=log, cwd=REPO, env=child_env(**env),
             )
         assert proc.stdout is not None
         try:

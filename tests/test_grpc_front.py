@@ -11,6 +11,7 @@ import contextlib
 import os
 import stat
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +25,14 @@ from a2a.types import GetTaskRequest, TaskState
 from internal.http import TcpFront
 from tests.a2a_support import send_request, send_task, text, user_message
 from tests.grpc_support import channel, grpc_client
-from tests.support import Instance, Swarm, wait_until
+from tests.support import (
+    Instance,
+    ServeProcess,
+    Swarm,
+    config_dict,
+    wait_until,
+    write_config,
+)
 from tests.test_a2a_grpc import GRPC, error_info
 from tests.test_a2a_grpc_admission import grpc_card
 from tests.test_card import _ipv6_loopback
@@ -236,3 +244,32 @@ def test_a_grpc_peer_names_the_socket_it_came_from() -> None:
     assert peer_socket("unix:") is None  # a client socket with no name: not the front's
     assert peer_socket("ipv4:127.0.0.1:50123") is None
     assert peer_socket("") is None
+
+
+async def test_a_killed_daemons_socket_directory_is_removed_at_the_next_start(
+        tmp_path: Path) -> None:
+    """gRPC's unix socket lives in a directory under $TMPDIR named by the daemon's pid; one
+    killed with -9 cannot remove it, so the next daemon of the user does. Another's, whose
+    process runs, is left alone."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    running = tmp / f"butler-grpc-{os.getpid()}-x"  # this test's process: it runs
+    running.mkdir()
+    cfg, _ = config_dict(tmp_path, "home", configurations={"a2a": {"grpc_port": 0}})
+    path = write_config(tmp_path, "home", cfg)
+
+    def directories() -> set[str]:
+        return {p.name for p in tmp.glob("butler-grpc-*")}
+
+    first = await ServeProcess.start(path, tmp_path / "first.log", TMPDIR=str(tmp))
+    left = directories() - {running.name}
+    assert [name.split("-")[2] for name in left] == [str(first.proc.pid)]
+    await first.kill9()
+    assert directories() == left | {running.name}  # nobody removed it
+    second = await ServeProcess.start(path, tmp_path / "second.log", TMPDIR=str(tmp))
+    try:
+        (mine,) = directories() - {running.name}
+        assert mine.split("-")[2] == str(second.proc.pid)
+    finally:
+        assert await second.stop() == 0
+    assert directories() == {running.name}

@@ -91,6 +91,8 @@ async def test_a_client_that_finds_no_server_while_the_front_stops_is_closed(
         writer.close()
         await wait_until(lambda: not front.clients and front.connections.in_use == 0,
                          what="its place given back")
+        # An incident (one line a minute however many clients), not a line per client.
+        assert front.connections.incidents.totals["accept_failed"] == 1
     finally:
         await front.close()
 

@@ -25,18 +25,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import os
 import socket
 from dataclasses import dataclass
 
 from internal.http._accepting import Port, open_port
 from internal.http._connections import PortConnections, peer_address
-from internal.http._incidents import MALFORMED_HTTP, SLOW_HEADERS
+from internal.http._incidents import ACCEPT_FAILED, MALFORMED_HTTP, SLOW_HEADERS
 from internal.http._listener import ListenSettings
 from internal.shares import Held
-
-log = logging.getLogger("butler.http")
 
 
 @dataclass(frozen=True)
@@ -299,8 +296,10 @@ class TcpFront:
             sock.close()
             if not isinstance(exc, OSError):
                 raise
+            # Each client that finds no server says so: one line a minute, however many.
             # Named by its socket: the public port is gone once the front stops accepting.
-            log.warning("cannot reach the server at %s: %s", self.upstream, exc)
+            self.connections.incidents.report(
+                ACCEPT_FAILED, f"cannot reach the server at {self.upstream}: {exc}")
             if client.transport is not None:
                 client.transport.abort()
 

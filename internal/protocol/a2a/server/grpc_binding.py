@@ -33,6 +33,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -329,6 +330,26 @@ def grpc_server(binding: GrpcBinding, limits: GrpcLimits) -> grpc.aio.Server:
         ])
 
 
+# A daemon's gRPC socket directory under $TMPDIR: this, its pid, a random part.
+SOCKET_DIRECTORY = "butler-grpc-"
+
+
+def sweep_socket_directories() -> None:
+    """Remove the socket directories of this user's daemons that ended without removing
+    theirs (kill -9): the pid in the name runs no process. A pid the kernel has given to
+    another process since keeps its directory until that process ends."""
+    for path in Path(tempfile.gettempdir()).glob(f"{SOCKET_DIRECTORY}*-*"):
+        pid = path.name.removeprefix(SOCKET_DIRECTORY).partition("-")[0]
+        try:
+            if not pid.isdigit() or path.lstat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # gone meanwhile, or a process of another user's: not ours
+            continue
+
+
 async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: IncidentLog, *,
                 limits: GrpcLimits, tls: tuple[bytes, bytes] | None = None) -> GrpcServer:
     """A started server on ``listen.host:listen.port`` (0: any free port), behind a front
@@ -341,7 +362,8 @@ async def serve(binding: GrpcBinding, listen: ListenSettings, incidents: Inciden
     ``tls``: (certificate chain, private key), PEM; gRPC terminates it, the front carries
     its bytes."""
     assert binding.relayed is not None, "a fronted binding resolves peers through the front"
-    directory = tempfile.mkdtemp(prefix="butler-grpc-")  # mode 0700
+    sweep_socket_directories()
+    directory = tempfile.mkdtemp(prefix=f"{SOCKET_DIRECTORY}{os.getpid()}-")  # mode 0700
     internal = os.path.join(directory, "grpc.sock")
     server = grpc_server(binding, limits)
     try:
