@@ -54,10 +54,9 @@ def _port(settings: ListenSettings, incidents: IncidentLog) -> Port:
 
 async def test_out_of_descriptors_pauses_accepting_then_serves(
         incidents: IncidentLog) -> None:
-    port = open_port(ListenSettings("127.0.0.1", 0, max_connections=8),
-                     PortConnections(8, None, incidents), _Echo, serving=False)
+    port = _port(ListenSettings("127.0.0.1", 0, max_connections=8), incidents)
     address = port.sockets[0].getsockname()
-    # Completed by the kernel, waiting in the accept queue.
+    # Completed by the kernel, waiting in the accept queue: the loop has not run since.
     client = socket.create_connection(address)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # Every descriptor number the process may have taken: none left for accept().
@@ -67,7 +66,6 @@ async def test_out_of_descriptors_pauses_accepting_then_serves(
         with contextlib.suppress(OSError):
             while True:
                 taken.append(os.open(os.devnull, os.O_RDONLY))
-        port.start_serving()
         await wait_until(lambda: incidents.totals["accept_failed"] == 1,
                          what="accept() failed for want of a descriptor")
         assert not port.is_serving()  # paused, not spinning on the error

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from internal.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from internal.http._accepting import ListenSettings as ListenSettings
     from internal.http._accepting import Port as Port
     from internal.http._answers import AnswerTooLarge as AnswerTooLarge
     from internal.http._answers import Capped as Capped
@@ -76,9 +77,6 @@ if TYPE_CHECKING:
         render_error as render_error,
     )
     from internal.http._listener import (
-        ListenSettings as ListenSettings,
-    )
-    from internal.http._listener import (
         listen as listen,
     )
     from internal.http._load_limits import (
@@ -135,7 +133,7 @@ if TYPE_CHECKING:
 
 # Each name is imported from its module on first use (internal/lazy_exports.py).
 __all__, _getattr = lazy_exports(__name__, {
-    "_accepting": ("Port",),
+    "_accepting": ("ListenSettings", "Port"),
     "_answers": (
         "AnswerTooLarge", "Capped", "SseEvent", "SseParser", "capped", "read_capped",
         "sse_events",
@@ -148,7 +146,7 @@ __all__, _getattr = lazy_exports(__name__, {
         "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
         "read_json", "render_error",
     ),
-    "_listener": ("ListenSettings", "listen",),
+    "_listener": ("listen",),
     "_connections": ("PortConnections",),
     "_tcp_front": ("HTTP2_PREFACE", "TLS_RECORD", "RelayedPeers", "TcpFront",),
     "_origins": ("OriginPolicy", "host_name",),

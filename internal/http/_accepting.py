@@ -18,15 +18,14 @@ import asyncio
 import errno
 import logging
 import socket
+import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 from internal.http._connections import PortConnections
 from internal.http._incidents import ACCEPT_FAILED
 from internal.shares import Held
-
-if TYPE_CHECKING:
-    from internal.http._listener import ListenSettings
 
 log = logging.getLogger("butler.http")
 
@@ -38,6 +37,32 @@ RETRY_SECONDS = 1.0
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 ConnectionProtocol = Callable[[Held], asyncio.Protocol]
+
+
+@dataclass(frozen=True)
+class ListenSettings:
+    """How a port listens: its address, its connections and their deadlines, its TLS."""
+
+    host: str
+    port: int
+    max_connections: int = 256
+    # One address's part of them (None: the shares' default, three quarters).
+    max_connections_per_address: int | None = None
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    tls: ssl.SSLContext | None = None
+
+    def handler_args(self) -> dict[str, Any]:
+        """Per-connection settings. aiohttp's keep-alive timer starts when a connection
+        opens and again after each response, and closes it if no complete request head
+        arrived: that is the header timeout. After an error reply to a request whose body
+        was not read (413, 408), the rest of the body is drained for at most the body
+        timeout."""
+        return {
+            "access_log": None,
+            "keepalive_timeout": self.header_timeout_seconds,
+            "lingering_time": min(10.0, self.body_timeout_seconds),
+        }
 
 
 class Port:
@@ -53,6 +78,7 @@ class Port:
         self._settings = settings
         self._refusal = b"" if settings.tls is not None else refusal
         self._loop = asyncio.get_running_loop()
+        self._listening = False
         self._serving = False
         self._retry: asyncio.TimerHandle | None = None
         self._connecting: set[asyncio.Task[None]] = set()
@@ -67,6 +93,13 @@ class Port:
     def start_serving(self) -> None:
         self._retry = None
         if not self._serving and self._sock.fileno() >= 0:
+            if not self._listening:  # until now a connection is refused by the kernel
+                # A deep accept queue: a burst past the cap is accepted and refused at
+                # once. With a queue only as deep as the cap, the kernel dropped the rest
+                # of the burst mid-handshake and those clients hung for up to ~30 s of
+                # SYN-ACK retries.
+                self._sock.listen(max(self._settings.max_connections, socket.SOMAXCONN))
+                self._listening = True
             self._serving = True
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
@@ -160,15 +193,23 @@ class Port:
 def open_port(settings: ListenSettings, connections: PortConnections,
               protocol: ConnectionProtocol, *, refusal: bytes = b"",
               serving: bool = True) -> Port:
-    """Bind ``settings.host:port``; with ``serving=False`` its number is known but nothing
-    is accepted until ``start_serving``."""
+    """Bind ``settings.host:port``; with ``serving=False`` its number is known but it does
+    not listen (a connection is refused) until ``start_serving``."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    # A deep accept queue: a burst past the cap is accepted and refused at once. With a
-    # queue only as deep as the cap, the kernel dropped the rest of the burst mid-handshake
-    # and those clients hung for up to ~30 s of SYN-ACK retries.
-    sock = socket.create_server((settings.host, settings.port), family=family,
-                                backlog=max(settings.max_connections, socket.SOMAXCONN))
-    sock.setblocking(False)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.setblocking(False)
+        try:
+            sock.bind((settings.host, settings.port))
+        except OSError as exc:
+            raise OSError(exc.errno, f"error while attempting to bind on address "
+                          f"{(settings.host, settings.port)!r}: {exc.strerror}") from None
+    except BaseException:
+        sock.close()
+        raise
     port = Port(sock, connections, protocol, settings, refusal)
     if serving:
         port.start_serving()

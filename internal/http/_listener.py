@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
 
-from internal.http._accepting import Port, open_port
+from internal.http._accepting import ListenSettings, Port, open_port
 from internal.http._connections import PortConnections, peer_address
 from internal.http._incidents import MALFORMED_HTTP, SLOW_HEADERS, IncidentLog
 from internal.http._json_http import error_response, protocol_error
@@ -21,30 +19,6 @@ from internal.protocol.a2a.codec import exact_json
 from internal.shares import Held
 
 log = logging.getLogger("butler.http")
-
-
-@dataclass(frozen=True)
-class ListenSettings:
-    host: str
-    port: int
-    max_connections: int = 256
-    # One address's part of them (None: the shares' default, three quarters).
-    max_connections_per_address: int | None = None
-    header_timeout_seconds: float = 10.0
-    body_timeout_seconds: float = 30.0
-    tls: ssl.SSLContext | None = None
-
-    def handler_args(self) -> dict[str, Any]:
-        """Per-connection settings. aiohttp's keep-alive timer starts when a connection
-        opens and again after each response, and closes it if no complete request head
-        arrived: that is the header timeout. After an error reply to a request whose body
-        was not read (413, 408), the rest of the body is drained for at most the body
-        timeout."""
-        return {
-            "access_log": None,
-            "keepalive_timeout": self.header_timeout_seconds,
-            "lingering_time": min(10.0, self.body_timeout_seconds),
-        }
 
 
 def _refusal_503() -> bytes:

@@ -29,10 +29,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from internal.http._accepting import Port, open_port
+from internal.http._accepting import ListenSettings, Port, open_port
 from internal.http._connections import PortConnections, peer_address
 from internal.http._incidents import ACCEPT_FAILED, MALFORMED_HTTP, SLOW_HEADERS
-from internal.http._listener import ListenSettings
 from internal.shares import Held
 
 
