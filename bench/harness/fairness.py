@@ -6,6 +6,11 @@ after the flood, RSS within 10 % and descriptors within 5 of the baseline.
 Floods: ``blocking``, 400 concurrent blocking requests of a slow skill from one token
 (the in-flight pool and the running tasks); ``idle``, 600 connections from one address
 that never send a request (slowloris: the connection cap).
+
+The server has a CPU of its own; the flooding client shares the other with the second
+caller, at the lowest priority (``SCHED_IDLE``): it takes all the CPU the second caller
+leaves (the flood's rate is printed), but never delays the second caller's own client,
+which on a real network would be another machine than the attacker's.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from harness.procs import Server
 from internal.http import new_token
 
 SLOW = {"id": "slow", "command": ["sleep", "20"], "expose": True, "timeout_seconds": 60}
-PROBES = 300  # the second caller's requests per measurement
+PROBES = 1000  # the second caller's requests per measurement (its p99: the 10th slowest)
 BLOCKING, IDLE = 400, 600
 
 
@@ -51,7 +56,7 @@ async def _probe(url: str, token: str) -> tuple[dict[int, int], float]:
     return errors, took[int(len(took) * 0.99) - 1]
 
 
-async def _blocking(url: str, token: str) -> None:
+async def _blocking(url: str, token: str, sent: Any) -> None:
     async with aiohttp.ClientSession(
             headers={"Authorization": f"Bearer {token}"},
             # Another address than the second caller's: the per-address rate is not
@@ -62,12 +67,13 @@ async def _blocking(url: str, token: str) -> None:
             while True:
                 async with http.post(f"{url}/v2/tasks", json={"task": "x", "skill": "slow"}) as r:
                     await r.read()
+                    sent.value += 1
                     if r.status != 200:
                         await asyncio.sleep(0.2)  # refused: its share is full; try again
         await asyncio.gather(*(one() for _ in range(BLOCKING)))
 
 
-async def _idle(url: str) -> None:
+async def _idle(url: str, sent: Any) -> None:
     host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
     async def keep_one() -> None:
         while True:  # reconnect whenever the header deadline (or the cap) cuts it off
@@ -78,6 +84,7 @@ async def _idle(url: str) -> None:
                 await asyncio.sleep(0.2)
                 continue
             writer.write(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+            sent.value += 1
             with contextlib.suppress(OSError):  # cut off: a 503, a reset
                 await reader.read()
             writer.close()
@@ -86,10 +93,11 @@ async def _idle(url: str) -> None:
     await asyncio.gather(*(keep_one() for _ in range(IDLE)))
 
 
-def _flood(name: str, url: str, token: str) -> None:
+def _flood(name: str, url: str, token: str, sent: Any) -> None:
     """In a process of its own, until terminated: the probe's timings are not the
-    flooding client's event loop."""
-    asyncio.run(_blocking(url, token) if name == "blocking" else _idle(url))
+    flooding client's event loop. ``sent``: requests (blocking) or connections (idle)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    asyncio.run(_blocking(url, token, sent) if name == "blocking" else _idle(url, sent))
 
 
 async def _settled(pid: int, fds: int, seconds: float) -> None:
@@ -105,11 +113,15 @@ async def _one(name: str, server: Server, tokens: dict[str, str]) -> dict[str, A
     pid = server.pid
     _, quiet_p99 = await _probe(server.url, tokens["other"])  # and a warm baseline
     rss, fds = server.rss_mb(), _fds(pid)
-    flood = multiprocessing.get_context("spawn").Process(
-        target=_flood, args=(name, server.url, tokens["flood"]), daemon=True)
+    spawn = multiprocessing.get_context("spawn")
+    sent = spawn.Value("q", 0, lock=False)  # one writer: the flood's single thread
+    flood = spawn.Process(target=_flood, args=(name, server.url, tokens["flood"], sent),
+                          daemon=True)
     flood.start()
     await asyncio.sleep(3)  # the flood fills its pool
+    began, before = time.perf_counter(), sent.value
     errors, loaded_p99 = await _probe(server.url, tokens["other"])
+    flood_rate = (sent.value - before) / (time.perf_counter() - began)
     flood.kill()
     flood.join()
     await _settled(pid, fds + 5, 30)  # tasks end, connections time out
@@ -118,6 +130,7 @@ async def _one(name: str, server: Server, tokens: dict[str, str]) -> dict[str, A
             "quiet_p99_ms": round(quiet_p99, 2),
             "loaded_p99_ms": round(loaded_p99, 2),
             "p99_ratio": round(loaded_p99 / quiet_p99, 2) if quiet_p99 else None,
+            "flood_per_second": round(flood_rate),
             "rss_mb": [round(rss, 1), round(after_rss, 1)], "fds": [fds, after_fds],
             "ok": not errors and loaded_p99 <= 2 * quiet_p99
             and after_rss <= rss * 1.1 and after_fds <= fds + 5}
@@ -139,11 +152,13 @@ def run(work: Path, cpu: str | None) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'flood':10} {'errors':>6} {'p99 quiet':>10} {'p99 flood':>10} {'ratio':>6} "
+    head = (f"{'flood':10} {'per s':>6} {'errors':>6} {'p99 quiet':>10} {'p99 flood':>10} "
+            f"{'ratio':>6} "
             f"{'RSS MB before/after':>20} {'fds before/after':>17}  target")
     lines = [head]
     for r in rows:
-        lines.append(f"{r['flood']:10} {r['errors']:>6} {r['quiet_p99_ms']:>10} "
+        lines.append(f"{r['flood']:10} {r.get('flood_per_second', '-')!s:>6} "
+                     f"{r['errors']:>6} {r['quiet_p99_ms']:>10} "
                      f"{r['loaded_p99_ms']:>10} {r['p99_ratio']!s:>6} "
                      f"{'/'.join(map(str, r['rss_mb'])):>20} "
                      f"{'/'.join(map(str, r['fds'])):>17}  {'met' if r['ok'] else 'MISSED'}")
