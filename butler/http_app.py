@@ -27,6 +27,7 @@ from butler.overview import Overview
 from butler.skills.catalog import SkillCatalog
 from internal.http import (
     ERROR_RENDERERS,
+    REFUSAL_HOLD,
     STREAM_SLOTS,
     LoadLimits,
     OriginPolicy,
@@ -90,6 +91,7 @@ def build_app(cfg: Config, engine: TaskEngine, catalog: SkillCatalog,
         middlewares=[error_middleware, gate] if hosted
         else [metrics_middleware(metrics), error_middleware, gate])
     app[A2A_FRONT] = front  # the gRPC port serves the same one
+    app[REFUSAL_HOLD] = cfg.limits.refusal_hold_seconds
     app[STREAM_SLOTS] = front.streams
     if cfg.metrics.enabled and not cfg.metrics.listen and not hosted:
         app.add_routes([metrics_route(metrics)])

@@ -92,6 +92,9 @@ def test_the_share_rule() -> None:
 
 
 async def test_blocking_requests_of_one_caller_leave_room_for_another(daemon: Instance) -> None:
+    # Counted once the other caller has been served: its kept-alive connection and the
+    # task store's files open are the baseline, not something the flood left.
+    await others_all_succeed(daemon, count=1)
     baseline = open_fds()
     flood_count = 12
     async with aiohttp.ClientSession() as flood:
@@ -133,10 +136,13 @@ async def test_blocking_grpc_calls_of_one_caller_leave_room_for_another(swarm: S
     request = send_request(user_message(text("x"), metadata={"skill": "wait"}))
     async with channel(inst.daemon.grpc_url, inst.tokens["flood"]) as flood, \
             channel(inst.daemon.grpc_url, inst.tokens["other"]) as other:
+        began = asyncio.get_running_loop().time()
         holders = [asyncio.ensure_future(service_stub(flood).SendMessage(request, metadata=V1))
                    for _ in range(12)]
         await wait_until(lambda: sum(h.done() for h in holders) == 6 and pool.inflight == 6,
                          what="the flood holding its share of 6")
+        # Each refusal ended after the hold (server.refusal_hold_seconds, 1 s), as on HTTP.
+        assert asyncio.get_running_loop().time() - began >= 0.9
         refused = [h.exception() for h in holders if h.done()]
         assert all(isinstance(err, grpc.aio.AioRpcError)
                    and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -165,12 +171,43 @@ async def test_a_refusal_is_freed_once_answered(daemon: Instance) -> None:
         holders = [asyncio.create_task(post()) for _ in range(6)]  # the flood's whole share
         pool = daemon.daemon.app[A2A_FRONT].load_limits
         await wait_until(lambda: pool.inflight == 6, what="the flood holding its share")
-        with left_for_the_collector() as left:
-            assert [await post() for _ in range(20)] == [429] * 20
+        with left_for_the_collector() as left:  # held together: one hold, not twenty
+            assert await asyncio.gather(*(post() for _ in range(20))) == [429] * 20
         await cancel_all(daemon)
         await asyncio.gather(*holders)
     kept = [o for o in left if isinstance(o, (PoolFull, web.BaseRequest))]
     assert kept == []
+
+
+async def test_a_refusal_is_held_for_its_retry_after_while_others_are_served(
+        swarm: Swarm) -> None:
+    """A caller past its share that asks again at once (ignoring ``Retry-After``) is
+    answered no sooner than the hold (gRPC too: the test above): it sends one refused request per
+    hold on each connection instead of as many as it can, and its refusals no longer take
+    the loop from the other callers, who are served meanwhile."""
+    hold = 0.5
+    held = {**SMALL, "server": {"max_inflight": 8, "max_streams": 8,
+                                "refusal_hold_seconds": hold}}
+    inst = await swarm.start("home", skills=[ECHO, WAIT], callers=CALLERS, extra=held)
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession() as flood:
+        async def post() -> tuple[int, float, str]:
+            began = loop.time()
+            async with flood.post(f"{inst.url}/v2/tasks", headers=inst.headers("flood"),
+                                  json={"task": "x", "skill": "wait"}) as resp:
+                return resp.status, loop.time() - began, resp.headers.get("Retry-After", "")
+
+        holders = [asyncio.create_task(post()) for _ in range(6)]  # the flood's share
+        pool = inst.daemon.app[A2A_FRONT].load_limits
+        await wait_until(lambda: pool.inflight == 6, what="the flood holding its share")
+        refused = [asyncio.create_task(post()) for _ in range(4)]
+        await others_all_succeed(inst, count=3)  # while the refusals are held
+        answers = await asyncio.gather(*refused)
+        assert [status for status, _, _ in answers] == [429] * 4
+        assert all(took >= hold * 0.9 and retry == "1" for _, took, retry in answers)
+        assert pool.inflight == 6  # a held refusal holds no place
+        await cancel_all(inst)
+        await asyncio.gather(*holders)
 
 
 def test_a_refused_place_leaves_no_cycle() -> None:

@@ -27,6 +27,7 @@ class Limits:
     max_streams: int = 256  # open event streams, apart from max_inflight
     max_streams_per_caller: int = 32
     shutdown_grace_seconds: float = 30.0
+    refusal_hold_seconds: float = 1.0  # 0: refusals are answered at once
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ def parse_limits(node: Node | None) -> m.Limits:
     k = node.mapping(set(d.__dataclass_fields__))
     values: dict[str, Any] = {}
     for key, sub in k.items():
-        if key.endswith("_seconds"):
+        if key == "refusal_hold_seconds":
+            values[key] = sub.number(minimum=0)
+        elif key.endswith("_seconds"):
             values[key] = sub.number(minimum=0.01)
         else:
             values[key] = sub.integer(minimum=1)

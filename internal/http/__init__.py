@@ -47,6 +47,9 @@ if TYPE_CHECKING:
         IDENTITY as IDENTITY,
     )
     from internal.http._json_http import (
+        REFUSAL_HOLD as REFUSAL_HOLD,
+    )
+    from internal.http._json_http import (
         ErrorRenderer as ErrorRenderer,
     )
     from internal.http._json_http import (
@@ -93,6 +96,9 @@ if TYPE_CHECKING:
     )
     from internal.http._load_limits import (
         limited as limited,
+    )
+    from internal.http._load_limits import (
+        refusal_hold as refusal_hold,
     )
     from internal.http._origins import OriginPolicy as OriginPolicy
     from internal.http._origins import host_name as host_name
@@ -142,7 +148,7 @@ __all__, _getattr = lazy_exports(__name__, {
     "_gate": ("TokenEntry", "TokenVerifier", "gate_middleware", "hash_token", "new_token",),
     "_incidents": ("INCIDENTS", "IncidentLog", "QuietRefusals",),
     "_json_http": (
-        "ERROR_RENDERERS", "IDENTITY", "ErrorRenderer", "Handler", "error_headers",
+        "ERROR_RENDERERS", "IDENTITY", "REFUSAL_HOLD", "ErrorRenderer", "Handler", "error_headers",
         "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
         "read_json", "render_error",
     ),
@@ -153,7 +159,7 @@ __all__, _getattr = lazy_exports(__name__, {
     "_outbound": ("ConnectionCheck", "outbound_session",),
     "_load_limits": (
         "STREAM_SLOTS", "LoadLimits", "StreamSlots", "TokenBuckets",
-        "limited",
+        "limited", "refusal_hold",
     ),
     "_outbound_guard": (
         "CONFIGURED", "OutboundGuard", "OutboundRules", "ResolverFactory", "embedded_ipv4",

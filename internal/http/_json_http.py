@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
 from internal.http._incidents import SLOW_BODY, report
+from internal.http._load_limits import refusal_hold
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -30,6 +31,9 @@ IDENTITY = web.RequestKey("butler.identity", Identity)
 # renderer; it answers for the requests it owns and returns None for the rest.
 ErrorRenderer = Callable[[web.Request, ButlerError], "web.Response | None"]
 ERROR_RENDERERS = web.AppKey("butler.error_renderers", list[ErrorRenderer])
+# The most a refusal to come back later is held before it is answered (``refusal_hold``);
+# without it, not at all.
+REFUSAL_HOLD = web.AppKey("butler.refusal_hold", float)
 
 def json_response(
     data: Any, *, status: int = 200, headers: dict[str, str] | None = None
@@ -93,7 +97,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ButlerError as err:
-        return render_error(request, err)
+        answer = render_error(request, err)
+        hold = refusal_hold(err, request.app.get(REFUSAL_HOLD, 0.0))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -108,6 +113,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         # The client learns only that it failed; the operator gets the traceback.
         log.exception("unhandled error on %s %s", request.method, request.path)
         return render_error(request, Unavailable("internal_error", "internal error"))
+    # Held after the except block: the exception, and the frames its traceback holds, are
+    # freed meanwhile rather than kept for the hold.
+    if hold:
+        await asyncio.sleep(hold)
+    return answer
 
 
 _JSON_TYPES = ("application/json", "application/octet-stream", "")

@@ -12,6 +12,13 @@
   request that becomes a stream gives its in-flight place back (``INFLIGHT``) and
   takes a stream slot instead, within the caller's share of the open streams; past it,
   ``429 too_many_streams`` before the stream starts.
+- ``refusal_hold``: how long a refusal waits before it is answered. A client told to
+  retry later is answered no sooner than that (up to ``server.refusal_hold_seconds``):
+  one that ignores ``Retry-After`` and asks again at once is refused once per hold on
+  each connection instead of as fast as it can send, and the refusals' own cost (the
+  parsing, the answer) no longer takes the event loop from every other caller. A held
+  refusal holds no place in any pool, only its connection, of which its address has a
+  share.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from internal.protocol.a2a.model import Unavailable
+from internal.protocol.a2a.model import ButlerError, Unavailable
 from internal.shares import FairPool, Held, PoolFull, Share
 
 MAX_TRACKED = 10_000
@@ -54,6 +61,14 @@ class TokenBuckets:
         while len(self._buckets) > MAX_TRACKED:
             self._buckets.popitem(last=False)
         return wait
+
+
+def refusal_hold(err: BaseException, most: float) -> float:
+    """Seconds to hold ``err``'s answer: its ``Retry-After``, at most ``most``; 0 for an
+    error that is not a refusal to come back later."""
+    if isinstance(err, ButlerError) and err.retry_after:
+        return min(float(err.retry_after), most)
+    return 0.0
 
 
 def limited(what: str, wait: float) -> Unavailable:

@@ -57,6 +57,7 @@ from internal.http import (
     TokenBuckets,
     TokenVerifier,
     limited,
+    refusal_hold,
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
 from internal.protocol.a2a.model import (
@@ -92,15 +93,18 @@ class GrpcBinding:
                  streams: StreamSlots | None = None,
                  per_caller: TokenBuckets | None = None,
                  relayed: RelayedPeers | None = None,
-                 message_seconds: float = 30.0) -> None:
+                 message_seconds: float = 30.0, refusal_hold: float = 0.0) -> None:
         """``load_limits``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
         requests, streams and calls count once whichever binding carries them.
         ``relayed``: the front's sockets when ``serve`` put one before the server (a call
         from any other socket is refused); None: the peer is the caller's own address.
         ``message_seconds``: how long an admitted call's request message may take to come
         (a stream that opened and never sent it would hold its connection and its place,
-        as a slow HTTP body would: ``server.body_timeout_seconds``)."""
+        as a slow HTTP body would: ``server.body_timeout_seconds``).
+        ``refusal_hold``: the most a refusal to come back later waits before the call ends
+        (``server.refusal_hold_seconds``, as on HTTP: ``refusal_hold``)."""
         self.message_seconds = message_seconds
+        self.refusal_hold = refusal_hold
         self.dialect = dialect
         self.verifier = verifier
         self.load_limits = load_limits
@@ -185,10 +189,11 @@ class GrpcBinding:
                 raise
             except Exception as exc:
                 failed = _status(name, exc)
+                hold = refusal_hold(exc, self.refusal_hold)
             finally:
                 if slot is not None:
                     slot.release()
-            _end(context, failed)
+            await _end(context, failed, hold)
             return response()  # not sent: the status is not OK
 
         return run
@@ -218,12 +223,13 @@ class GrpcBinding:
                 raise
             except Exception as exc:
                 failed = _status(name, exc)
+                hold = refusal_hold(exc, self.refusal_hold)
             else:
                 return
             finally:
                 if inflight is not None:
                     inflight.release()
-            _end(context, failed)
+            await _end(context, failed, hold)
 
         return run
 
@@ -282,9 +288,13 @@ def _status(name: str, exc: Exception) -> Status:
     return code, message, tuple(trailing)
 
 
-def _end(context: grpc.aio.ServicerContext[Any, Any], failed: Status) -> None:
+async def _end(context: grpc.aio.ServicerContext[Any, Any], failed: Status,
+               hold: float) -> None:
     """The call ends with ``failed`` once its handler returns (``context.abort`` raises an
-    exception of its own, which gRPC then holds in a cycle too)."""
+    exception of its own, which gRPC then holds in a cycle too), after ``hold`` seconds
+    for a refusal to come back later; its place in the pools is given back already."""
+    if hold:
+        await asyncio.sleep(hold)
     code, message, trailing = failed
     context.set_trailing_metadata(trailing)
     context.set_code(code)
