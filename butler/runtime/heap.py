@@ -35,7 +35,7 @@ log = logging.getLogger("butler.heap")
 
 SAMPLE_SECONDS = 1.0
 QUIET_SECONDS = 5.0
-BURST_LOAD = 32  # below it, what requests leave is within the heap's usual room
+BURST_LOAD = 32  # a load below it leaves too little behind to be worth a collection
 MallocTrim = Callable[[int], int]
 
 
@@ -102,7 +102,10 @@ class HeapKeeper:
         """Until cancelled."""
         while True:
             await asyncio.sleep(SAMPLE_SECONDS)
-            await self.check()
+            try:
+                await self.check()
+            except Exception:  # the next sample tries again
+                log.exception("giving memory back failed")
 
     async def check(self) -> bool:
         """Sample the load once; give memory back (off the loop) when a burst has been
@@ -112,8 +115,8 @@ class HeapKeeper:
             return False
         peak, self._peak, self._quiet_since = self._peak, 0, None
         freed = await asyncio.to_thread(self._give_back)
-        log.debug("quiet after a burst (load %d, now %d): memory given back to the OS, "
-                  "%d objects collected", peak, load, freed)
+        log.debug("quiet after a burst (a load of %d, %d now): memory given back to the "
+                  "OS, %d objects collected", peak, load, freed)
         return True
 
     def _quiet_after_burst(self, load: int, now: float) -> bool:
