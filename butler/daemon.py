@@ -140,6 +140,16 @@ class Daemon:
         host = URL(self.url).raw_host or self.config.a2a.bind_address
         return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
 
+    def load(self) -> int:
+        """Its requests in flight (HTTP and gRPC), running tasks and open connections (HTTP
+        and gRPC) now, from the pools that count them: what ``butler serve``'s heap keeper
+        samples (butler/runtime/heap.py)."""
+        app, server = self._app, self._runner.server if self._runner is not None else None
+        return ((app[A2A_FRONT].load_limits.inflight if app is not None else 0)
+                + self.engine.running
+                + (len(server.connections) if server is not None else 0)
+                + (self.grpc_front.connections.in_use if self.grpc_front is not None else 0))
+
     async def start(self) -> None:
         """Start every part, or, when one fails, stop the ones already started (in
         reverse order) and raise: a failed start leaves no thread, task or file open."""

@@ -11,6 +11,10 @@ The server has a CPU of its own; the flooding client shares the other with the s
 caller, at the lowest priority (``SCHED_IDLE``): it takes all the CPU the second caller
 leaves (the flood's rate is printed), but never delays the second caller's own client,
 which on a real network would be another machine than the attacker's.
+
+RSS after a flood is read once the descriptors are back and then the daemon's documented
+delay for giving a burst's memory back has passed (``butler.runtime.heap``: its quiet
+time, one sample interval, and a second of margin for the trim itself).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from butler.runtime.heap import QUIET_SECONDS, SAMPLE_SECONDS
 from harness.butlers import ECHO_SKILL, _config, _serve
 from harness.procs import Server
 from internal.http import new_token
@@ -125,6 +130,7 @@ async def _one(name: str, server: Server, tokens: dict[str, str]) -> dict[str, A
     flood.kill()
     flood.join()
     await _settled(pid, fds + 5, 30)  # tasks end, connections time out
+    await asyncio.sleep(QUIET_SECONDS + SAMPLE_SECONDS + 1)  # its memory given back
     after_rss, after_fds = server.rss_mb(), _fds(pid)
     return {"flood": name, "errors": sum(errors.values()), "error_statuses": errors,
             "quiet_p99_ms": round(quiet_p99, 2),

@@ -15,7 +15,7 @@ from butler.cli.json_output import error_json, json_flag, print_json
 from butler.config import Config, load_config
 from butler.config.weak_tokens import token_hash_warnings
 from butler.runtime.children import watch_children_from_the_loop
-from butler.runtime.heap import settle_heap
+from butler.runtime.heap import HeapKeeper, settle_heap
 from butler.runtime.service_notify import READY, STOPPING, notify, reloading
 from butler.skills.catalog import is_reserved
 from butler.skills.plugin import PluginError, load_plugin
@@ -199,6 +199,8 @@ async def run_daemon(config: Config) -> int:
     if (failed := await start_or_explain(daemon)) is not None:
         return failed
     settle_heap()
+    # Memory a burst took goes back to the OS once the daemon is quiet again.
+    keeper = asyncio.create_task(HeapKeeper(daemon.load).run(), name="heap-keeper")
     print(f"butler {config.agent.id} serving on {daemon.url}", flush=True)
     # Every agent it hosts is served by now: systemd (Type=notify) may start what needs it.
     notify(f"{READY}\nSTATUS=serving on {daemon.url}")
@@ -207,6 +209,7 @@ async def run_daemon(config: Config) -> int:
         await daemon.reload(lambda: servable_config(config.source))
         notify(READY)
     notify(STOPPING)
+    keeper.cancel()
     log.info("shutting down: finishing in-flight requests")
     await daemon.stop()
     log.info("stopped")

@@ -497,6 +497,11 @@ class TaskEngine:
         self.swarm.settle(task)
         self.deps.audit("task_finished", **final_record(task, at, sealed))
 
+    @property
+    def running(self) -> int:
+        """How many tasks hold a place in the running pool now."""
+        return self._running.in_use
+
     def running_by_state(self) -> dict[str, int]:
         """How many tasks are not yet final, by state (every such state, 0 included)."""
         counts = dict.fromkeys((s.value for s in TaskState if not s.terminal), 0)
