@@ -41,6 +41,7 @@ class RegistryServiceConfig:
     max_writes_per_minute: int = 120
     max_inflight: int = 256
     body_timeout_seconds: float = 10.0
+    refusal_hold_seconds: float = 1.0  # as the daemon's server.refusal_hold_seconds
     # ARD: its identity, what it crawls, the registries it federates with.
     federation: FederationConfig = field(default_factory=FederationConfig)
 
@@ -84,7 +85,7 @@ def parse_registry_config(
     node = top["registry"]
     k = node.mapping({
         "bind_address", "port", "store", "data_dir", "token_hashes", "sweep_interval_seconds",
-        "body_timeout_seconds", *_INT_KEYS, *FEDERATION_KEYS,
+        "body_timeout_seconds", "refusal_hold_seconds", *_INT_KEYS, *FEDERATION_KEYS,
     })
     base = base_dir or Path.cwd()
     d = RegistryServiceConfig()
@@ -98,6 +99,8 @@ def parse_registry_config(
     limits: dict[str, Any] = {key: k[key].integer(minimum=lo, maximum=hi)
                               for key, (lo, hi) in _INT_KEYS.items() if key in k}
     limits |= {key: k[key].number(minimum=0.1) for key in _FLOAT_KEYS if key in k}
+    if "refusal_hold_seconds" in k:
+        limits["refusal_hold_seconds"] = k["refusal_hold_seconds"].number(minimum=0)
     config = RegistryServiceConfig(
         source=file,
         bind_address=_bind(k["bind_address"]) if "bind_address" in k else d.bind_address,

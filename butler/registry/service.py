@@ -43,6 +43,7 @@ from butler.registry.store import AgentNotFound, NameOwned, Query, RegistryStore
 from internal.http import (
     ERROR_RENDERERS,
     INCIDENTS,
+    REFUSAL_HOLD,
     ErrorRenderer,
     IncidentLog,
     ListenSettings,
@@ -96,6 +97,7 @@ def build_registry_app(
                             load_limits=LoadLimits(Share(config.max_inflight))),
         ],
     )
+    app[REFUSAL_HOLD] = config.refusal_hold_seconds
     per_minute = config.max_writes_per_minute
     limits = TokenBuckets(rate=per_minute / 60, burst=per_minute, clock=clock.now)
     app[REGISTRY] = Registry(config, store, clock, limits)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -202,9 +203,12 @@ async def test_flood_of_writes_is_rate_limited_per_identity(
     client = await start(max_writes_per_minute=5)
     statuses = [(await put(client, f"a{i}")).status for i in range(5)]
     assert statuses == [201] * 5
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     resp = await put(client, "a5")
     assert resp.status == 429
     assert int(resp.headers["Retry-After"]) >= 1
+    assert loop.time() - began >= 0.9  # held (refusal_hold_seconds, 1 s) before it came
     assert await error_code(resp) == "rate_limited"
     bad = await client.put("/v1/agents/a6", data=b"junk", headers=auth("alice"))
     assert bad.status == 429  # malformed writes are charged too
