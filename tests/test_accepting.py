@@ -133,3 +133,33 @@ async def test_past_the_cap_the_refusal_is_written_and_the_connection_closed(
     finally:
         port.close()
         await port.wait_closed()
+
+
+async def test_a_port_closed_as_it_accepts_gives_the_places_back(
+        incidents: IncidentLog) -> None:
+    """The port closes in the loop pass right after the one that accepted: the connections'
+    set-up has not begun (cancelled before their first step), yet each gives its place back
+    and its socket is closed, not left to the collector."""
+    loop = asyncio.get_running_loop()
+    port = _port(ListenSettings("127.0.0.1", 0, max_connections=8), incidents)
+    address = port.sockets[0].getsockname()
+    # Completed by the kernel: the listening socket is readable at the loop's next pass.
+    clients = [socket.create_connection(address) for _ in range(3)]
+    closed = loop.create_future()
+
+    def close_after_accepting() -> None:
+        # Runs in the next pass before the accept callback; the close, one pass later,
+        # before the accepted connections' tasks take their first step.
+        loop.call_soon(lambda: (port.close(), closed.set_result(None)))
+
+    loop.call_soon(close_after_accepting)
+    try:
+        await closed
+        await port.wait_closed()
+        assert port.connections.in_use == 0
+        for client in clients:
+            client.settimeout(5)
+            assert client.recv(1) == b""  # closed by the port
+    finally:
+        for client in clients:
+            client.close()

@@ -155,7 +155,15 @@ class Port:
     def _hand_over(self, conn: socket.socket, place: Held) -> None:
         task = self._loop.create_task(self._connect(conn, place))
         self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._connecting.discard(task)
+            # Cancelled by the port's closing, perhaps before its first step (when
+            # ``_connect`` never ran to give up itself).
+            if task.cancelled():
+                self._give_up(conn, place)
+
+        task.add_done_callback(done)
 
     async def _connect(self, conn: socket.socket, place: Held) -> None:
         tls = self._settings.tls
@@ -169,9 +177,6 @@ class Port:
                                        if tls is not None else None))
         except OSError:  # the client's doing: a reset, a failed or too slow handshake
             self._give_up(conn, place)
-        except asyncio.CancelledError:  # the port is closing
-            self._give_up(conn, place)
-            raise
         except Exception:
             self._give_up(conn, place)
             log.exception("cannot set up a connection")
