@@ -145,12 +145,16 @@ async def test_a_port_closed_as_it_accepts_gives_the_places_back(
     address = port.sockets[0].getsockname()
     # Completed by the kernel: the listening socket is readable at the loop's next pass.
     clients = [socket.create_connection(address) for _ in range(3)]
-    closed = loop.create_future()
+    closed: asyncio.Future[None] = loop.create_future()
+
+    def close() -> None:
+        port.close()
+        closed.set_result(None)
 
     def close_after_accepting() -> None:
         # Runs in the next pass before the accept callback; the close, one pass later,
         # before the accepted connections' tasks take their first step.
-        loop.call_soon(lambda: (port.close(), closed.set_result(None)))
+        loop.call_soon(close)
 
     loop.call_soon(close_after_accepting)
     try:
