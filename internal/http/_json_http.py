@@ -116,8 +116,21 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     # Held after the except block: the exception, and the frames its traceback holds, are
     # freed meanwhile rather than kept for the hold.
     if hold:
-        await asyncio.sleep(hold)
+        await _held(request, hold)
     return answer
+
+
+async def _held(request: web.Request, seconds: float) -> None:
+    """``seconds``, or until the client hangs up: a refusal held past its connection would
+    let a client that sends and closes at once keep any number of them waiting, beyond
+    its address's share of the connections. The listener's connections say when they are
+    gone (``lost``)."""
+    lost = getattr(request.protocol, "lost", None)
+    if isinstance(lost, asyncio.Future):
+        if not lost.done():
+            await asyncio.wait((lost,), timeout=seconds)
+    elif request.transport is not None:
+        await asyncio.sleep(seconds)
 
 
 _JSON_TYPES = ("application/json", "application/octet-stream", "")
