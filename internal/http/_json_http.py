@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
 from internal.http._incidents import SLOW_BODY, report
-from internal.http._load_limits import refusal_hold
+from internal.http._load_limits import refusal_hold, retry_hold
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -118,6 +118,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     if hold:
         await _held(request, hold)
     return answer
+
+
+async def hold_refusal(request: web.Request, retry_after: float | None) -> None:
+    """For an answer built from a refusal that asked to come back after ``retry_after``
+    seconds (a JSON-RPC error answered 200): held as ``error_middleware`` holds one."""
+    hold = retry_hold(retry_after, request.app.get(REFUSAL_HOLD, 0.0))
+    if hold:
+        await _held(request, hold)
 
 
 async def _held(request: web.Request, seconds: float) -> None:
