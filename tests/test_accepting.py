@@ -167,3 +167,42 @@ async def test_a_port_closed_as_it_accepts_gives_the_places_back(
     finally:
         for client in clients:
             client.close()
+
+
+async def test_a_port_closed_as_a_tls_handshake_ends_leaves_the_socket_to_its_transport(
+        incidents: IncidentLog, tmp_path: Path) -> None:
+    """The handshake completes and the port closes at that moment (here, from the
+    protocol's ``connection_made``): the connection's transport, still registered with the
+    loop, closes its socket. Closed under it, the socket's number went to the next socket
+    made, which the loop then refused as "used by transport"."""
+    ca, cert, key = make_ca_and_cert(tmp_path, "port")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    ports: list[Port] = []
+
+    class ClosesThePort(_Echo):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            ports[0].close()
+
+    ports.append(open_port(ListenSettings("127.0.0.1", 0, max_connections=8, tls=tls),
+                           PortConnections(8, None, incidents), ClosesThePort))
+    address = ports[0].sockets[0].getsockname()
+    client = ssl.create_default_context(cafile=str(ca))
+    # Kept open: the server's transport waits for its close_notify meanwhile.
+    _, kept = await asyncio.open_connection(*address, ssl=client, server_hostname="127.0.0.1")
+    other = None
+    try:
+        await ports[0].wait_closed()
+        await wait_until(lambda: ports[0].connections.in_use == 0, what="its place given back")
+        other = _port(ListenSettings("127.0.0.1", 0, max_connections=8), incidents)
+        reader, writer = await asyncio.open_connection(*other.sockets[0].getsockname())
+        writer.write(b"ping")
+        async with asyncio.timeout(5):
+            assert await reader.readexactly(4) == b"ping"
+        writer.close()
+    finally:
+        kept.close()
+        if other is not None:
+            other.close()
+            await other.wait_closed()
