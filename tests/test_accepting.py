@@ -133,3 +133,76 @@ async def test_past_the_cap_the_refusal_is_written_and_the_connection_closed(
     finally:
         port.close()
         await port.wait_closed()
+
+
+async def test_a_port_closed_as_it_accepts_gives_the_places_back(
+        incidents: IncidentLog) -> None:
+    """The port closes in the loop pass right after the one that accepted: the connections'
+    set-up has not begun (cancelled before their first step), yet each gives its place back
+    and its socket is closed, not left to the collector."""
+    loop = asyncio.get_running_loop()
+    port = _port(ListenSettings("127.0.0.1", 0, max_connections=8), incidents)
+    address = port.sockets[0].getsockname()
+    # Completed by the kernel: the listening socket is readable at the loop's next pass.
+    clients = [socket.create_connection(address) for _ in range(3)]
+    closed: asyncio.Future[None] = loop.create_future()
+
+    def close() -> None:
+        port.close()
+        closed.set_result(None)
+
+    def close_after_accepting() -> None:
+        # Runs in the next pass before the accept callback; the close, one pass later,
+        # before the accepted connections' tasks take their first step.
+        loop.call_soon(close)
+
+    loop.call_soon(close_after_accepting)
+    try:
+        await closed
+        await port.wait_closed()
+        assert port.connections.in_use == 0
+        for client in clients:
+            client.settimeout(5)
+            assert client.recv(1) == b""  # closed by the port
+    finally:
+        for client in clients:
+            client.close()
+
+
+async def test_a_port_closed_as_a_tls_handshake_ends_leaves_the_socket_to_its_transport(
+        incidents: IncidentLog, tmp_path: Path) -> None:
+    """The handshake completes and the port closes at that moment (here, from the
+    protocol's ``connection_made``): the connection's transport, still registered with the
+    loop, closes its socket. Closed under it, the socket's number went to the next socket
+    made, which the loop then refused as "used by transport"."""
+    ca, cert, key = make_ca_and_cert(tmp_path, "port")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    ports: list[Port] = []
+
+    class ClosesThePort(_Echo):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            ports[0].close()
+
+    ports.append(open_port(ListenSettings("127.0.0.1", 0, max_connections=8, tls=tls),
+                           PortConnections(8, None, incidents), ClosesThePort))
+    address = ports[0].sockets[0].getsockname()
+    client = ssl.create_default_context(cafile=str(ca))
+    # Kept open: the server's transport waits for its close_notify meanwhile.
+    _, kept = await asyncio.open_connection(*address, ssl=client, server_hostname="127.0.0.1")
+    other = None
+    try:
+        await ports[0].wait_closed()
+        await wait_until(lambda: ports[0].connections.in_use == 0, what="its place given back")
+        other = _port(ListenSettings("127.0.0.1", 0, max_connections=8), incidents)
+        reader, writer = await asyncio.open_connection(*other.sockets[0].getsockname())
+        writer.write(b"ping")
+        async with asyncio.timeout(5):
+            assert await reader.readexactly(4) == b"ping"
+        writer.close()
+    finally:
+        kept.close()
+        if other is not None:
+            other.close()
+            await other.wait_closed()

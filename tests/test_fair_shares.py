@@ -21,7 +21,7 @@ from butler.memory import MemoryStore
 from butler.push.store import SqlitePushStore
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
-from tests.a2a_support import WAIT, send_request, text, user_message
+from tests.a2a_support import WAIT, plain_message, rpc, send_request, text, user_message
 from tests.support import (
     ECHO,
     Instance,
@@ -447,3 +447,24 @@ async def test_a_refused_grpc_call_is_freed_once_answered(swarm: Swarm) -> None:
                     await grpc_card(inst, chan)
     kept = [o for o in left if isinstance(o, BaseException)]
     assert kept == []
+
+
+async def test_a_refusal_inside_a_json_rpc_call_is_held_too(swarm: Swarm) -> None:
+    """Past its share of the running tasks (refused inside the call, not by the gate), a
+    JSON-RPC caller is answered after the hold as on ``/v2`` and gRPC, not at once."""
+    hold = 0.5
+    held = {**SMALL, "server": {"max_inflight": 8, "max_streams": 8,
+                                "refusal_hold_seconds": hold}}
+    inst = await swarm.start("home", skills=[ECHO, WAIT], callers=CALLERS, extra=held)
+    while (await post_task(inst, {"task": "x", "skill": "wait", "mode": "async"},
+                           who="flood"))[0] < 300:
+        pass  # until the flood's share of the running tasks is full
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    status, body = await rpc(inst, "SendMessage", {
+        "message": plain_message("x", metadata={"skill": "wait"}),
+        "configuration": {"returnImmediately": True}}, who="flood")
+    took = loop.time() - began
+    assert status == 200 and "error" in body, body
+    assert took >= hold * 0.9
+    await cancel_all(inst)

@@ -4,6 +4,7 @@ once per burst, never during one, off the event loop; the collection alone off g
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from pathlib import Path
 
@@ -123,3 +124,32 @@ async def test_a_daemons_blocking_requests_are_a_burst_and_their_end_its_quiet(
             assert after.count(True) == 1 and len(gave.threads) == 1
         finally:
             await daemon.stop()
+
+
+class _Finalized:
+    """Garbage only the collector frees (a cycle), whose finalizer says where it ran."""
+
+    def __init__(self, ran_in: list[int]) -> None:
+        self.me = self
+        self.ran_in = ran_in
+
+    def __del__(self) -> None:
+        self.ran_in.append(threading.get_ident())
+
+
+async def test_what_the_collection_frees_is_finalized_on_the_loop() -> None:
+    """Finalizers of the burst's garbage (``__del__``, a dropped coroutine's ``finally``,
+    which may release a pool's place) touch the loop's objects: they run on the loop's
+    thread, never beside it; only glibc's trim runs in a worker thread."""
+    clock, load = Clock(), [100]
+    keeper = HeapKeeper(lambda: load[0], clock=clock, burst=32)
+    ran_in: list[int] = []
+    gc.disable()  # the keeper's collection, not an automatic one, frees it
+    try:
+        _Finalized(ran_in)
+        await checks(keeper, clock, 1)
+        load[0] = 0
+        assert (await checks(keeper, clock, QUIET_SECONDS + 1)).count(True) == 1
+    finally:
+        gc.enable()
+    assert ran_in == [threading.get_ident()]

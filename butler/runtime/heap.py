@@ -13,7 +13,10 @@ glibc's free heap), reused by the next burst but counted in RSS until then.
 - What: a full collection (the burst's cyclic garbage, which a quiet daemon makes no new
   objects to collect), then glibc's ``malloc_trim(0)``, which returns the free pages of
   every malloc arena (the worker threads' included); on another C library, the
-  collection alone. In a worker thread: ctypes lets go of the GIL while glibc trims.
+  collection alone. The collection on the loop's thread: it holds the GIL throughout
+  wherever it runs, and what it frees is finalized where it runs (``__del__``, a dropped
+  coroutine's ``finally``, which may give a pool's place back), which must not be beside
+  the loop. The trim in a worker thread: ctypes lets go of the GIL while glibc trims.
 - Not done: a cap on glibc's arenas (``M_ARENA_MAX``) kept no less after a burst, and
   pymalloc's arenas cannot be given back while any object in them lives: each holds a
   few of the long-lived objects made during the burst. bench/HISTORY.md has the
@@ -75,16 +78,21 @@ def give_memory_back(trim: MallocTrim | None) -> int:
     """A full collection, then the C heap's free pages back to the OS where ``trim``
     (``malloc_trim``) is there. Returns how many objects the collection freed."""
     freed = gc.collect()
-    if trim is not None:
-        trim(0)
+    trim_heap(trim)
     return freed
+
+
+def trim_heap(trim: MallocTrim | None) -> int:
+    """The C heap's free pages back to the OS where ``trim`` (``malloc_trim``) is there;
+    0 elsewhere. Safe off the loop: it runs no Python code."""
+    return trim(0) if trim is not None else 0
 
 
 class HeapKeeper:
     """Gives memory back once ``load`` has stayed low for ``quiet_seconds`` after a burst.
 
-    ``clock`` and ``give_back`` are for tests: a clock they move, a give-back that records
-    where it ran."""
+    ``clock`` and ``give_back`` are for tests: a clock they move, and what runs in a worker
+    thread after the collection (glibc's trim) replaced by one that records where it ran."""
 
     def __init__(self, load: Callable[[], int], *,
                  clock: Callable[[], float] = time.monotonic,
@@ -92,7 +100,7 @@ class HeapKeeper:
                  burst: int = BURST_LOAD, quiet_seconds: float = QUIET_SECONDS) -> None:
         self._load = load
         self._clock = clock
-        self._give_back = give_back or partial(give_memory_back, malloc_trim(c_library()))
+        self._give_back = give_back or partial(trim_heap, malloc_trim(c_library()))
         self._burst = burst
         self._quiet_seconds = quiet_seconds
         self._peak = 0  # the highest load since memory was last given back
@@ -114,7 +122,8 @@ class HeapKeeper:
         if not self._quiet_after_burst(load, self._clock()):
             return False
         peak, self._peak, self._quiet_since = self._peak, 0, None
-        freed = await asyncio.to_thread(self._give_back)
+        freed = gc.collect()  # here, not in the thread: see the module's docstring
+        await asyncio.to_thread(self._give_back)
         log.debug("quiet after a burst (a load of %d, %d now): memory given back to the "
                   "OS, %d objects collected", peak, load, freed)
         return True

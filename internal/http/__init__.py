@@ -62,6 +62,9 @@ if TYPE_CHECKING:
         error_middleware as error_middleware,
     )
     from internal.http._json_http import (
+        hold_refusal as hold_refusal,
+    )
+    from internal.http._json_http import (
         identity_of as identity_of,
     )
     from internal.http._json_http import (
@@ -149,8 +152,8 @@ __all__, _getattr = lazy_exports(__name__, {
     "_incidents": ("INCIDENTS", "IncidentLog", "QuietRefusals",),
     "_json_http": (
         "ERROR_RENDERERS", "IDENTITY", "REFUSAL_HOLD", "ErrorRenderer", "Handler", "error_headers",
-        "error_middleware", "identity_of", "json_bytes_response", "json_response", "read_body",
-        "read_json", "render_error",
+        "error_middleware", "hold_refusal", "identity_of", "json_bytes_response",
+        "json_response", "read_body", "read_json", "render_error",
     ),
     "_listener": ("listen",),
     "_connections": ("PortConnections",),

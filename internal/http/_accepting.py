@@ -153,33 +153,34 @@ class Port:
             conn.close()
 
     def _hand_over(self, conn: socket.socket, place: Held) -> None:
-        task = self._loop.create_task(self._connect(conn, place))
+        handover = _Handover(conn, place, self._protocol)
+        task = self._loop.create_task(self._connect(handover))
         self._connecting.add(task)
-        task.add_done_callback(self._connecting.discard)
 
-    async def _connect(self, conn: socket.socket, place: Held) -> None:
+        def done(task: asyncio.Task[None]) -> None:
+            self._connecting.discard(task)
+            # Cancelled by the port's closing, perhaps before its first step (when
+            # ``_connect`` never ran to give up itself).
+            if task.cancelled():
+                handover.give_up()
+
+        task.add_done_callback(done)
+
+    async def _connect(self, handover: _Handover) -> None:
         tls = self._settings.tls
         try:
-            conn.setblocking(False)
+            handover.conn.setblocking(False)
             # A client that never finishes the TLS handshake is as slow as one that never
             # sends its request head: same deadline.
             await self._loop.connect_accepted_socket(
-                lambda: self._protocol(place), conn, ssl=tls,
+                handover.protocol, handover.conn, ssl=tls,
                 ssl_handshake_timeout=(self._settings.header_timeout_seconds
                                        if tls is not None else None))
         except OSError:  # the client's doing: a reset, a failed or too slow handshake
-            self._give_up(conn, place)
-        except asyncio.CancelledError:  # the port is closing
-            self._give_up(conn, place)
-            raise
+            handover.give_up()
         except Exception:
-            self._give_up(conn, place)
+            handover.give_up()
             log.exception("cannot set up a connection")
-
-    @staticmethod
-    def _give_up(conn: socket.socket, place: Held) -> None:
-        place.release()
-        conn.close()
 
     def _out_of_resources(self, exc: OSError) -> None:
         """As asyncio does: stop accepting for a while rather than spin on the error."""
@@ -188,6 +189,32 @@ class Port:
             f"{self._sock.getsockname()[1]}: {exc.strerror}; retrying in {RETRY_SECONDS:g}s")
         self._stop_accepting()
         self._retry = self._loop.call_later(RETRY_SECONDS, self.start_serving)
+
+
+class _Handover:
+    """An admitted socket on its way to asyncio, with its place."""
+
+    def __init__(self, conn: socket.socket, place: Held,
+                 protocol: ConnectionProtocol) -> None:
+        self.conn = conn
+        self._place = place
+        self._protocol = protocol
+        # Made by asyncio just before the transport, which from then on closes the socket
+        # whatever happens (a failed handshake, a cancelled set-up).
+        self._transport_owns_it = False
+
+    def protocol(self) -> asyncio.Protocol:
+        made = self._protocol(self._place)
+        self._transport_owns_it = True
+        return made
+
+    def give_up(self) -> None:
+        self._place.release()
+        if not self._transport_owns_it:
+            # Closed under a transport still registered with the loop (one shutting its
+            # TLS session down), the socket's number would go to the next socket made,
+            # which the loop then refuses as "used by transport".
+            self.conn.close()
 
 
 def open_port(settings: ListenSettings, connections: PortConnections,

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
 
 from internal.http._incidents import SLOW_BODY, report
-from internal.http._load_limits import refusal_hold
+from internal.http._load_limits import refusal_hold, retry_hold
 from internal.protocol.a2a.codec import exact_json
 from internal.protocol.a2a.model import (
     ButlerError,
@@ -116,8 +116,29 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     # Held after the except block: the exception, and the frames its traceback holds, are
     # freed meanwhile rather than kept for the hold.
     if hold:
-        await asyncio.sleep(hold)
+        await _held(request, hold)
     return answer
+
+
+async def hold_refusal(request: web.Request, retry_after: float | None) -> None:
+    """For an answer built from a refusal that asked to come back after ``retry_after``
+    seconds (a JSON-RPC error answered 200): held as ``error_middleware`` holds one."""
+    hold = retry_hold(retry_after, request.app.get(REFUSAL_HOLD, 0.0))
+    if hold:
+        await _held(request, hold)
+
+
+async def _held(request: web.Request, seconds: float) -> None:
+    """``seconds``, or until the client hangs up: a refusal held past its connection would
+    let a client that sends and closes at once keep any number of them waiting, beyond
+    its address's share of the connections. The listener's connections say when they are
+    gone (``lost``)."""
+    lost = getattr(request.protocol, "lost", None)
+    if isinstance(lost, asyncio.Future):
+        if not lost.done():
+            await asyncio.wait((lost,), timeout=seconds)
+    elif request.transport is not None:
+        await asyncio.sleep(seconds)
 
 
 _JSON_TYPES = ("application/json", "application/octet-stream", "")

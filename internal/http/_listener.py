@@ -44,6 +44,8 @@ class _Connection(web.RequestHandler):
         super().__init__(server, **kwargs)
         self._place = place
         self._incidents = incidents
+        # Done once the connection is gone: a refusal held for it ends then (_json_http).
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def _process_keepalive(self) -> None:
         # aiohttp's keep-alive timer is the header timeout (see handler_args). Closing an
@@ -59,6 +61,8 @@ class _Connection(web.RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._place.release()
+        if not self.lost.done():
+            self.lost.set_result(None)
         super().connection_lost(exc)
 
     def handle_error(self, request: BaseRequest, status: int = 500,

@@ -66,9 +66,12 @@ class TokenBuckets:
 def refusal_hold(err: BaseException, most: float) -> float:
     """Seconds to hold ``err``'s answer: its ``Retry-After``, at most ``most``; 0 for an
     error that is not a refusal to come back later."""
-    if isinstance(err, ButlerError) and err.retry_after:
-        return min(float(err.retry_after), most)
-    return 0.0
+    return retry_hold(err.retry_after if isinstance(err, ButlerError) else None, most)
+
+
+def retry_hold(retry_after: float | None, most: float) -> float:
+    """``refusal_hold`` for an answer that keeps only its refusal's ``Retry-After``."""
+    return min(float(retry_after), most) if retry_after else 0.0
 
 
 def limited(what: str, wait: float) -> Unavailable:

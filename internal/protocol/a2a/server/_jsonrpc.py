@@ -26,6 +26,7 @@ from aiohttp import web
 from internal.http import (
     SseTiming,
     error_headers,
+    hold_refusal,
     identity_of,
     json_response,
     read_body,
@@ -74,6 +75,9 @@ class Answer:
     dialect: Dialect
     body: dict[str, Any]
     rest: AsyncIterator[dict[str, Any]] | None = None
+    # An error answer's ``Retry-After``: a carrier may hold it that long (not the error
+    # itself, whose traceback keeps the request's frames).
+    retry_after: float | None = None
 
 
 def _invalid(message: str) -> RequestError:
@@ -163,7 +167,7 @@ class JsonRpcDispatcher:
                 return Answer(dialect, _result(request_id, first),
                               _rest(method, request_id, dialect, result))
         except ButlerError as err:
-            return Answer(dialect, _error(request_id, dialect, err))
+            return Answer(dialect, _error(request_id, dialect, err), retry_after=err.retry_after)
         except Exception:  # a bug: every carrier still answers this id, with no traceback
             log.exception("JSON-RPC request failed")
             return Answer(dialect, _error(request_id, dialect, _INTERNAL))
@@ -383,6 +387,7 @@ class JsonRpcBinding:
         headers = {VERSION_HEADER: answer.dialect.version,
                    **swarm_envelope.activated(request.headers)}
         if answer.rest is None:
+            await hold_refusal(request, answer.retry_after)
             return json_response(answer.body, headers=headers)
         return await sse_stream(request, _frame(answer.body), _frames(answer.rest),
                                 self.limits.timing, headers=headers)
