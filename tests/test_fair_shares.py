@@ -136,13 +136,10 @@ async def test_blocking_grpc_calls_of_one_caller_leave_room_for_another(swarm: S
     request = send_request(user_message(text("x"), metadata={"skill": "wait"}))
     async with channel(inst.daemon.grpc_url, inst.tokens["flood"]) as flood, \
             channel(inst.daemon.grpc_url, inst.tokens["other"]) as other:
-        began = asyncio.get_running_loop().time()
         holders = [asyncio.ensure_future(service_stub(flood).SendMessage(request, metadata=V1))
                    for _ in range(12)]
         await wait_until(lambda: sum(h.done() for h in holders) == 6 and pool.inflight == 6,
                          what="the flood holding its share of 6")
-        # Each refusal ended after the hold (server.refusal_hold_seconds, 1 s), as on HTTP.
-        assert asyncio.get_running_loop().time() - began >= 0.9
         refused = [h.exception() for h in holders if h.done()]
         assert all(isinstance(err, grpc.aio.AioRpcError)
                    and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -182,9 +179,10 @@ async def test_a_refusal_is_freed_once_answered(daemon: Instance) -> None:
 async def test_a_refusal_is_held_for_its_retry_after_while_others_are_served(
         swarm: Swarm) -> None:
     """A caller past its share that asks again at once (ignoring ``Retry-After``) is
-    answered no sooner than the hold (gRPC too: the test above): it sends one refused request per
-    hold on each connection instead of as many as it can, and its refusals no longer take
-    the loop from the other callers, who are served meanwhile."""
+    answered no sooner than the hold (on HTTP; gRPC ends a refused call at once): it
+    sends one refused request per hold on each connection instead of as many as it can,
+    and its refusals no longer take the loop from the other callers, who are served
+    meanwhile."""
     hold = 0.5
     held = {**SMALL, "server": {"max_inflight": 8, "max_streams": 8,
                                 "refusal_hold_seconds": hold}}

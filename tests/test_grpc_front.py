@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -247,12 +249,13 @@ def test_a_grpc_peer_names_the_socket_it_came_from() -> None:
 
 
 async def test_a_killed_daemons_socket_directory_is_removed_at_the_next_start(
-        tmp_path: Path) -> None:
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """gRPC's unix socket lives in a directory under $TMPDIR named by the daemon's pid; one
     killed with -9 cannot remove it, so the next daemon of the user does. Another's, whose
     process runs, is left alone."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # Short: a unix socket's path has at most 107 bytes, and tmp_path can be longer.
+    tmp = Path(tempfile.mkdtemp(prefix="bg-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     running = tmp / f"butler-grpc-{os.getpid()}-x"  # this test's process: it runs
     running.mkdir()
     cfg, _ = config_dict(tmp_path, "home", configurations={"a2a": {"grpc_port": 0}})

@@ -57,7 +57,6 @@ from internal.http import (
     TokenBuckets,
     TokenVerifier,
     limited,
-    refusal_hold,
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
 from internal.protocol.a2a.model import (
@@ -93,7 +92,7 @@ class GrpcBinding:
                  streams: StreamSlots | None = None,
                  per_caller: TokenBuckets | None = None,
                  relayed: RelayedPeers | None = None,
-                 message_seconds: float = 30.0, refusal_hold: float = 0.0) -> None:
+                 message_seconds: float = 30.0) -> None:
         """``load_limits``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
         requests, streams and calls count once whichever binding carries them.
         ``relayed``: the front's sockets when ``serve`` put one before the server (a call
@@ -101,10 +100,12 @@ class GrpcBinding:
         ``message_seconds``: how long an admitted call's request message may take to come
         (a stream that opened and never sent it would hold its connection and its place,
         as a slow HTTP body would: ``server.body_timeout_seconds``).
-        ``refusal_hold``: the most a refusal to come back later waits before the call ends
-        (``server.refusal_hold_seconds``, as on HTTP: ``refusal_hold``)."""
+
+        A refusal ends its call at once, unlike HTTP's (``refusal_hold``): a held HTTP
+        refusal holds its connection, one at a time, but a gRPC connection carries up to
+        ``max_streams_per_connection`` calls, and holding each would let one address keep
+        that many times its share of the connections waiting."""
         self.message_seconds = message_seconds
-        self.refusal_hold = refusal_hold
         self.dialect = dialect
         self.verifier = verifier
         self.load_limits = load_limits
@@ -189,11 +190,10 @@ class GrpcBinding:
                 raise
             except Exception as exc:
                 failed = _status(name, exc)
-                hold = refusal_hold(exc, self.refusal_hold)
             finally:
                 if slot is not None:
                     slot.release()
-            await _end(context, failed, hold)
+            _end(context, failed)
             return response()  # not sent: the status is not OK
 
         return run
@@ -223,13 +223,12 @@ class GrpcBinding:
                 raise
             except Exception as exc:
                 failed = _status(name, exc)
-                hold = refusal_hold(exc, self.refusal_hold)
             else:
                 return
             finally:
                 if inflight is not None:
                     inflight.release()
-            await _end(context, failed, hold)
+            _end(context, failed)
 
         return run
 
@@ -288,13 +287,9 @@ def _status(name: str, exc: Exception) -> Status:
     return code, message, tuple(trailing)
 
 
-async def _end(context: grpc.aio.ServicerContext[Any, Any], failed: Status,
-               hold: float) -> None:
+def _end(context: grpc.aio.ServicerContext[Any, Any], failed: Status) -> None:
     """The call ends with ``failed`` once its handler returns (``context.abort`` raises an
-    exception of its own, which gRPC then holds in a cycle too), after ``hold`` seconds
-    for a refusal to come back later; its place in the pools is given back already."""
-    if hold:
-        await asyncio.sleep(hold)
+    exception of its own, which gRPC then holds in a cycle too)."""
     code, message, trailing = failed
     context.set_trailing_metadata(trailing)
     context.set_code(code)
