@@ -32,7 +32,7 @@ demo: runtime
 test: venv peers
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
