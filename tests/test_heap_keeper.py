@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from butler.runtime.heap import (
     QUIET_SECONDS,
@@ -153,3 +154,14 @@ async def test_what_the_collection_frees_is_finalized_on_the_loop() -> None:
     finally:
         gc.enable()
     assert ran_in == [threading.get_ident()]
+
+
+async def test_a_failing_sample_is_logged_once_and_the_keeper_stops(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def broken() -> int:
+        raise RuntimeError("no load to read")
+
+    async with asyncio.timeout(10):  # it ends by itself, at the first sample
+        await HeapKeeper(broken).run()
+    failures = [r for r in caplog.records if r.name == "butler.heap"]
+    assert len(failures) == 1 and "giving memory back failed" in failures[0].getMessage()

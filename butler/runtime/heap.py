@@ -107,13 +107,16 @@ class HeapKeeper:
         self._quiet_since: float | None = None
 
     async def run(self) -> None:
-        """Until cancelled."""
+        """Until cancelled, or until a sample fails: that is a defect, logged once, not
+        once a second for as long as the daemon runs."""
         while True:
-            await asyncio.sleep(SAMPLE_SECONDS)
             try:
                 await self.check()
-            except Exception:  # the next sample tries again
-                log.exception("giving memory back failed")
+            except Exception:
+                log.exception("giving memory back failed; memory a burst takes now stays "
+                              "with the allocators until the daemon restarts")
+                return
+            await asyncio.sleep(SAMPLE_SECONDS)
 
     async def check(self) -> bool:
         """Sample the load once; give memory back (off the loop) when a burst has been
