@@ -5,7 +5,8 @@ after the flood, RSS within 10 % and descriptors within 5 of the baseline.
 
 Floods: ``blocking``, 400 concurrent blocking requests of a slow skill from one token
 (the in-flight pool and the running tasks); ``idle``, 600 connections from one address
-that never send a request (slowloris: the connection cap).
+that never send a request (slowloris: the connection cap); ``grpc``, the blocking flood as
+400 ``SendMessage`` calls on the gRPC port (16 connections: 32 calls each at most).
 
 The server has a CPU of its own; the flooding client shares the other with the second
 caller, at the lowest priority (``SCHED_IDLE``): it takes all the CPU the second caller
@@ -21,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import os
 import time
+import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +47,14 @@ def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-async def _probe(url: str, token: str) -> tuple[dict[int, int], float]:
-    """The second caller: ``PROBES`` echo tasks one after another; (errors by status,
-    p99 ms)."""
+async def _probe(url: str, token: str, source: str) -> tuple[dict[int, int], float]:
+    """The second caller, from ``source``: ``PROBES`` echo tasks one after another;
+    (errors by status, p99 ms)."""
     errors: dict[int, int] = {}
     took = []
-    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"},
+                                     connector=aiohttp.TCPConnector(local_addr=(source, 0)),
+                                     ) as http:
         for n in range(PROBES):
             began = time.perf_counter()
             async with http.post(f"{url}/v2/tasks", json={"task": f"hi {n}", "skill": "echo"},
@@ -98,11 +104,43 @@ async def _idle(url: str, sent: Any) -> None:
     await asyncio.gather(*(keep_one() for _ in range(IDLE)))
 
 
+async def _grpc_blocking(target: str, token: str, sent: Any) -> None:
+    import grpc
+    from a2a.types import Message, Part, Role, SendMessageRequest, a2a_pb2_grpc
+
+    metadata = (("a2a-version", "1.0"), ("authorization", f"Bearer {token}"))
+    # Channels of their own (one target's channels otherwise share one connection).
+    channels = [grpc.aio.insecure_channel(target,
+                                          options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(16)]
+
+    async def one(n: int) -> None:
+        stub = a2a_pb2_grpc.A2AServiceStub(channels[n % len(channels)])  # type: ignore[no-untyped-call]
+        while True:
+            message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER,
+                              parts=[Part(text="x")])
+            message.metadata.update({"skill": "slow"})
+            try:
+                await stub.SendMessage(SendMessageRequest(message=message),
+                                       metadata=metadata, timeout=120)
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.2)  # refused: its share is full; try again
+            sent.value += 1
+
+    await asyncio.gather(*(one(n) for n in range(BLOCKING)))
+
+
 def _flood(name: str, url: str, token: str, sent: Any) -> None:
     """In a process of its own, until terminated: the probe's timings are not the
-    flooding client's event loop. ``sent``: requests (blocking) or connections (idle)."""
+    flooding client's event loop. ``sent``: requests (blocking, grpc) or connections
+    (idle). ``url``: the gRPC target for ``grpc``."""
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    asyncio.run(_blocking(url, token, sent) if name == "blocking" else _idle(url, sent))
+    if name == "blocking":
+        asyncio.run(_blocking(url, token, sent))
+    elif name == "idle":
+        asyncio.run(_idle(url, sent))
+    else:
+        asyncio.run(_grpc_blocking(url, token, sent))
 
 
 async def _settled(pid: int, fds: int, seconds: float) -> None:
@@ -114,18 +152,24 @@ async def _settled(pid: int, fds: int, seconds: float) -> None:
         await asyncio.sleep(0.5)
 
 
-async def _one(name: str, server: Server, tokens: dict[str, str]) -> dict[str, Any]:
+async def _one(name: str, server: Server, tokens: dict[str, str],
+               target: str) -> dict[str, Any]:
+    """``target``: where the flood goes (the gRPC port's for ``grpc``)."""
     pid = server.pid
-    _, quiet_p99 = await _probe(server.url, tokens["other"])  # and a warm baseline
+    # The HTTP floods come from 127.0.0.2; gRPC's channels cannot choose their source
+    # address, so that flood comes from 127.0.0.1. The second caller is elsewhere: the
+    # per-address rate is not what is measured.
+    probe = "127.0.0.3"
+    _, quiet_p99 = await _probe(server.url, tokens["other"], probe)  # and a warm baseline
     rss, fds = server.rss_mb(), _fds(pid)
     spawn = multiprocessing.get_context("spawn")
     sent = spawn.Value("q", 0, lock=False)  # one writer: the flood's single thread
-    flood = spawn.Process(target=_flood, args=(name, server.url, tokens["flood"], sent),
+    flood = spawn.Process(target=_flood, args=(name, target, tokens["flood"], sent),
                           daemon=True)
     flood.start()
     await asyncio.sleep(3)  # the flood fills its pool
     began, before = time.perf_counter(), sent.value
-    errors, loaded_p99 = await _probe(server.url, tokens["other"])
+    errors, loaded_p99 = await _probe(server.url, tokens["other"], probe)
     flood_rate = (sent.value - before) / (time.perf_counter() - began)
     flood.kill()
     flood.join()
@@ -145,16 +189,27 @@ async def _one(name: str, server: Server, tokens: dict[str, str]) -> dict[str, A
 def run(work: Path, cpu: str | None) -> list[dict[str, Any]]:
     work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name in ("blocking", "idle"):
+    for name in ("blocking", "idle", "grpc"):
         tokens = {"flood": new_token(), "other": new_token()}
         cfg = _config(f"fair-{name}", work, 0, tokens, [ECHO_SKILL, SLOW], [])
         cfg["rate_limits"] = {}  # the defaults: they are part of what is measured
+        if name == "grpc":
+            cfg["configurations"]["a2a"]["grpc_port"] = 0
         server = _serve(f"fair-{name}", cfg, work, cpu)
         try:
-            rows.append(asyncio.run(_one(name, server, tokens)))
+            target = _grpc_target(server.url) if name == "grpc" else server.url
+            rows.append(asyncio.run(_one(name, server, tokens, target)))
         finally:
             server.stop()
     return rows
+
+
+def _grpc_target(url: str) -> str:
+    """The gRPC port's ``host:port``, from the daemon's card."""
+    with urllib.request.urlopen(f"{url}/.well-known/agent-card.json", timeout=10) as resp:
+        card = json.load(resp)
+    (grpc,) = [i["url"] for i in card["supportedInterfaces"] if i["protocolBinding"] == "GRPC"]
+    return str(grpc)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
