@@ -104,7 +104,10 @@ async def serve_grpc(cfg: Config, front: A2AFront, listen: ListenSettings,
     assert cfg.a2a.grpc_port is not None
     binding = GrpcBinding(front.v1, front.verifier, front.load_limits, streams=front.streams,
                           per_caller=front.per_caller, relayed=RelayedPeers(),
-                          message_seconds=cfg.limits.body_timeout_seconds)
+                          message_seconds=cfg.limits.body_timeout_seconds,
+                          refusal_hold=cfg.limits.refusal_hold_seconds,
+                          # Four calls for each connection the port may hold.
+                          held_refusals=4 * cfg.limits.max_connections)
     tls = None if cfg.a2a.tls is None else (cfg.a2a.tls.cert_file.read_bytes(),
                                             cfg.a2a.tls.key_file.read_bytes())
     limits = GrpcLimits(max_message_bytes=cfg.limits.max_body_bytes,

@@ -10,7 +10,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -19,6 +19,7 @@ from aiohttp import web
 from butler.http_app import A2A_FRONT
 from butler.memory import MemoryStore
 from butler.push.store import SqlitePushStore
+from internal.http import LoadLimits
 from internal.protocol.a2a.model import Identity, PushConfig
 from internal.shares import FairPool, PoolFull, Share
 from tests.a2a_support import WAIT, plain_message, rpc, send_request, text, user_message
@@ -136,10 +137,14 @@ async def test_blocking_grpc_calls_of_one_caller_leave_room_for_another(swarm: S
     request = send_request(user_message(text("x"), metadata={"skill": "wait"}))
     async with channel(inst.daemon.grpc_url, inst.tokens["flood"]) as flood, \
             channel(inst.daemon.grpc_url, inst.tokens["other"]) as other:
+        began = asyncio.get_running_loop().time()
         holders = [asyncio.ensure_future(service_stub(flood).SendMessage(request, metadata=V1))
                    for _ in range(12)]
         await wait_until(lambda: sum(h.done() for h in holders) == 6 and pool.inflight == 6,
                          what="the flood holding its share of 6")
+        # Each refusal ended after at least half the hold (server.refusal_hold_seconds, 1 s:
+        # a random part of it, from half to all).
+        assert asyncio.get_running_loop().time() - began >= 0.45
         refused = [h.exception() for h in holders if h.done()]
         assert all(isinstance(err, grpc.aio.AioRpcError)
                    and err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -179,10 +184,9 @@ async def test_a_refusal_is_freed_once_answered(daemon: Instance) -> None:
 async def test_a_refusal_is_held_for_its_retry_after_while_others_are_served(
         swarm: Swarm) -> None:
     """A caller past its share that asks again at once (ignoring ``Retry-After``) is
-    answered no sooner than the hold (on HTTP; gRPC ends a refused call at once): it
-    sends one refused request per hold on each connection instead of as many as it can,
-    and its refusals no longer take the loop from the other callers, who are served
-    meanwhile."""
+    answered no sooner than the hold (gRPC too: the test above): it sends one refused
+    request per hold on each connection instead of as many as it can, and its refusals no
+    longer take the loop from the other callers, who are served meanwhile."""
     hold = 0.5
     held = {**SMALL, "server": {"max_inflight": 8, "max_streams": 8,
                                 "refusal_hold_seconds": hold}}
@@ -466,3 +470,27 @@ async def test_a_refusal_inside_a_json_rpc_call_is_held_too(swarm: Swarm) -> Non
     assert status == 200 and "error" in body, body
     assert took >= hold * 0.9
     await cancel_all(inst)
+
+
+async def test_grpc_holds_refused_calls_within_an_address_share_of_them() -> None:
+    """A gRPC connection carries many calls: the held ones are a pool of their own, one
+    address at most its share (past it a refusal ends its call at once), and a call its
+    client cancels gives its place back."""
+    pytest.importorskip("grpc")
+    from internal.protocol.a2a.server.grpc_binding import GrpcBinding
+
+    class Context:  # what the hold reads of a call
+        def peer(self) -> str:
+            return "ipv4:127.0.0.1:5000"
+
+    binding = GrpcBinding(cast(Any, None), cast(Any, None), LoadLimits(None),
+                          refusal_hold=3600, held_refusals=2)  # one address: 1 of 2
+    context = cast(Any, Context())
+    calls = [asyncio.create_task(binding._held(context, 3600)) for _ in range(3)]
+    await wait_until(lambda: sum(c.done() for c in calls) == 2, what="two answered at once")
+    assert binding.held.in_use == 1
+    (held,) = [c for c in calls if not c.done()]
+    held.cancel()
+    await asyncio.gather(held, return_exceptions=True)
+    assert binding.held.in_use == 0
+

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -57,6 +58,7 @@ from internal.http import (
     TokenBuckets,
     TokenVerifier,
     limited,
+    refusal_hold,
 )
 from internal.protocol.a2a.codec import a2a_grpc, swarm_envelope
 from internal.protocol.a2a.model import (
@@ -68,6 +70,7 @@ from internal.protocol.a2a.model import (
 )
 from internal.protocol.a2a.server._jsonrpc import V1Dialect
 from internal.protocol.a2a.server._operations import check_version
+from internal.shares import FairPool, Share
 
 log = logging.getLogger("butler.a2a")
 Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]
@@ -92,7 +95,8 @@ class GrpcBinding:
                  streams: StreamSlots | None = None,
                  per_caller: TokenBuckets | None = None,
                  relayed: RelayedPeers | None = None,
-                 message_seconds: float = 30.0) -> None:
+                 message_seconds: float = 30.0, refusal_hold: float = 0.0,
+                 held_refusals: int = 1024) -> None:
         """``load_limits``, ``streams``, ``per_caller``: the HTTP listener's, so a client's
         requests, streams and calls count once whichever binding carries them.
         ``relayed``: the front's sockets when ``serve`` put one before the server (a call
@@ -101,11 +105,17 @@ class GrpcBinding:
         (a stream that opened and never sent it would hold its connection and its place,
         as a slow HTTP body would: ``server.body_timeout_seconds``).
 
-        A refusal ends its call at once, unlike HTTP's (``refusal_hold``): a held HTTP
-        refusal holds its connection, one at a time, but a gRPC connection carries up to
-        ``max_streams_per_connection`` calls, and holding each would let one address keep
-        that many times its share of the connections waiting."""
+        ``refusal_hold``: the most a refusal to come back later waits before its call ends
+        (``server.refusal_hold_seconds``, as on HTTP). A held HTTP refusal holds its
+        connection, one at a time, but a gRPC connection carries many calls: so at most
+        ``held_refusals`` calls are held at once, one address at most its share of them
+        (``internal.shares``); a refusal past that ends its call at once. Each is held a
+        random part of the hold, from half to all of it: refused together, a flood's calls
+        would otherwise come back together, and each such wave of refusals is a stop of the
+        loop for every other caller."""
         self.message_seconds = message_seconds
+        self.refusal_hold = refusal_hold
+        self.held = FairPool("held refusals", Share(held_refusals))
         self.dialect = dialect
         self.verifier = verifier
         self.load_limits = load_limits
@@ -161,6 +171,20 @@ class GrpcBinding:
             raise RequestError("invalid_request", "no request message")
         return _parsed(raw, request_type)
 
+    async def _held(self, context: grpc.aio.ServicerContext[Any, Any], seconds: float) -> None:
+        """A refusal's hold, within the address's share of the held calls (past it: none).
+        The client cancelling its call ends it (gRPC cancels the handler)."""
+        if not seconds:
+            return
+        try:
+            place = self.held.take(self._client_address(context.peer()))
+        except ButlerError:  # the held calls are full, or the peer is not the front's
+            return
+        try:
+            await asyncio.sleep(seconds * random.uniform(0.5, 1.0))  # noqa: S311 -- spread, not secrecy
+        finally:
+            place.release()
+
     def _client_address(self, peer: str) -> str:
         """The address the call comes from: behind the front, the client its socket
         carries. A call to gRPC's own socket from elsewhere would skip the front's
@@ -190,9 +214,11 @@ class GrpcBinding:
                 raise
             except Exception as exc:
                 failed = _status(name, exc)
+                hold = refusal_hold(exc, self.refusal_hold)
             finally:
                 if slot is not None:
                     slot.release()
+            await self._held(context, hold)
             _end(context, failed)
             return response()  # not sent: the status is not OK
 
@@ -223,11 +249,13 @@ class GrpcBinding:
                 raise
             except Exception as exc:
                 failed = _status(name, exc)
+                hold = refusal_hold(exc, self.refusal_hold)
             else:
                 return
             finally:
                 if inflight is not None:
                     inflight.release()
+            await self._held(context, hold)
             _end(context, failed)
 
         return run
