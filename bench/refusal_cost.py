@@ -88,7 +88,9 @@ async def _main(args: argparse.Namespace, work: Path) -> None:
     token = new_token()
     cfg: dict[str, Any] = butlers._config("bench", work, 0, {"operator": token},
                                           [butlers.ECHO_SKILL, SLOW], [])
-    cfg["server"] = {"max_inflight": MAX_INFLIGHT, "shutdown_grace_seconds": 1}
+    # Answered at once: what a refusal costs, not how long the hold keeps it waiting.
+    cfg["server"] = {"max_inflight": MAX_INFLIGHT, "shutdown_grace_seconds": 1,
+                     "refusal_hold_seconds": 0}
     path = work / "bench.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     daemon = Daemon(load_config(path), delegator_factory=make_delegator)
